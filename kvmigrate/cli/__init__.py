@@ -1,0 +1,17 @@
+"""The `kvmigrate` command: thin click commands over library functions."""
+
+from __future__ import annotations
+
+import click
+
+from kvmigrate import __version__
+from kvmigrate.cli.emulate import emulate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="kvmigrate")
+def main() -> None:
+    """Move LLM agent traffic from a hosted API to self-hosted vLLM, one measured step at a time."""
+
+
+main.add_command(emulate)

@@ -1,0 +1,32 @@
+"""Options and error handling shared by every command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from kvmigrate.config import Config, ConfigError, default_config_path, load_config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(func: F) -> F:
+    """`--config`, defaulting to $KVMIGRATE_CONFIG or ./config.yaml."""
+    return click.option(
+        "--config",
+        "config_path",
+        default=default_config_path,
+        show_default="$KVMIGRATE_CONFIG or ./config.yaml",
+        type=click.Path(dir_okay=False),
+        help="The kvmigrate config file.",
+    )(func)
+
+
+def load_or_exit(path: str) -> Config:
+    """Load the config, turning any problem into a one-line error and exit code 2."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,27 @@
+"""Config loading in one place: `load_config(path)` gives a validated, immutable `Config`."""
+
+from kvmigrate.config.errors import ConfigError
+from kvmigrate.config.loader import default_config_path, load_config, parse_config
+from kvmigrate.config.model import (
+    BackendConfig,
+    Config,
+    ModelRoute,
+    RecordConfig,
+    RolloutConfig,
+    ServerConfig,
+)
+from kvmigrate.config.secret import Secret
+
+__all__ = [
+    "BackendConfig",
+    "Config",
+    "ConfigError",
+    "ModelRoute",
+    "RecordConfig",
+    "RolloutConfig",
+    "Secret",
+    "ServerConfig",
+    "default_config_path",
+    "load_config",
+    "parse_config",
+]

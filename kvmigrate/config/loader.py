@@ -1,0 +1,196 @@
+"""Reads `config.yaml` into `Config`, refusing unknown keys and bad values with their path."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from kvmigrate.config.errors import ConfigError
+from kvmigrate.config.model import (
+    BackendConfig,
+    Config,
+    ModelRoute,
+    RecordConfig,
+    RolloutConfig,
+    ServerConfig,
+)
+from kvmigrate.config.reader import Section
+
+CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
+DEFAULT_CONFIG_PATH = "config.yaml"
+ROLLOUT_MODES = ("shadow", "split")
+CONTENT_POLICIES = ("none", "redacted", "full")
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return env.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """Load and validate a config file. Every problem is raised as `ConfigError`."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, "", f"cannot read: {exc}") from None
+    return parse_config(text, source, env)
+
+
+def parse_config(
+    text: str, source: str = "<config>", env: Mapping[str, str] | None = None
+) -> Config:
+    env = os.environ if env is None else env
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(source, "", f"not valid YAML: {where}{problem}") from None
+    root = Section(data, source, "", env)
+    config = _config(root)
+    root.finish()
+    return config
+
+
+def _config(root: Section) -> Config:
+    server = _server(root.section("server"))
+    backends = _backends(root.section("backends"))
+    rollout = _rollout(root.section("rollout"), backends)
+    models = _models(root, backends)
+    record = _record(root.section("record"))
+    return Config(root.source, server, backends, models, rollout, record)
+
+
+def _server(s: Section) -> ServerConfig:
+    server = ServerConfig(
+        host=s.string("host", "127.0.0.1"),
+        port=s.integer("port", 4000, 0, 65535),
+        master_key=s.secret("master_key"),
+        admin_key=s.secret("admin_key"),
+        max_body_bytes=s.integer("max_body_bytes", 32 * 1024 * 1024, 1024),
+    )
+    s.finish()
+    return server
+
+
+def _backends(s: Section) -> dict[str, BackendConfig]:
+    backends = {name: _backend(name, s.child(name, s.raw(name))) for name in s.names()}
+    if not backends:
+        raise ConfigError(s.source, "backends", "at least one backend is required")
+    return backends
+
+
+def _backend(name: str, s: Section) -> BackendConfig:
+    raw_base = s.raw("api_base")
+    if isinstance(raw_base, list):
+        if not raw_base:
+            raise s.error("api_base", "the replica list is empty")
+        bases = tuple(s.url(f"api_base[{i}]", item) for i, item in enumerate(raw_base))
+    else:
+        bases = (s.url("api_base", raw_base),)
+    backend = BackendConfig(
+        name=name,
+        api_bases=bases,
+        api_key=s.secret("api_key"),
+        connect_timeout=s.number("connect_timeout", 5.0, 0.001),
+        read_timeout=s.number("read_timeout", 600.0, 0.001),
+        max_connections=s.integer("max_connections", 1000, 1),
+    )
+    s.finish()
+    return backend
+
+
+def _models(root: Section, backends: dict[str, BackendConfig]) -> tuple[ModelRoute, ...]:
+    items = root.raw("models", [])
+    if not isinstance(items, list):
+        raise root.error("models", "expected a list of model entries")
+    routes: list[ModelRoute] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        s = root.child("models", None).child(index, item)
+        route = _model(s, backends)
+        if route.model_name in seen:
+            raise s.error("model_name", f"duplicate model_name {route.model_name!r}")
+        seen.add(route.model_name)
+        routes.append(route)
+    return tuple(routes)
+
+
+def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
+    model_name = s.string("model_name")
+    served: dict[str, str] = {}
+    for key in s.names():
+        if key == "model_name":
+            continue
+        if key not in backends:
+            raise s.error(key, f"not a backend name; known backends: {', '.join(backends)}")
+        served[key] = s.string(key)
+    if not served:
+        raise s.error("model_name", "names no backend model; add e.g. `hosted: <model>`")
+    return ModelRoute(model_name=model_name, served=served)
+
+
+def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:
+    defaults = RolloutConfig()
+    names = tuple(backends)
+    rollout = RolloutConfig(
+        primary=s.choice("primary", defaults.primary, names),
+        candidate=s.choice("candidate", defaults.candidate, names),
+        mode=s.choice("mode", defaults.mode, ROLLOUT_MODES),
+        percent=s.number("percent", defaults.percent, 0.0, 100.0),
+        shadow_sample=s.number("shadow_sample", defaults.shadow_sample, 0.0, 1.0),
+        steps=_steps(s),
+        state=s.string("state", defaults.state),
+        salt=s.string("salt", defaults.salt),
+        fallback=s.boolean("fallback", defaults.fallback),
+        shadow_max_concurrency=s.integer(
+            "shadow_max_concurrency", defaults.shadow_max_concurrency, 0
+        ),
+    )
+    if rollout.primary == rollout.candidate:
+        raise s.error("candidate", "must differ from rollout.primary")
+    _check_store_url(s, "state", rollout.state, ("sqlite", "redis", "rediss"))
+    s.finish()
+    return rollout
+
+
+def _steps(s: Section) -> tuple[float, ...]:
+    raw = s.raw("steps", [10, 50, 100])
+    if not isinstance(raw, list) or not raw:
+        raise s.error("steps", "expected a non-empty list of percentages, e.g. [10, 50, 100]")
+    steps: list[float] = []
+    for index, value in enumerate(raw):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
+            raise s.error(f"steps[{index}]", f"expected a percentage in (0, 100], got {value!r}")
+        if steps and value <= steps[-1]:
+            raise s.error(f"steps[{index}]", "steps must increase")
+        steps.append(float(value))
+    return tuple(steps)
+
+
+def _record(s: Section) -> RecordConfig:
+    defaults = RecordConfig()
+    record = RecordConfig(
+        db=s.string("db", defaults.db),
+        content=s.choice("content", defaults.content, CONTENT_POLICIES),
+        retention_days=s.integer("retention_days", defaults.retention_days, 1),
+    )
+    _check_store_url(s, "db", record.db, ("sqlite", "postgresql", "postgres"))
+    s.finish()
+    return record
+
+
+def _check_store_url(s: Section, key: str, url: str, schemes: tuple[str, ...]) -> None:
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in schemes:
+        raise s.error(
+            key,
+            f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}; got {url!r}",
+        )

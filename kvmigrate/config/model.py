@@ -1,0 +1,86 @@
+"""The config as small immutable value classes. Parsing lives in `loader`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvmigrate.config.secret import Secret
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 4000
+    master_key: Secret | None = None
+    admin_key: Secret | None = None
+    max_body_bytes: int = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BackendConfig:
+    name: str
+    api_bases: tuple[str, ...]
+    api_key: Secret | None = None
+    connect_timeout: float = 5.0
+    read_timeout: float = 600.0
+    max_connections: int = 1000
+
+    @property
+    def api_base(self) -> str:
+        return self.api_bases[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """One client-facing model name and what each backend calls it."""
+
+    model_name: str
+    served: dict[str, str]
+
+    def served_name(self, backend: str) -> str | None:
+        return self.served.get(backend)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    primary: str = "hosted"
+    candidate: str = "vllm"
+    mode: str = "shadow"
+    percent: float = 0.0
+    shadow_sample: float = 1.0
+    steps: tuple[float, ...] = (10.0, 50.0, 100.0)
+    state: str = "sqlite:///.kvmigrate/state.db"
+    salt: str = "kvmigrate"
+    fallback: bool = True
+    shadow_max_concurrency: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class RecordConfig:
+    db: str = "sqlite:///.kvmigrate/records.db"
+    content: str = "redacted"
+    retention_days: int = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    source: str
+    server: ServerConfig
+    backends: dict[str, BackendConfig]
+    models: tuple[ModelRoute, ...]
+    rollout: RolloutConfig
+    record: RecordConfig = field(default_factory=RecordConfig)
+
+    def route(self, model_name: str) -> ModelRoute | None:
+        for route in self.models:
+            if route.model_name == model_name:
+                return route
+        return None
+
+    @property
+    def primary(self) -> BackendConfig:
+        return self.backends[self.rollout.primary]
+
+    @property
+    def candidate(self) -> BackendConfig:
+        return self.backends[self.rollout.candidate]

@@ -1,0 +1,167 @@
+"""A strict reader over one mapping of a parsed YAML file.
+
+Each typed getter records the key it read, so `finish()` can refuse every key nobody asked
+for. Typos such as `shadow_sampel` then fail at start with their full path, rather than being
+silently ignored the way most YAML loaders ignore them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from kvmigrate.config.errors import ConfigError
+from kvmigrate.config.secret import Secret
+
+ENV_PREFIX = "os.environ/"
+_MISSING: Any = object()
+
+
+class Section:
+    """A mapping in the config file, read key by key."""
+
+    def __init__(self, data: Any, source: str, path: str, env: Mapping[str, str]) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                source, path or "(top level)", f"expected a mapping, got {_kind(data)}"
+            )
+        self._data: dict[Any, Any] = data
+        self._seen: set[str] = set()
+        self.source = source
+        self.path = path
+        self.env = env
+
+    def key_path(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str | int, reason: str) -> ConfigError:
+        return ConfigError(self.source, self.key_path(key), reason)
+
+    def has(self, key: str) -> bool:
+        return key in self._data
+
+    def names(self) -> Iterator[str]:
+        for key in self._data:
+            if not isinstance(key, str):
+                raise self.error(str(key), "keys must be strings")
+            yield key
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self._seen.add(key)
+        if key not in self._data or self._data[key] is None:
+            if default is _MISSING:
+                raise self.error(key, "is required")
+            return default
+        return self._data[key]
+
+    def section(self, key: str) -> Section:
+        return Section(self.raw(key, {}), self.source, self.key_path(key), self.env)
+
+    def child(self, key: str | int, value: Any) -> Section:
+        return Section(value, self.source, self.key_path(key), self.env)
+
+    def string(self, key: str, default: Any = _MISSING) -> Any:
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise self.error(key, f"expected a string, got {_kind(value)}")
+        text = str(value)
+        if text.startswith(ENV_PREFIX):
+            return self._env_value(key, text)
+        return text
+
+    def secret(self, key: str) -> Secret | None:
+        """A credential: literal or `os.environ/NAME`, wrapped so it never prints."""
+        value = self.string(key, None)
+        if value is None:
+            return None
+        if not value:
+            raise self.error(key, "is empty; remove the key to leave it unset")
+        return Secret(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}")
+        return value
+
+    def integer(
+        self, key: str, default: int, low: int | None = None, high: int | None = None
+    ) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"expected a whole number, got {value!r}")
+        _check_range(self, key, value, low, high)
+        return value
+
+    def number(
+        self, key: str, default: float, low: float | None = None, high: float | None = None
+    ) -> float:
+        value = self.raw(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise self.error(key, f"expected a number, got {value!r}")
+        _check_range(self, key, value, low, high)
+        return float(value)
+
+    def choice(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
+        value = self.string(key, default)
+        if value not in allowed:
+            raise self.error(key, f"must be one of {', '.join(allowed)}; got {value!r}")
+        return str(value)
+
+    def url(self, key: str | int, value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
+        if not isinstance(value, str):
+            raise self.error(key, f"expected a URL string, got {_kind(value)}")
+        text: str = self._env_value(key, value) if value.startswith(ENV_PREFIX) else value
+        parts = urlsplit(text)
+        if parts.scheme not in schemes or not parts.netloc:
+            raise self.error(key, f"expected a {'/'.join(schemes)} URL, got {text!r}")
+        return text.rstrip("/")
+
+    def finish(self) -> None:
+        """Refuse the keys that no getter read: they are typos or unsupported settings."""
+        unknown = [str(k) for k in self._data if k not in self._seen]
+        if unknown:
+            raise self.error(unknown[0], "unknown key" + _suggest(unknown[0], self._seen))
+
+    def _env_value(self, key: str | int, text: str) -> str:
+        name = text[len(ENV_PREFIX) :]
+        if not name:
+            raise self.error(key, f"{ENV_PREFIX} must name an environment variable")
+        value = self.env.get(name)
+        if value is None or value == "":
+            raise self.error(key, f"environment variable {name} is not set")
+        return value
+
+
+def _check_range(
+    section: Section, key: str, value: float, low: float | None, high: float | None
+) -> None:
+    if low is not None and value < low:
+        raise section.error(key, f"must be at least {low}; got {value!r}")
+    if high is not None and value > high:
+        raise section.error(key, f"must be at most {high}; got {value!r}")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _suggest(unknown: str, known: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(unknown, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,32 @@
+"""A credential that never shows itself in logs, reprs or tracebacks."""
+
+from __future__ import annotations
+
+import hmac
+
+
+class Secret:
+    """Holds an API key. `str()` and `repr()` are masked; `reveal()` is the only way out."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def matches(self, candidate: str) -> bool:
+        """Compare in constant time, so response timing leaks nothing about the key."""
+        return hmac.compare_digest(self._value.encode(), candidate.encode())
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self._value))
