@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kvmigrate import __version__
+from kvmigrate.cli.config_cmd import config_group
 from kvmigrate.cli.emulate import emulate
 
 
@@ -14,4 +15,5 @@ def main() -> None:
     """Move LLM agent traffic from a hosted API to self-hosted vLLM, one measured step at a time."""
 
 
+main.add_command(config_group)
 main.add_command(emulate)

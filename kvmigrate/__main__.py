@@ -1,0 +1,3 @@
+from kvmigrate.cli import main
+
+main()
