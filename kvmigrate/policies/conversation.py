@@ -1,0 +1,76 @@
+"""Conversation identity and turn index: which requests belong to one agent conversation.
+
+Prefix caching pays off only when every turn of a conversation reaches the same warm engine,
+so the key must be stable across turns: turn N resends turn 1's system prompt and first
+user message unchanged, while everything after them grows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+SESSION_HEADER = "x-session-id"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKey:
+    value: str
+    source: str  # "header" | "user" | "prefix" | "body"
+
+
+def conversation_key(
+    headers: Mapping[str, str], body: Mapping[str, Any], model: str
+) -> ConversationKey:
+    """The X-Session-ID header, else the request's `user`, else a hash of the stable prefix."""
+    session = headers.get(SESSION_HEADER)
+    if session:
+        return ConversationKey(session, "header")
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return ConversationKey("user:" + user, "user")
+    anchor = _stable_prefix(body)
+    source = "prefix" if anchor is not None else "body"
+    if anchor is None:
+        # No messages (embeddings, completions): the whole input identifies the request.
+        anchor = [body.get("input"), body.get("prompt")]
+    digest = hashlib.blake2b(
+        orjson.dumps([model, anchor], option=orjson.OPT_SORT_KEYS), digest_size=12
+    ).hexdigest()
+    return ConversationKey("h:" + digest, source)
+
+
+def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
+    """System messages plus the first user message: what every later turn resends unchanged."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        messages = body.get("input") if isinstance(body.get("input"), list) else None
+    if not messages:
+        instructions = body.get("instructions")
+        return None if instructions is None else [instructions]
+    prefix: list[Any] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role in ("system", "developer"):
+            prefix.append([role, message.get("content")])
+        elif role == "user":
+            prefix.append(["user", message.get("content")])
+            break
+    if "instructions" in body:
+        prefix.append(["instructions", body.get("instructions")])
+    return prefix or None
+
+
+def turn_index(body: Mapping[str, Any]) -> int:
+    """1 for the first request of a conversation; each earlier answer resent adds one."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return 1
+    answers = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    return answers + 1

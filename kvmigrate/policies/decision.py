@@ -1,0 +1,45 @@
+"""`decide()`: which backend answers, which gets a shadow copy, where a failure falls back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvmigrate.policies.split import in_candidate_share, in_shadow_sample
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutSnapshot:
+    """The rollout state the proxy routes by; replaced whole when the state changes."""
+
+    primary: str
+    candidate: str
+    mode: str  # "shadow" | "split"
+    percent: float
+    shadow_sample: float
+    salt: str
+    fallback: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    serve: str
+    shadow: str | None = None
+    fallback: str | None = None
+
+
+def decide(
+    conversation: str,
+    snapshot: RolloutSnapshot,
+    candidate_serves_model: bool,
+) -> Decision:
+    """Route one request of `conversation`. Pure: the same inputs always give the same answer."""
+    primary, candidate = snapshot.primary, snapshot.candidate
+    if not candidate_serves_model:
+        return Decision(serve=primary)
+    if snapshot.mode == "split":
+        if in_candidate_share(snapshot.salt, conversation, snapshot.percent):
+            return Decision(serve=candidate, fallback=primary if snapshot.fallback else None)
+        return Decision(serve=primary)
+    if in_shadow_sample(snapshot.salt, conversation, snapshot.shadow_sample):
+        return Decision(serve=primary, shadow=candidate)
+    return Decision(serve=primary)

@@ -1,0 +1,127 @@
+"""The proxy's aiohttp application: routes, and the one boundary where errors become envelopes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from kvmigrate.config import Config
+from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large
+from kvmigrate.proxy.forward import UpstreamFailure
+from kvmigrate.proxy.service import ProxyService, RolloutSource
+
+log = logging.getLogger("kvmigrate.proxy")
+
+MODEL_ROUTES = ("chat/completions", "completions", "embeddings", "responses")
+SERVICE_KEY = web.AppKey("kvmigrate_proxy", ProxyService)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_boundary(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves as an OpenAI error envelope; nothing raised here crashes a worker."""
+    service = request.app[SERVICE_KEY]
+    try:
+        return await handler(request)
+    except ProxyError as exc:
+        error = exc
+    except UpstreamFailure as failure:
+        error = failure.error
+    except web.HTTPRequestEntityTooLarge:
+        error = body_too_large(service.config.server.max_body_bytes)
+    except web.HTTPException as exc:
+        error = ProxyError(exc.status, exc.reason, "invalid_request_error", None)
+    except (asyncio.CancelledError, ConnectionResetError, aiohttp.ClientConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        error = ProxyError(500, "The proxy failed to handle this request.", "server_error")
+    service.metrics.client_errors.labels(str(error.status)).inc()
+    return error.response()
+
+
+def build_proxy_app(
+    config: Config, rollout: RolloutSource | None = None, addons: Sequence[object] = ()
+) -> web.Application:
+    service = ProxyService(config, rollout, addons)
+    app = web.Application(
+        middlewares=[error_boundary], client_max_size=config.server.max_body_bytes
+    )
+    app[SERVICE_KEY] = service
+    for route in MODEL_ROUTES:
+        app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, route=route))
+    app.router.add_get("/v1/models", partial(list_models, config))
+    app.router.add_get("/health", health)
+    app.router.add_get("/ready", partial(ready, service))
+    app.router.add_get("/metrics", partial(metrics, service))
+    app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough)
+    app.on_cleanup.append(_close(service))
+    return app
+
+
+def _close(service: ProxyService) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(_app: web.Application) -> None:
+        await service.close()
+
+    return close
+
+
+async def list_models(config: Config, request: web.Request) -> web.Response:
+    request.app[SERVICE_KEY].authorize(request)
+    created = int(time.time())
+    data = [
+        {"id": route.model_name, "object": "model", "created": created, "owned_by": "kvmigrate"}
+        for route in config.models
+    ]
+    return _json({"object": "list", "data": data})
+
+
+async def health(_request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def ready(service: ProxyService, _request: web.Request) -> web.Response:
+    """Ready when the primary answers; the candidate's state is reported alongside."""
+    snapshot = service.rollout.current()
+    names = (snapshot.primary, snapshot.candidate)
+    results = await asyncio.gather(*(_probe(service, name) for name in names))
+    backends = dict(zip(names, results, strict=True))
+    ok = backends[snapshot.primary] == "ok"
+    return _json(
+        {"status": "ready" if ok else "not ready", "backends": backends}, status=200 if ok else 503
+    )
+
+
+async def _probe(service: ProxyService, name: str) -> str:
+    upstream = service.upstreams[name]
+    key = upstream.config.api_key
+    headers = {"Authorization": "Bearer " + key.reveal()} if key else {}
+    try:
+        async with upstream.session.get(
+            upstream.url("models"), headers=headers, timeout=aiohttp.ClientTimeout(total=3)
+        ) as response:
+            await response.read()
+            # A 401 still proves the backend is up: the primary may expect client keys.
+            return "ok" if response.status < 500 else f"http {response.status}"
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        return f"unreachable ({type(exc).__name__})"
+
+
+async def metrics(service: ProxyService, _request: web.Request) -> web.Response:
+    return web.Response(
+        body=service.metrics.render(),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type=JSON_CONTENT_TYPE)

@@ -1,0 +1,71 @@
+"""The request body: validated once, forwarded as bytes with only `model` changed.
+
+Clients depend on fields we do not model, so the body is never re-serialised when it can be
+avoided: the model's value is spliced into the original bytes. Only a body that spells the
+key in an unusual way (escaped characters) falls back to a re-encode.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kvmigrate.proxy.errors import bad_request
+
+_MODEL_KEY = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    raw: bytes
+    data: dict[str, Any]
+    model: str
+
+    @property
+    def stream(self) -> bool:
+        return self.data.get("stream") is True
+
+
+def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
+    """Validate a JSON request body. Anything malformed is a 400 and is never forwarded."""
+    if not raw:
+        raise bad_request("The request body is empty; expected a JSON object.")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad_request("The request body must be a JSON object.")
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        if require_model:
+            raise bad_request("You must provide a model parameter.", param="model")
+        model = ""
+    stream = data.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise bad_request("`stream` must be a boolean.", param="stream")
+    return RequestBody(raw, data, model)
+
+
+def with_model(body: RequestBody, served_model: str) -> bytes:
+    """The original bytes with the top-level `model` set to `served_model`."""
+    if served_model == body.model:
+        return body.raw
+    replacement = b'"model":' + orjson.dumps(served_model)
+    matches = list(_MODEL_KEY.finditer(body.raw))
+    if len(matches) == 1 and b"\\u" not in body.raw:
+        # One `"model": "..."` pair in the whole body, no key spelled with escapes, and the
+        # parsed top level has a string model: this pair is the top-level one.
+        return _splice(body.raw, matches[0], replacement)
+    for match in matches:
+        candidate = _splice(body.raw, match, replacement)
+        if orjson.loads(candidate).get("model") == served_model:
+            return candidate
+    return orjson.dumps({**body.data, "model": served_model})
+
+
+def _splice(raw: bytes, match: re.Match[bytes], replacement: bytes) -> bytes:
+    return raw[: match.start()] + replacement + raw[match.end() :]

@@ -1,0 +1,91 @@
+"""OpenAI-style error envelopes, and the one exception type the proxy maps at its boundary."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+JSON_CONTENT_TYPE = "application/json"
+
+
+class ProxyError(Exception):
+    """An error the proxy answers itself, in OpenAI's envelope and with the right status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        error_type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+        self.code = code
+        self.param = param
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.error_type, self.code, self.param)
+
+    def response(self, headers: dict[str, str] | None = None) -> web.Response:
+        return web.Response(
+            status=self.status, body=self.body(), content_type=JSON_CONTENT_TYPE, headers=headers
+        )
+
+
+def error_body(
+    message: str, error_type: str, code: str | None = None, param: str | None = None
+) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    )
+
+
+def sse_error_event(message: str, code: str) -> bytes:
+    """A final SSE event for a stream that broke after bytes reached the client.
+
+    The OpenAI SDKs raise an APIError when a stream event carries an `error` object, so the
+    client sees a failure instead of a silently truncated answer.
+    """
+    return b"data: " + error_body(message, "server_error", code) + b"\n\n"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ProxyError:
+    return ProxyError(400, message, "invalid_request_error", code, param)
+
+
+def unauthorized(message: str) -> ProxyError:
+    return ProxyError(401, message, "invalid_request_error", "invalid_api_key")
+
+
+def model_not_found(model: str) -> ProxyError:
+    return ProxyError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
+
+
+def body_too_large(limit: int) -> ProxyError:
+    return ProxyError(
+        413,
+        f"Request body exceeds the limit of {limit} bytes.",
+        "invalid_request_error",
+        "request_too_large",
+    )
+
+
+def upstream_unreachable(backend: str) -> ProxyError:
+    return ProxyError(
+        502, f"Backend `{backend}` could not be reached.", "server_error", "upstream_unreachable"
+    )
+
+
+def upstream_timeout(backend: str) -> ProxyError:
+    return ProxyError(
+        504, f"Backend `{backend}` did not answer in time.", "server_error", "upstream_timeout"
+    )

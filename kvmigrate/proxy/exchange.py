@@ -1,0 +1,97 @@
+"""One upstream call and what came of it, parsed lazily after the client has its answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+SERVE = "serve"
+SHADOW = "shadow"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Facts about one upstream call. Filled on the response path with plain assignments;
+    anything that needs parsing (usage, the answer) is computed on demand, off that path."""
+
+    request_id: str
+    route: str
+    backend: str
+    role: str
+    model: str
+    served_model: str
+    conversation: str
+    turn: int
+    stream: bool
+    started: float
+    request_body: bytes = b""
+    status: int | None = None
+    error: str | None = None
+    first_byte: float | None = None
+    finished: float | None = None
+    fallback_from: str | None = None
+    chunks: list[bytes] = field(default_factory=list)
+    _usage: dict[str, Any] | None = None
+    _usage_parsed: bool = False
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_byte is None else self.first_byte - self.started
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished is None else self.finished - self.started
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status is not None and self.status < 400
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        if not self._usage_parsed:
+            self._usage_parsed = True
+            self._usage = _stream_usage(self.chunks) if self.stream else _body_usage(self.body())
+        return self._usage
+
+    def token_counts(self) -> dict[str, int]:
+        """prompt, completion and cached tokens from OpenAI- or Responses-style usage."""
+        usage = self.usage or {}
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        counts = {
+            "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
+            "completion": usage.get("completion_tokens", usage.get("output_tokens")),
+            "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
+        }
+        return {k: v for k, v in counts.items() if isinstance(v, int) and v >= 0}
+
+
+def _body_usage(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    usage = data.get("usage")
+    if usage is None and isinstance(data.get("response"), dict):
+        usage = data["response"].get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
+    """The usage object of the last SSE event that carries one (chat, completions, responses)."""
+    tail = b"".join(chunks[-8:])
+    if b'"usage"' not in tail:
+        tail = b"".join(chunks)
+    for line in reversed(tail.split(b"\n")):
+        if not line.startswith(b"data:") or b'"usage"' not in line:
+            continue
+        usage = _body_usage(line[5:].strip())
+        if usage is not None:
+            return usage
+    return None

@@ -1,0 +1,184 @@
+"""Calling a backend and relaying its answer to the client, byte for byte, as it arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from kvmigrate.proxy.errors import (
+    ProxyError,
+    sse_error_event,
+    upstream_timeout,
+    upstream_unreachable,
+)
+from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.proxy.headers import relayed_response_headers
+from kvmigrate.proxy.upstream import Upstream
+
+BUFFER_LIMIT = 8 * 1024 * 1024
+_TIMEOUTS = (asyncio.TimeoutError, aiohttp.ServerTimeoutError)
+
+
+class UpstreamFailure(Exception):
+    """A backend failed before any byte reached the client, so another may still answer."""
+
+    def __init__(self, kind: str, error: ProxyError) -> None:
+        super().__init__(error.message)
+        self.kind = kind
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+async def open_response(upstream: Upstream, call: Call) -> aiohttp.ClientResponse:
+    """Send the call and wait for the response headers; map transport errors once, here."""
+    for attempt in (1, 2):
+        try:
+            return await upstream.session.request(
+                call.method, call.url, data=call.body or None, headers=call.headers
+            )
+        except aiohttp.ServerDisconnectedError:
+            # Almost always a pooled keep-alive connection the server closed while idle.
+            if attempt == 2:
+                raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+        except _TIMEOUTS:
+            raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
+        except (aiohttp.ClientError, OSError):
+            raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+    raise AssertionError("unreachable")
+
+
+def should_stream(response: aiohttp.ClientResponse) -> bool:
+    if "text/event-stream" in response.headers.get("content-type", ""):
+        return True
+    length = response.content_length
+    return length is None or length > BUFFER_LIMIT
+
+
+async def read_first_chunk(
+    upstream: Upstream, response: aiohttp.ClientResponse, exchange: Exchange
+) -> bytes:
+    """Wait for the first body bytes before answering the client: until then a failure can
+    still fall back to another backend without the client noticing."""
+    try:
+        chunk = await response.content.readany()
+    except _TIMEOUTS:
+        response.close()
+        raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
+    except (aiohttp.ClientError, OSError):
+        response.close()
+        raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+    exchange.first_byte = time.perf_counter()
+    if chunk:
+        exchange.chunks.append(chunk)
+    return chunk
+
+
+async def read_whole(
+    upstream: Upstream, response: aiohttp.ClientResponse, exchange: Exchange
+) -> bytes:
+    try:
+        body = await response.read()
+    except _TIMEOUTS:
+        raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
+    except (aiohttp.ClientError, OSError):
+        raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+    finally:
+        response.release()
+    exchange.first_byte = exchange.finished = time.perf_counter()
+    exchange.chunks.append(body)
+    return body
+
+
+async def send_buffered(
+    request: web.Request,
+    response: aiohttp.ClientResponse,
+    body: bytes,
+    extra_headers: list[tuple[str, str]],
+) -> web.Response:
+    client = web.Response(
+        status=response.status,
+        body=body,
+        headers=relayed_response_headers(response.headers, extra_headers),
+    )
+    await client.prepare(request)
+    await client.write_eof()
+    return client
+
+
+async def relay_stream(
+    request: web.Request,
+    response: aiohttp.ClientResponse,
+    first_chunk: bytes,
+    exchange: Exchange,
+    extra_headers: list[tuple[str, str]],
+) -> web.StreamResponse:
+    """Relay the rest of a stream chunk by chunk. A break after bytes went out ends the
+    stream with an SSE error event, never a silent truncation."""
+    client = web.StreamResponse(
+        status=response.status,
+        headers=relayed_response_headers(response.headers, extra_headers),
+    )
+    is_sse = "text/event-stream" in response.headers.get("content-type", "")
+    await client.prepare(request)
+    try:
+        if first_chunk:
+            await client.write(first_chunk)
+        async for chunk in response.content.iter_any():
+            exchange.chunks.append(chunk)
+            await client.write(chunk)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        exchange.error = "client_disconnected"
+    except (*_TIMEOUTS, aiohttp.ClientError, OSError) as exc:
+        exchange.error = "stream_timeout" if isinstance(exc, _TIMEOUTS) else "stream_broken"
+        if is_sse:
+            await _write_quietly(
+                client,
+                sse_error_event(
+                    f"The backend stream broke off ({exchange.error}).", exchange.error
+                ),
+            )
+    finally:
+        response.close()
+        exchange.finished = time.perf_counter()
+    if exchange.error != "client_disconnected":
+        await _write_eof_quietly(client)
+    return client
+
+
+async def _write_quietly(client: web.StreamResponse, data: bytes) -> None:
+    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+        await client.write(data)
+
+
+async def _write_eof_quietly(client: web.StreamResponse) -> None:
+    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+        await client.write_eof()
+
+
+async def drain(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
+    """Consume a whole response with nobody to relay it to (shadow copies): measures TTFT and
+    total time and keeps the bytes for comparison."""
+    try:
+        async for chunk in response.content.iter_any():
+            if exchange.first_byte is None:
+                exchange.first_byte = time.perf_counter()
+            exchange.chunks.append(chunk)
+    except _TIMEOUTS:
+        exchange.error = "stream_timeout"
+    except (aiohttp.ClientError, OSError):
+        exchange.error = "stream_broken"
+    finally:
+        response.close()
+        exchange.finished = time.perf_counter()

@@ -1,0 +1,91 @@
+"""Which headers cross the proxy, in each direction, and whose credentials go where.
+
+The rule that matters most: a client's hosted-API key may reach the primary (when the
+primary has no key of its own), and never the self-hosted candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from kvmigrate.config import Secret
+
+# RFC 9110 section 7.6.1, plus the ones a proxy must recompute itself.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        # Upstream answers are relayed as they come; compressed bytes would hide usage.
+        "accept-encoding",
+        "content-encoding",
+    }
+)
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "api-key", "x-api-key", "cookie", "openai-organization", "openai-project"}
+)
+# Set by the proxy itself on every answer.
+OWN_RESPONSE_HEADERS = frozenset(
+    {"x-request-id", "x-kvmigrate-backend", "x-kvmigrate-overhead-ms", "date", "server"}
+)
+
+
+def upstream_headers(
+    client: Mapping[str, str],
+    backend_key: Secret | None,
+    pass_client_credentials: bool,
+) -> dict[str, str]:
+    """Headers for one upstream call.
+
+    `pass_client_credentials` is true only for the primary when it has no key of its own and
+    the proxy does not use a master key (then the client's key is meant for the hosted API).
+    """
+    headers: dict[str, str] = {}
+    for name, value in client.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP:
+            continue
+        if lower in CREDENTIAL_HEADERS and not pass_client_credentials:
+            continue
+        headers[name] = value
+    if backend_key is not None:
+        for name in [n for n in headers if n.lower() in ("authorization", "api-key", "x-api-key")]:
+            del headers[name]
+        headers["Authorization"] = "Bearer " + backend_key.reveal()
+    return headers
+
+
+def relayed_response_headers(
+    upstream: CIMultiDictProxy[str], extra: Iterable[tuple[str, str]]
+) -> CIMultiDict[str]:
+    """The upstream's headers minus hop-by-hop ones, plus the proxy's own."""
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in upstream.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in OWN_RESPONSE_HEADERS:
+            continue
+        headers.add(name, value)
+    upstream_id = upstream.get("x-request-id")
+    if upstream_id:
+        headers["x-kvmigrate-upstream-request-id"] = upstream_id
+    headers.extend(extra)
+    return headers
+
+
+def bearer_token(headers: CIMultiDictProxy[str]) -> str | None:
+    """The client's key: `Authorization: Bearer ...`, or the `api-key` header Azure SDKs send."""
+    value = headers.get("authorization")
+    if value:
+        scheme, _, token = value.partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else None
+    return headers.get("api-key") or headers.get("x-api-key")

@@ -1,0 +1,103 @@
+"""Prometheus metrics of one proxy, on a registry of its own (never the process-global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Agent turns range from a cached 40 ms prefill to minutes of decoding.
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.25,
+    0.35,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
+
+
+class ProxyMetrics:
+    """Counters and histograms labelled by backend and role (serve or shadow)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "kvmigrate_requests",
+            "Upstream requests by backend, role, route and status.",
+            ["backend", "role", "route", "status"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "kvmigrate_errors",
+            "Failed upstream requests by backend, role and error class.",
+            ["backend", "role", "error"],
+            registry=r,
+        )
+        self.client_errors = Counter(
+            "kvmigrate_client_errors",
+            "Requests the proxy refused itself, by status.",
+            ["status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "kvmigrate_ttft_seconds",
+            "Time from the upstream call to its first body byte.",
+            ["backend", "role"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "kvmigrate_request_duration_seconds",
+            "Time from the upstream call to its last byte.",
+            ["backend", "role"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "kvmigrate_overhead_seconds",
+            "Time the proxy itself adds before relaying a response.",
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "kvmigrate_tokens",
+            "Tokens reported by upstream usage, by kind.",
+            ["backend", "role", "kind"],
+            registry=r,
+        )
+        self.shadow_dropped = Counter(
+            "kvmigrate_shadow_dropped", "Shadow copies not sent, by reason.", ["reason"], registry=r
+        )
+        self.shadow_inflight = Gauge(
+            "kvmigrate_shadow_inflight", "Shadow copies in flight.", registry=r
+        )
+        self.fallbacks = Counter(
+            "kvmigrate_fallbacks",
+            "Split-mode requests moved from the candidate to the primary.",
+            ["reason"],
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "kvmigrate_stream_errors",
+            "Streams that broke after bytes reached the client.",
+            ["backend"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,65 @@
+"""Shadow copies to the candidate: bounded, detached from the client, and always accounted.
+
+A copy runs as a background task that the dispatcher keeps referenced until it ends. When the
+bound is reached, new copies are dropped and counted rather than queued, so a slow candidate
+can never grow the proxy's memory or delay the primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kvmigrate.proxy.metrics import ProxyMetrics
+
+log = logging.getLogger("kvmigrate.proxy.shadow")
+
+
+class ShadowDispatcher:
+    def __init__(self, max_concurrency: int, metrics: ProxyMetrics, timeout: float) -> None:
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self._metrics = metrics
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._tasks)
+
+    def dispatch(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Start a shadow copy unless the bound is reached. Never raises, never waits."""
+        if len(self._tasks) >= self.max_concurrency:
+            self._metrics.shadow_dropped.labels("concurrency_limit").inc()
+            return False
+        task = asyncio.get_running_loop().create_task(self._run(make_copy))
+        self._tasks.add(task)
+        self._metrics.shadow_inflight.set(len(self._tasks))
+        task.add_done_callback(self._finished)
+        return True
+
+    async def _run(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await asyncio.wait_for(make_copy(), self.timeout)
+        except TimeoutError:
+            self._metrics.shadow_dropped.labels("timeout").inc()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._metrics.shadow_dropped.labels("error").inc()
+            log.exception("shadow copy failed")
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._metrics.shadow_inflight.set(len(self._tasks))
+
+    async def close(self, grace: float = 1.0) -> None:
+        """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""
+        if not self._tasks:
+            return
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

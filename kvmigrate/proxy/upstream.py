@@ -1,0 +1,102 @@
+"""One connection pool per backend, and the URL of each upstream call.
+
+Upstream URLs are built only from the config's `api_base`; a request contributes nothing
+but a path below `/v1`, which is checked so it cannot climb out of that base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+import aiohttp
+
+from kvmigrate.config import BackendConfig, Config
+from kvmigrate.policies import bucket
+from kvmigrate.proxy.errors import bad_request
+
+
+class Upstream:
+    """A backend: its config, its pool, and which replica a conversation goes to."""
+
+    def __init__(self, backend: BackendConfig) -> None:
+        self.config = backend
+        self.name = backend.name
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.max_connections, keepalive_timeout=30, ttl_dns_cache=300
+            )
+            timeout = aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self.config.connect_timeout,
+                sock_read=self.config.read_timeout,
+            )
+            # Bytes are relayed as they arrive: no decompression, no cookie jar shared
+            # between clients.
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    def url(self, suffix: str, conversation: str = "") -> str:
+        """`api_base` of the conversation's replica, plus the checked path below /v1."""
+        bases = self.config.api_bases
+        base = bases[bucket(self.name, conversation) % len(bases)] if len(bases) > 1 else bases[0]
+        return base + "/" + safe_suffix(suffix)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def safe_suffix(suffix: str) -> str:
+    """Refuse path tricks that could reach another path or host than the configured base."""
+    lowered = suffix.lower()
+    segments = suffix.split("/")
+    if (
+        ".." in segments
+        or "." in segments
+        or "//" in suffix
+        or "\\" in suffix
+        or "%2f" in lowered
+        or "%5c" in lowered
+        or "%2e" in lowered
+        or "://" in suffix
+        or "@" in suffix
+        or suffix.startswith("/")
+    ):
+        raise bad_request(f"Unsupported path: /v1/{suffix}")
+    return suffix
+
+
+class Upstreams:
+    """All configured backends, opened lazily and closed together."""
+
+    def __init__(self, config: Config) -> None:
+        self._by_name = {name: Upstream(b) for name, b in config.backends.items()}
+
+    def __getitem__(self, name: str) -> Upstream:
+        return self._by_name[name]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(u.close() for u in self._by_name.values()))
+
+    async def __aenter__(self) -> Upstreams:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
