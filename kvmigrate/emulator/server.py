@@ -1,0 +1,284 @@
+"""Routes of an emulated backend, and `build_app(settings)`, the aiohttp application factory.
+
+Middlewares, outermost first: errors (any `EmulatorError` becomes the profile's error
+envelope), auth (`--api-key` guards `/v1/*`), faults (header and random faults; status, hang
+and slow-first-byte faults act here, mid-body faults in `transport`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiohttp import web
+
+from kvmigrate.emulator.backend import Backend
+from kvmigrate.emulator.embeddings import embed, encode
+from kvmigrate.emulator.errors import EmulatorError, bad_request, model_not_found, unauthorized
+from kvmigrate.emulator.faults import FAULT_HEADER, combine, draw_faults, parse_fault_header
+from kvmigrate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
+from kvmigrate.emulator.outputs import Generation
+from kvmigrate.emulator.parsing import (
+    GenerationRequest,
+    parse_chat,
+    parse_completion,
+    require_model,
+    require_object,
+)
+from kvmigrate.emulator.responses_api import ResponseRenderer, parse_responses
+from kvmigrate.emulator.settings import EmulatorSettings
+from kvmigrate.emulator.tokens import count_tokens
+from kvmigrate.emulator.transport import (
+    FAULT_PLAN,
+    SHUTDOWN,
+    Frame,
+    data_frame,
+    event_frame,
+    pause,
+    send_json,
+    send_stream,
+)
+from kvmigrate.emulator.wire import JSON, Step
+from kvmigrate.serving import run_app_forever
+
+BACKEND: web.AppKey[Backend] = web.AppKey("emulator_backend", Backend)
+METRICS: web.AppKey[EmulatorMetrics] = web.AppKey("emulator_metrics", EmulatorMetrics)
+Handler = Callable[[web.Request], Any]
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_BAD_JSON = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+    "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
+    "sent was not valid JSON.)"
+)
+_FAULT_MESSAGES = {
+    429: "Rate limit reached for requests. Please try again later.",
+    500: "The server had an error while processing your request. Sorry about that!",
+    503: "The server is overloaded or not ready yet.",
+}
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    dialect = request.app[BACKEND].dialect
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except EmulatorError as error:
+        return await send_json(request, dialect.error_body(error), error.status, error.headers)
+    except web.HTTPNotFound:
+        if request.app[BACKEND].settings.profile == "vllm":
+            return web.json_response({"detail": "Not Found"}, status=404)
+        message = f"Invalid URL ({request.method} {request.path})"
+        return await send_json(request, dialect.error_body(EmulatorError(404, message)), 404)
+
+
+@web.middleware
+async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    key = request.app[BACKEND].settings.api_key
+    if key and request.path.startswith("/v1"):
+        supplied = request.headers.get("Authorization", "")
+        token = supplied[7:] if supplied.lower().startswith("bearer ") else ""
+        if token != key:
+            raise unauthorized(token or None)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@web.middleware
+async def _faults(request: web.Request, handler: Handler) -> web.StreamResponse:
+    backend = request.app[BACKEND]
+    settings = backend.settings
+    try:
+        aimed = parse_fault_header(request.headers.get(FAULT_HEADER, ""), settings.instance_name)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    plan = combine(draw_faults(settings.faults, backend.rng), aimed)
+    request[FAULT_PLAN] = plan
+    if plan.names:
+        request.app[METRICS].faults(plan.names)
+    await pause(request, plan.slow_first_byte_s)
+    if plan.hang:
+        await pause(request, float("inf"))
+        raise EmulatorError(503, _FAULT_MESSAGES[503])
+    if plan.status is not None:
+        headers = {"Retry-After": f"{plan.retry_after_s:g}"} if plan.status == 429 else None
+        message = _FAULT_MESSAGES.get(plan.status, f"Injected fault {plan.status}.")
+        code = "rate_limit_exceeded" if plan.status == 429 else None
+        raise EmulatorError(plan.status, message, code=code, headers=headers)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+async def _read_json(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request(_BAD_JSON) from None
+
+
+async def _deliver(
+    request: web.Request,
+    req: GenerationRequest,
+    gen: Generation,
+    body: Callable[[], JSON],
+    steps: Callable[[], Iterable[Step]],
+    frame: Frame = data_frame,
+    done: bool = True,
+) -> web.StreamResponse:
+    """Wait for prefill, then send the answer as one body or as a paced stream."""
+    backend, metrics = request.app[BACKEND], request.app[METRICS]
+    started = time.perf_counter()
+    metrics.prompt(gen.prompt_tokens, gen.cached_tokens)
+    prefill_s = backend.latency.prefill_s(gen.prompt_tokens, gen.cached_tokens)
+    gap_s = backend.latency.token_gap_s()
+    async with backend.engine.admitted(prefill_s):
+        if req.stream:
+
+            def first_token() -> None:
+                metrics.first_token(time.perf_counter() - started)
+
+            response = await send_stream(request, steps(), gap_s, frame, done, first_token)
+        else:
+            metrics.first_token(time.perf_counter() - started)
+            decode_steps = max(c.completion_tokens for c in gen.choices) - 1
+            if gap_s > 0 and decode_steps > 0:
+                await asyncio.sleep(gap_s * decode_steps)
+            response = await send_json(request, body())
+    reasons = [c.finish_reason for c in gen.choices]
+    metrics.finished(gen.completion_tokens, reasons, time.perf_counter() - started)
+    return response
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    backend = request.app[BACKEND]
+    req = parse_chat(await _read_json(request))
+    gen = backend.generate(req, chat=True)
+    dialect = backend.dialect
+    return await _deliver(
+        request,
+        req,
+        gen,
+        lambda: dialect.chat_completion(gen),
+        lambda: dialect.chat_chunks(gen, req.include_usage),
+    )
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    backend = request.app[BACKEND]
+    req = parse_completion(await _read_json(request))
+    gen = backend.generate(req, chat=False)
+    dialect = backend.dialect
+    return await _deliver(
+        request,
+        req,
+        gen,
+        lambda: dialect.completion(gen),
+        lambda: dialect.completion_chunks(gen, req.include_usage),
+    )
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    backend = request.app[BACKEND]
+    req, echo = parse_responses(await _read_json(request))
+    gen = backend.generate(req, chat=True)
+    renderer = ResponseRenderer(gen, echo, backend.dialect)
+    return await _deliver(
+        request,
+        req,
+        gen,
+        lambda: renderer.response(renderer.final_status()),
+        renderer.events,
+        frame=event_frame,
+        done=False,
+    )
+
+
+def _embedding_inputs(body: JSON) -> list[str]:
+    raw = body.get("input")
+    if isinstance(raw, str):
+        return [raw]
+    if isinstance(raw, list) and raw and all(isinstance(i, str) for i in raw):
+        return list(raw)
+    if isinstance(raw, list) and raw and all(isinstance(i, int) for i in raw):
+        return [" ".join(map(str, raw))]
+    if isinstance(raw, list) and raw and all(isinstance(i, list) for i in raw):
+        return [" ".join(map(str, tokens)) for tokens in raw]
+    raise bad_request("Invalid 'input': expected a string, strings or token arrays.", "input")
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    backend = request.app[BACKEND]
+    body = require_object(await _read_json(request))
+    model = require_model(body)
+    backend.check_model(model)
+    texts = _embedding_inputs(body)
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise bad_request("Invalid 'encoding_format': expected float or base64.", "encoding_format")
+    dimensions = body.get("dimensions") or backend.settings.embedding_dimensions
+    if not isinstance(dimensions, int) or dimensions < 1:
+        raise bad_request("Invalid 'dimensions': expected a positive integer.", "dimensions")
+    data = [
+        {"object": "embedding", "index": i, "embedding": encode(embed(t, dimensions), fmt)}
+        for i, t in enumerate(texts)
+    ]
+    tokens = sum(count_tokens(t) for t in texts)
+    async with backend.engine.admitted(backend.latency.prefill_s(tokens, 0)):
+        return await send_json(request, backend.dialect.embeddings(model, data, tokens))
+
+
+async def list_models(request: web.Request) -> web.StreamResponse:
+    return await send_json(request, request.app[BACKEND].dialect.model_list())
+
+
+async def get_model(request: web.Request) -> web.StreamResponse:
+    listing = request.app[BACKEND].dialect.model_list()
+    for card in listing["data"]:
+        if card["id"] == request.match_info["model"]:
+            return await send_json(request, card)
+    raise model_not_found(request.match_info["model"])
+
+
+async def health(request: web.Request) -> web.StreamResponse:
+    return web.Response(status=200)
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _wake_sleepers(app: web.Application) -> None:
+    app[SHUTDOWN].set()
+
+
+def build_app(settings: EmulatorSettings) -> web.Application:
+    """An aiohttp application emulating one backend as `settings` describe."""
+    backend = Backend(settings)
+    app = web.Application(middlewares=[_errors, _auth, _faults], client_max_size=MAX_BODY_BYTES)
+    app[BACKEND] = backend
+    app[METRICS] = EmulatorMetrics(settings, backend.engine)
+    app[SHUTDOWN] = asyncio.Event()
+    app.on_shutdown.append(_wake_sleepers)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model:.+}", get_model)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def serve(settings: EmulatorSettings, host: str, port: int) -> None:
+    """Serve an emulator in the foreground until SIGINT or SIGTERM."""
+    models = ", ".join(settings.served_models)
+    banner = (
+        f"kvmigrate emulator {settings.instance_name!r} ({settings.profile}) serving {models} "
+        f"on http://{host}:{port}/v1 (time scale {settings.time_scale:g})"
+    )
+    run_app_forever(build_app(settings), host, port, banner)
