@@ -1,0 +1,34 @@
+"""Shared pytest fixtures. Each section belongs to one part of the test bed; keep them apart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from kvmigrate.testbed.vllm_server import VllmServer
+
+
+# --- real vLLM (kvmigrate.testbed) ------------------------------------------------------------
+# One real vLLM CPU server for the whole session: starting one takes ~30 s, so tests share
+# it. The first run ever also installs the vLLM venv (~2 min) and builds the tiny model
+# (< 1 s); both are cached under ~/.cache/kvmigrate. Tests that use it are marked `vllm`;
+# skip them with `-m "not vllm"`.
+
+
+@pytest.fixture(scope="session")
+def real_vllm() -> Iterator[VllmServer]:
+    """A running vLLM serving the tiny model as `tiny`, prefix caching on, hermes tools."""
+    from kvmigrate.testbed.tiny_model import ensure_tiny_model
+    from kvmigrate.testbed.vllm_server import VllmServer
+    from kvmigrate.testbed.vllm_venv import ensure_vllm_venv
+
+    python = ensure_vllm_venv()
+    model = ensure_tiny_model("tiny", python)
+    with VllmServer(model, served_model_name="tiny", python=python) as server:
+        yield server
+
+
+# --- end real vLLM ----------------------------------------------------------------------------
