@@ -109,8 +109,11 @@ def test_bad_values_are_refused_with_path(extra: str, path: str, reason: str) ->
             "models[0].vlm",
             "not a backend name",
         ),
-        ("backends: {hosted: {api_base: 'http://a'}, vllm: {api_base: 'http://b'}}\nmodels: {}\n",
-         "models", "expected a list"),
+        (
+            "backends: {hosted: {api_base: 'http://a'}, vllm: {api_base: 'http://b'}}\nmodels: {}\n",
+            "models",
+            "expected a list",
+        ),
     ],
 )
 def test_structural_errors(text: str, path: str, reason: str) -> None:

@@ -7,6 +7,7 @@ import click
 from kvmigrate import __version__
 from kvmigrate.cli.config_cmd import config_group
 from kvmigrate.cli.emulate import emulate
+from kvmigrate.cli.proxy_cmd import proxy
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -17,3 +18,4 @@ def main() -> None:
 
 main.add_command(config_group)
 main.add_command(emulate)
+main.add_command(proxy)

@@ -15,7 +15,7 @@ import orjson
 
 from kvmigrate.proxy.errors import bad_request
 
-_MODEL_KEY = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
+_MODEL_KEY = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def with_model(body: RequestBody, served_model: str) -> bytes:
     """The original bytes with the top-level `model` set to `served_model`."""
     if served_model == body.model:
         return body.raw
-    replacement = b'"model":' + orjson.dumps(served_model)
+    replacement = orjson.dumps(served_model)
     matches = list(_MODEL_KEY.finditer(body.raw))
     if len(matches) == 1 and b"\\u" not in body.raw:
         # One `"model": "..."` pair in the whole body, no key spelled with escapes, and the
@@ -68,4 +68,4 @@ def with_model(body: RequestBody, served_model: str) -> bytes:
 
 
 def _splice(raw: bytes, match: re.Match[bytes], replacement: bytes) -> bytes:
-    return raw[: match.start()] + replacement + raw[match.end() :]
+    return raw[: match.start(1)] + replacement + raw[match.end(1) :]

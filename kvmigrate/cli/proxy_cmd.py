@@ -1,0 +1,67 @@
+"""`kvmigrate proxy`: serve the OpenAI-compatible proxy."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.config import Config
+from kvmigrate.embedded import HOSTED_MODEL, embedded_config, emulated_backends
+from kvmigrate.proxy import build_proxy_app
+from kvmigrate.serving import run_app_forever
+
+
+@click.command("proxy")
+@config_option
+@click.option("--host", default=None, help="Override server.host.")
+@click.option("--port", type=int, default=None, help="Override server.port.")
+@click.option(
+    "--emulated",
+    is_flag=True,
+    help="Ignore --config: start an emulated hosted API and an emulated vLLM in this "
+    "process and proxy to them in shadow mode (no GPU, no keys).",
+)
+@click.option(
+    "--log-level",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def proxy(
+    config_path: str, host: str | None, port: int | None, emulated: bool, log_level: str
+) -> None:
+    """Serve the proxy: point OPENAI_BASE_URL at http://HOST:PORT/v1."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if emulated:
+        with emulated_backends() as backends:
+            config = embedded_config(backends, host or "127.0.0.1", 4000 if port is None else port)
+            _serve(config, host, port, emulated=True)
+        return
+    _serve(load_or_exit(config_path), host, port, emulated=False)
+
+
+def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -> None:
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    r = config.rollout
+    lines = [
+        f"kvmigrate proxy on http://{host}:{port}/v1 "
+        f"(primary {r.primary}, candidate {r.candidate}, mode {r.mode}, "
+        f"percent {r.percent:g}, shadow_sample {r.shadow_sample:g})"
+    ]
+    if emulated:
+        lines += [
+            f"  hosted (emulated): {config.primary.api_base}",
+            f"  vllm   (emulated): {config.candidate.api_base}",
+            "  try it:",
+            f"    export OPENAI_BASE_URL=http://{host}:{port}/v1 OPENAI_API_KEY=sk-anything",
+            f"    curl -s $OPENAI_BASE_URL/chat/completions -H 'Content-Type: application/json' "
+            f'-d \'{{"model": "{HOSTED_MODEL}", "messages": '
+            f'[{{"role": "user", "content": "hello"}}]}}\'',
+            f"    curl -s http://{host}:{port}/metrics | grep kvmigrate_requests",
+        ]
+    run_app_forever(build_proxy_app(config), host, port, "\n".join(lines))

@@ -1,0 +1,70 @@
+"""The embedded default: an emulated hosted API and an emulated vLLM, with the proxy in front.
+
+It needs no GPU and no keys, so a new user can see the whole flow in one command, and the
+demo, the docs and the tests all start from the same setup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from kvmigrate.config import Config, parse_config
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.serving import BackgroundServer
+
+HOSTED_MODEL = "gpt-4o-mini"
+VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+EMBEDDING_MODEL = "text-embedding-3-small"
+
+
+@dataclass(frozen=True, slots=True)
+class EmulatedBackends:
+    hosted_url: str
+    vllm_url: str
+
+
+@contextmanager
+def emulated_backends(time_scale: float = 1.0) -> Iterator[EmulatedBackends]:
+    """Start both emulators on free loopback ports for as long as the block runs."""
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                BackgroundServer(
+                    lambda profile=profile: build_app(
+                        EmulatorSettings(profile=profile, time_scale=time_scale)
+                    )
+                )
+            )
+            for profile in ("hosted", "vllm")
+        ]
+        yield EmulatedBackends(servers[0].url + "/v1", servers[1].url + "/v1")
+
+
+def embedded_config(
+    backends: EmulatedBackends,
+    host: str = "127.0.0.1",
+    port: int = 4000,
+    mode: str = "shadow",
+    percent: float = 0,
+    state_dir: str = ".kvmigrate",
+) -> Config:
+    """The config the embedded default runs with: shadow everything to the emulated vLLM."""
+    text = f"""
+server: {{host: "{host}", port: {port}}}
+backends:
+  hosted: {{api_base: "{backends.hosted_url}"}}
+  vllm: {{api_base: "{backends.vllm_url}"}}
+models:
+  - {{model_name: {HOSTED_MODEL}, hosted: {HOSTED_MODEL}, vllm: {VLLM_MODEL}}}
+  - {{model_name: {EMBEDDING_MODEL}, hosted: {EMBEDDING_MODEL}}}
+rollout:
+  mode: {mode}
+  percent: {percent}
+  shadow_sample: 1.0
+  state: "sqlite:///{state_dir}/state.db"
+record:
+  db: "sqlite:///{state_dir}/records.db"
+"""
+    return parse_config(text, source="<embedded default>", env={})

@@ -1,0 +1,129 @@
+"""What crosses the proxy: bytes, model names, and whose keys go where."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+from proxy_support import HOSTED_MODEL, VLLM_MODEL, ProxyFactory, Recorded
+
+from kvmigrate.serving import BackgroundServer
+
+BODY = (
+    b'{"messages": [{"role": "user", "content": "caf\xc3\xa9 \\"model\\": x"}],\n'
+    b'  "model" : "gpt-4o-mini", "temperature": 0.70, "x_unknown": {"model": "keep"}}'
+)
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> http.client.HTTPResponse:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response
+
+
+def wait_for(seen: list[Recorded], count: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(seen) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_body_bytes_forwarded_with_only_model_changed(
+    make_proxy: ProxyFactory,
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, rollout="{mode: split, percent: 100}"
+    )
+    response = post(proxy.url, BODY, {"Content-Type": "application/json"})
+    assert response.status == 200
+    assert seen[0].body == BODY.replace(b'"gpt-4o-mini"', json.dumps(VLLM_MODEL).encode())
+
+
+def test_client_key_reaches_primary_only(
+    make_proxy: ProxyFactory,
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, rollout="{mode: shadow, shadow_sample: 1.0}"
+    )
+    headers = {
+        "Authorization": "Bearer sk-client-hosted-key",
+        "OpenAI-Organization": "org-1",
+        "api-key": "azure-style-key",
+        "Connection": "keep-alive, X-Secret-Hop",
+        "Proxy-Authorization": "Basic abc",
+        "TE": "trailers",
+        "X-Custom-Trace": "t-1",
+        "Content-Type": "application/json",
+    }
+    post(proxy.url, BODY, headers)
+    wait_for(seen, 2)
+    primary = next(r for r in seen if b'"gpt-4o-mini"' in r.body)
+    shadow = next(r for r in seen if VLLM_MODEL.encode() in r.body)
+    assert primary.headers["Authorization"] == "Bearer sk-client-hosted-key"
+    assert primary.headers["OpenAI-Organization"] == "org-1"
+    for name in ("Authorization", "api-key", "OpenAI-Organization", "Cookie"):
+        assert name not in shadow.headers, f"{name} leaked to the candidate"
+    assert "sk-client-hosted-key" not in json.dumps(shadow.headers)
+    for recorded in (primary, shadow):
+        assert "Proxy-Authorization" not in recorded.headers
+        assert "TE" not in recorded.headers
+        assert recorded.headers["X-Custom-Trace"] == "t-1"
+
+
+def test_configured_backend_keys_replace_client_keys(
+    make_proxy: ProxyFactory,
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url,
+        vllm_url=upstream.url,
+        rollout="{mode: shadow, shadow_sample: 1.0}",
+        hosted_extra=", api_key: sk-org-hosted",
+        vllm_extra=", api_key: vllm-key",
+    )
+    post(proxy.url, BODY, {"Authorization": "Bearer sk-client", "Content-Type": "application/json"})
+    wait_for(seen, 2)
+    by_model = {b'"gpt-4o-mini"' in r.body: r.headers["Authorization"] for r in seen}
+    assert by_model == {True: "Bearer sk-org-hosted", False: "Bearer vllm-key"}
+
+
+def test_master_key_is_never_forwarded(
+    make_proxy: ProxyFactory,
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, extra="server: {master_key: sk-master}"
+    )
+    response = post(proxy.url, BODY, {"Authorization": "Bearer sk-master"})
+    assert response.status == 200
+    assert all("sk-master" not in json.dumps(r.headers) for r in seen)
+
+
+def test_response_headers(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> None:
+    upstream, _ = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    response = post(proxy.url, BODY, {})
+    assert response.getheader("x-kvmigrate-upstream-request-id") == "upstream-id-1"
+    assert response.getheader("x-request-id", "").startswith("req_")
+    assert response.getheader("x-kvmigrate-backend") == "hosted"
+
+
+def test_split_sends_the_candidates_model_name(make_proxy: ProxyFactory) -> None:
+    completion = (
+        make_proxy(rollout="{mode: split, percent: 100}")
+        .client()
+        .chat.completions.create(model=HOSTED_MODEL, messages=[{"role": "user", "content": "x"}])
+    )
+    assert completion.model == VLLM_MODEL  # the vLLM emulator echoes what it served

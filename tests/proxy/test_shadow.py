@@ -1,0 +1,110 @@
+"""Shadow mode: the primary answers, and nothing the candidate does can touch the client."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from proxy_support import HOSTED_MODEL, ProxyFactory, RunningProxy
+
+CANDIDATE_FAULTS = [
+    "vllm:500",
+    "vllm:429",
+    "vllm:hang",
+    "vllm:disconnect",
+    "vllm:malformed-json",
+    "vllm:malformed-sse",
+    "vllm:stall",
+    "vllm:slow-first-byte=3",
+]
+
+
+def ask(proxy: RunningProxy, fault: str, stream: bool, seed: int = 11) -> tuple[str, float]:
+    client = proxy.client()
+    messages = [{"role": "user", "content": "Summarise the incident report in two lines."}]
+    start = time.perf_counter()
+    headers = {"x-emulator-fault": fault} if fault else {}
+    if stream:
+        chunks = client.chat.completions.create(
+            model=HOSTED_MODEL, messages=messages, stream=True, seed=seed, extra_headers=headers
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        completion = client.chat.completions.create(
+            model=HOSTED_MODEL, messages=messages, seed=seed, extra_headers=headers
+        )
+        text = completion.choices[0].message.content or ""
+    return text, time.perf_counter() - start
+
+
+def wait_metric(
+    proxy: RunningProxy, name: str, minimum: float, timeout: float = 10.0, **labels: str
+) -> float:
+    deadline = time.monotonic() + timeout
+    value = proxy.metric(name, **labels)
+    while value < minimum and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = proxy.metric(name, **labels)
+    return value
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fault", CANDIDATE_FAULTS)
+def test_failing_candidate_has_no_effect_on_the_client(
+    make_proxy: ProxyFactory, fault: str, stream: bool
+) -> None:
+    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0}")
+    baseline, _ = ask(proxy, "", stream)
+    answer, elapsed = ask(proxy, fault, stream)
+    assert answer == baseline  # same seed, same primary: the candidate changed nothing
+    assert elapsed < 1.0  # hang/stall/slow faults on the candidate never delay the client
+    # The copy really went out: one shadow exchange for each of the two requests.
+    assert wait_metric(proxy, "kvmigrate_requests_total", 2, role="shadow") >= 1
+
+
+def test_streamed_shadow_is_consumed_to_the_end(make_proxy: ProxyFactory) -> None:
+    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0}")
+    client = proxy.client()
+    stream = client.chat.completions.create(
+        model=HOSTED_MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    assert list(stream)
+    assert (
+        wait_metric(
+            proxy, "kvmigrate_request_duration_seconds_count", 1, backend="vllm", role="shadow"
+        )
+        == 1
+    )
+    assert proxy.metric("kvmigrate_ttft_seconds_count", backend="vllm", role="shadow") == 1
+    # Usage from the final chunk of the shadow stream was parsed.
+    assert proxy.metric("kvmigrate_tokens_total", backend="vllm", role="shadow", kind="prompt") > 0
+
+
+def test_shadow_copies_beyond_the_bound_are_dropped_and_counted(make_proxy: ProxyFactory) -> None:
+    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0, shadow_max_concurrency: 2}")
+    for _ in range(5):
+        ask(proxy, "vllm:hang", stream=False)
+    assert proxy.metric("kvmigrate_shadow_dropped_total", reason="concurrency_limit") == 3
+    assert proxy.metric("kvmigrate_shadow_inflight") == 2
+
+
+def test_shadow_sample_picks_whole_conversations(make_proxy: ProxyFactory) -> None:
+    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 0.5}")
+    client = proxy.client()
+    mirrored = []
+    for conversation in range(16):
+        before = wait_metric(proxy, "kvmigrate_requests_total", 0, role="shadow")
+        messages = [{"role": "user", "content": f"task {conversation}"}]
+        for _turn in range(3):
+            answer = client.chat.completions.create(model=HOSTED_MODEL, messages=messages)
+            messages += [
+                answer.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": "go on"},
+            ]
+        time.sleep(0.2)
+        mirrored.append(proxy.metric("kvmigrate_requests_total", role="shadow") - before)
+    assert set(mirrored) <= {0.0, 3.0}, "a conversation was mirrored for only some turns"
+    assert 0 < mirrored.count(3.0) < 16
