@@ -51,9 +51,11 @@ def upstream_headers(
     the proxy does not use a master key (then the client's key is meant for the hosted API).
     """
     headers: dict[str, str] = {}
+    # Headers named in `Connection` are hop-by-hop too (RFC 9110 section 7.6.1).
+    listed = {t.strip().lower() for t in client.get("connection", "").split(",")}
     for name, value in client.items():
         lower = name.lower()
-        if lower in HOP_BY_HOP:
+        if lower in HOP_BY_HOP or lower in listed:
             continue
         if lower in CREDENTIAL_HEADERS and not pass_client_credentials:
             continue

@@ -99,5 +99,9 @@ class ProxyMetrics:
             registry=r,
         )
 
+        # Known label sets start at 0, so rate() and alerts work before the first event.
+        for reason in ("concurrency_limit", "timeout", "error"):
+            self.shadow_dropped.labels(reason)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

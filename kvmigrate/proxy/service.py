@@ -134,7 +134,13 @@ class ProxyService:
             exchange = self._exchange(
                 routed, fallback, SERVE, time.perf_counter(), fallback_from=exchange.backend
             )
-            response, first = await self._open(request, routed, exchange)
+            try:
+                response, first = await self._open(request, routed, exchange)
+            except UpstreamFailure as second:
+                exchange.error = second.kind
+                exchange.finished = time.perf_counter()
+                self.addons.exchange_done(exchange)
+                raise
         overhead = (call_at - started) + (time.perf_counter() - (exchange.first_byte or call_at))
         self.metrics.overhead.observe(overhead)
         extra = [
@@ -287,8 +293,12 @@ class ProxyService:
         response = await open_response(upstream, Call(request.method, url, raw, headers))
         exchange.status = response.status
         extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", primary)]
+        client: web.StreamResponse
         if should_stream(response):
             first = await read_first_chunk(upstream, response, exchange)
-            return await relay_stream(request, response, first, exchange, extra)
-        body = await read_whole(upstream, response, exchange)
-        return await send_buffered(request, response, body, extra)
+            client = await relay_stream(request, response, first, exchange, extra)
+        else:
+            body = await read_whole(upstream, response, exchange)
+            client = await send_buffered(request, response, body, extra)
+        self.addons.exchange_done(exchange)
+        return client

@@ -58,6 +58,7 @@ def test_client_key_reaches_primary_only(
         "OpenAI-Organization": "org-1",
         "api-key": "azure-style-key",
         "Connection": "keep-alive, X-Secret-Hop",
+        "X-Secret-Hop": "1",
         "Proxy-Authorization": "Basic abc",
         "TE": "trailers",
         "X-Custom-Trace": "t-1",
@@ -75,6 +76,7 @@ def test_client_key_reaches_primary_only(
     for recorded in (primary, shadow):
         assert "Proxy-Authorization" not in recorded.headers
         assert "TE" not in recorded.headers
+        assert "X-Secret-Hop" not in recorded.headers
         assert recorded.headers["X-Custom-Trace"] == "t-1"
 
 
