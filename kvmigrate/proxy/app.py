@@ -62,15 +62,9 @@ def build_proxy_app(
     app.router.add_get("/ready", partial(ready, service))
     app.router.add_get("/metrics", partial(metrics, service))
     app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough)
-    app.on_cleanup.append(_close(service))
+    app.on_startup.append(lambda _app: service.start())
+    app.on_cleanup.append(lambda _app: service.close())
     return app
-
-
-def _close(service: ProxyService) -> Callable[[web.Application], Awaitable[None]]:
-    async def close(_app: web.Application) -> None:
-        await service.close()
-
-    return close
 
 
 async def list_models(config: Config, request: web.Request) -> web.Response:

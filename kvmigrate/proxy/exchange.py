@@ -32,6 +32,7 @@ class Exchange:
     first_byte: float | None = None
     finished: float | None = None
     fallback_from: str | None = None
+    pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
     chunks: list[bytes] = field(default_factory=list)
     _usage: dict[str, Any] | None = None
     _usage_parsed: bool = False

@@ -78,15 +78,20 @@ class ProxyService:
         self.rollout = rollout or StaticRollout(config)
         self.metrics = ProxyMetrics()
         self.addons = Addons([MetricsAddon(self.metrics), *addons])
+        self.addons.trigger("register_metrics", self.metrics.registry)
         self.upstreams = Upstreams(config)
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.shadow = ShadowDispatcher(
             config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout
         )
 
+    async def start(self) -> None:
+        await self.addons.trigger_async("running")
+
     async def close(self) -> None:
         await self.shadow.close()
         await self.upstreams.close()
+        await self.addons.trigger_async("done")
 
     # -- the model routes -------------------------------------------------------------------
 
@@ -101,7 +106,7 @@ class ProxyService:
         finally:
             # After the client has its answer, so the copy cannot compete with it.
             if routed.decision.shadow is not None:
-                self._dispatch_shadow(request, routed, routed.decision.shadow)
+                self._dispatch_shadow(request, routed, routed.decision.shadow, exchange.request_id)
 
     def _route(self, request: web.Request, route: str, raw: bytes) -> Routed:
         body = parse_body(raw)
@@ -222,11 +227,14 @@ class ProxyService:
             fallback_from=fallback_from,
         )
 
-    def _dispatch_shadow(self, request: web.Request, routed: Routed, backend: str) -> None:
+    def _dispatch_shadow(
+        self, request: web.Request, routed: Routed, backend: str, primary_id: str
+    ) -> None:
         call = self._call(request, routed, backend)
 
         async def copy() -> None:
             exchange = self._exchange(routed, backend, SHADOW, time.perf_counter())
+            exchange.pair_id = primary_id
             exchange.request_body = call.body
             upstream = self.upstreams[backend]
             try:
