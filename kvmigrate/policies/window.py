@@ -1,0 +1,30 @@
+"""What a window of recorded traffic says about one backend: the input of every gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BackendWindow:
+    """Figures for one backend over a time window, from the recorder (or a live counter).
+
+    `requests` counts upstream calls that reached a verdict (any status, or a transport
+    error); `errors` counts transport errors and 5xx answers (a 4xx is the client's fault,
+    and counted neither way for gates). TTFT figures are in seconds and None when no
+    request of the window had one. `parity` is the noise-adjusted agreement in [0, 1] once
+    the parity engine scores pairs, else None.
+    """
+
+    backend: str
+    requests: int = 0
+    conversations: int = 0
+    errors: int = 0
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    parity: float | None = None
+    parity_samples: int = 0
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
