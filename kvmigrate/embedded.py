@@ -17,6 +17,8 @@ from kvmigrate.serving import BackgroundServer
 HOSTED_MODEL = "gpt-4o-mini"
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EMBEDDING_MODEL = "text-embedding-3-small"
+# Only ever used on loopback by the emulated setup, so a user can try the admin API.
+EMBEDDED_ADMIN_KEY = "kvmigrate-emulated-admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,7 @@ def embedded_config(
 ) -> Config:
     """The config the embedded default runs with: shadow everything to the emulated vLLM."""
     text = f"""
-server: {{host: "{host}", port: {port}}}
+server: {{host: "{host}", port: {port}, admin_key: "{EMBEDDED_ADMIN_KEY}"}}
 backends:
   hosted: {{api_base: "{backends.hosted_url}"}}
   vllm: {{api_base: "{backends.vllm_url}"}}

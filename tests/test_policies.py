@@ -151,3 +151,31 @@ def test_decide_is_sticky_for_a_conversation() -> None:
     for i in range(200):
         key = f"conv-{i}"
         assert len({decide(key, snap, True) for _ in range(5)}) == 1
+
+
+@pytest.mark.parametrize(
+    ("pin", "snap", "epoch", "expected"),
+    [
+        (None, snapshot("split", 50), 0, Decision("vllm", fallback="hosted")),
+        (("hosted", 0, 1e12), snapshot("split", 50), 0, Decision("hosted")),
+        (("vllm", 0, 1e12), snapshot("split", 10), 0, Decision("vllm", fallback="hosted")),
+        # after a rollback (epoch 1) a candidate pin no longer holds
+        (("vllm", 0, 1e12), snapshot("split", 10), 1, Decision("hosted")),
+        (None, snapshot("split", 10), 0, Decision("hosted")),
+        # a candidate pin does not hold at 0%
+        (("vllm", 0, 1e12), snapshot("split", 0), 0, Decision("hosted")),
+        # expired pins and shadow mode are ignored
+        (("hosted", 0, 1.0), snapshot("split", 50), 0, Decision("vllm", fallback="hosted")),
+        (("vllm", 0, 1e12), snapshot("shadow", 0), 0, Decision("hosted", shadow="vllm")),
+    ],
+)
+def test_pins(
+    pin: tuple[str, int, float] | None, snap: RolloutSnapshot, epoch: int, expected: Decision
+) -> None:
+    from kvmigrate.policies.pinning import PinView, pinned_decision
+
+    # A conversation inside the 50% share but outside the 10% one.
+    key = next(f"c{i}" for i in range(10_000) if 1000 <= bucket("salt", f"c{i}") < 5000)
+    base = decide(key, snap, True)
+    view = PinView(*pin) if pin else None
+    assert pinned_decision(base, view, snap, epoch, now=1000.0) == expected

@@ -8,6 +8,7 @@ from kvmigrate import __version__
 from kvmigrate.cli.config_cmd import config_group
 from kvmigrate.cli.emulate import emulate
 from kvmigrate.cli.proxy_cmd import proxy
+from kvmigrate.cli.rollout_cmd import rollback, rollout
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -19,3 +20,5 @@ def main() -> None:
 main.add_command(config_group)
 main.add_command(emulate)
 main.add_command(proxy)
+main.add_command(rollout)
+main.add_command(rollback)

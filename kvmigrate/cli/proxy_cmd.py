@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 
 import click
 
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config import Config
-from kvmigrate.embedded import HOSTED_MODEL, embedded_config, emulated_backends
-from kvmigrate.proxy import build_proxy_app
+from kvmigrate.embedded import (
+    EMBEDDED_ADMIN_KEY,
+    HOSTED_MODEL,
+    embedded_config,
+    emulated_backends,
+)
+from kvmigrate.runtime import build_app
 from kvmigrate.serving import run_app_forever
 
 
@@ -37,8 +43,13 @@ def proxy(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if emulated:
-        with emulated_backends() as backends:
-            config = embedded_config(backends, host or "127.0.0.1", 4000 if port is None else port)
+        with (
+            emulated_backends() as backends,
+            tempfile.TemporaryDirectory(prefix="kvmigrate-emulated-") as state_dir,
+        ):
+            config = embedded_config(
+                backends, host or "127.0.0.1", 4000 if port is None else port, state_dir=state_dir
+            )
             _serve(config, host, port, emulated=True)
         return
     _serve(load_or_exit(config_path), host, port, emulated=False)
@@ -63,5 +74,8 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -
             f'-d \'{{"model": "{HOSTED_MODEL}", "messages": '
             f'[{{"role": "user", "content": "hello"}}]}}\'',
             f"    curl -s http://{host}:{port}/metrics | grep kvmigrate_requests",
+            f"    kvmigrate rollout status --proxy-url http://{host}:{port} --admin-key "
+            f"{EMBEDDED_ADMIN_KEY}",
+            f"  state and records (removed at exit): {config.rollout.state}",
         ]
-    run_app_forever(build_proxy_app(config), host, port, "\n".join(lines))
+    run_app_forever(build_app(config), host, port, "\n".join(lines))

@@ -18,6 +18,7 @@ from kvmigrate.config.model import (
     ServerConfig,
 )
 from kvmigrate.config.reader import Section
+from kvmigrate.policies.gates import GateConfig, RollbackConfig
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -153,12 +154,48 @@ def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:
         shadow_max_concurrency=s.integer(
             "shadow_max_concurrency", defaults.shadow_max_concurrency, 0
         ),
+        pinning=s.boolean("pinning", defaults.pinning),
+        pin_ttl_seconds=s.number("pin_ttl_seconds", defaults.pin_ttl_seconds, 1.0),
+        bake_seconds=s.number("bake_seconds", defaults.bake_seconds, 0.0),
+        gates=_gates(s.section("gates")),
+        auto_rollback=_auto_rollback(s.section("auto_rollback")),
     )
     if rollout.primary == rollout.candidate:
         raise s.error("candidate", "must differ from rollout.primary")
     _check_store_url(s, "state", rollout.state, ("sqlite", "redis", "rediss"))
     s.finish()
     return rollout
+
+
+def _gates(s: Section) -> GateConfig:
+    d = GateConfig()
+    gates = GateConfig(
+        min_conversations=s.integer("min_conversations", d.min_conversations, 0),
+        min_requests=s.integer("min_requests", d.min_requests, 0),
+        error_rate_margin=s.number("error_rate_margin", d.error_rate_margin, 0.0, 1.0),
+        ttft_p95_slo_ms=s.optional_number("ttft_p95_slo_ms", d.ttft_p95_slo_ms, 0.0),
+        ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 0.0),
+        min_parity=s.optional_number("min_parity", d.min_parity, 0.0, 1.0),
+        min_parity_samples=s.integer("min_parity_samples", d.min_parity_samples, 1),
+        window_seconds=s.number("window_seconds", d.window_seconds, 1.0),
+    )
+    s.finish()
+    return gates
+
+
+def _auto_rollback(s: Section) -> RollbackConfig:
+    d = RollbackConfig()
+    rollback = RollbackConfig(
+        enabled=s.boolean("enabled", d.enabled),
+        window_seconds=s.number("window_seconds", d.window_seconds, 1.0),
+        min_requests=s.integer("min_requests", d.min_requests, 1),
+        max_error_rate=s.number("max_error_rate", d.max_error_rate, 0.0, 1.0),
+        error_rate_margin=s.number("error_rate_margin", d.error_rate_margin, 0.0, 1.0),
+        ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 1.0),
+        ttft_p95_ms=s.optional_number("ttft_p95_ms", d.ttft_p95_ms, 0.0),
+    )
+    s.finish()
+    return rollback
 
 
 def _steps(s: Section) -> tuple[float, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvmigrate.config.secret import Secret
+from kvmigrate.policies.gates import GateConfig, RollbackConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,11 @@ class RolloutConfig:
     salt: str = "kvmigrate"
     fallback: bool = True
     shadow_max_concurrency: int = 64
+    pinning: bool = True
+    pin_ttl_seconds: float = 3600.0
+    bake_seconds: float = 600.0
+    gates: GateConfig = field(default_factory=GateConfig)
+    auto_rollback: RollbackConfig = field(default_factory=RollbackConfig)
 
 
 @dataclass(frozen=True, slots=True)

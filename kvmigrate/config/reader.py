@@ -114,6 +114,14 @@ class Section:
         _check_range(self, key, value, low, high)
         return float(value)
 
+    def optional_number(
+        self, key: str, default: float | None, low: float | None = None, high: float | None = None
+    ) -> float | None:
+        """A number that may be left unset (null or absent) to switch its check off."""
+        if self.raw(key, None) is None:
+            return default
+        return self.number(key, 0.0, low, high)
+
     def choice(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
         value = self.string(key, default)
         if value not in allowed:

@@ -38,6 +38,10 @@ from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 class RolloutSource(Protocol):
     def current(self) -> RolloutSnapshot: ...
 
+    async def resolve(self, conversation: str, turn: int, decision: Decision) -> Decision:
+        """The final decision for a conversation (pins applied)."""
+        ...
+
 
 class StaticRollout:
     """The rollout as the config file sets it."""
@@ -56,6 +60,9 @@ class StaticRollout:
 
     def current(self) -> RolloutSnapshot:
         return self._snapshot
+
+    async def resolve(self, conversation: str, turn: int, decision: Decision) -> Decision:
+        return decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,7 @@ class ProxyService:
     async def handle_model_route(self, request: web.Request, route: str) -> web.StreamResponse:
         started = time.perf_counter()
         self.authorize(request)
-        routed = self._route(request, route, await self.read_body(request))
+        routed = await self._route(request, route, await self.read_body(request))
         serve = routed.decision.serve
         exchange = self._exchange(routed, serve, SERVE, started)
         try:
@@ -108,7 +115,7 @@ class ProxyService:
             if routed.decision.shadow is not None:
                 self._dispatch_shadow(request, routed, routed.decision.shadow, exchange.request_id)
 
-    def _route(self, request: web.Request, route: str, raw: bytes) -> Routed:
+    async def _route(self, request: web.Request, route: str, raw: bytes) -> Routed:
         body = parse_body(raw)
         model_route = self.config.route(body.model)
         if model_route is None:
@@ -120,7 +127,9 @@ class ProxyService:
             decision = Decision(serve=snapshot.candidate)
         else:
             decision = decide(conversation, snapshot, snapshot.candidate in served)
-        return Routed(route, body, conversation, turn_index(body.data), decision, served)
+        turn = turn_index(body.data)
+        decision = await self.rollout.resolve(conversation, turn, decision)
+        return Routed(route, body, conversation, turn, decision, served)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float

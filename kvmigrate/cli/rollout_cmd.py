@@ -1,0 +1,223 @@
+"""`kvmigrate rollout` and `kvmigrate rollback`: change and inspect the rollout."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.rollout.auto import AutoSettings, auto_rollout
+from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
+from kvmigrate.rollout.controller import GatesRefused, RolloutError
+from kvmigrate.rollout.store import StoreError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def target_options(func: F) -> F:
+    """Where the change goes: the store from the config, or a running proxy."""
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    func = click.option(
+        "--admin-key",
+        envvar="KVMIGRATE_ADMIN_KEY",
+        help="The proxy's server.admin_key (or $KVMIGRATE_ADMIN_KEY).",
+    )(func)
+    func = click.option(
+        "--proxy-url",
+        help="Change a running proxy through its /admin API instead of writing the store directly.",
+    )(func)
+    return config_option(func)
+
+
+@contextmanager
+def rollout_client(
+    config_path: str,
+    proxy_url: str | None,
+    admin_key: str | None,
+) -> Iterator[RolloutClient]:
+    """The client, with every refusal turned into a one-line error and a non-zero exit."""
+    try:
+        if proxy_url:
+            yield RemoteRollout(proxy_url, admin_key)
+            return
+        from kvmigrate.runtime import open_controller
+
+        controller = open_controller(load_or_exit(config_path))
+        try:
+            yield LocalRollout(controller)
+        finally:
+            controller.store.close()
+    except GatesRefused as refused:
+        click.echo(render_gates([g.to_dict() for g in refused.results]), err=True)
+        raise click.ClickException(str(refused)) from None
+    except (RolloutError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group("rollout", invoke_without_command=True)
+@click.option(
+    "--percent",
+    type=click.FloatRange(0, 100),
+    help="Give the candidate N% of conversations (split mode).",
+)
+@click.option("--mode", type=click.Choice(["shadow", "split"]), help="Switch the mode.")
+@click.option("--reason", default="", help="Why: kept in the rollout history.")
+@click.option("--force", is_flag=True, help="Promote even when gates refuse (recorded).")
+@target_options
+@click.pass_context
+def rollout(
+    ctx: click.Context,
+    percent: float | None,
+    mode: str | None,
+    reason: str,
+    force: bool,
+    config_path: str,
+    proxy_url: str | None,
+    admin_key: str | None,
+    as_json: bool,
+) -> None:
+    """Change the rollout: `kvmigrate rollout --percent 50`. Raising the percent is a
+    promotion, checked by the gates over recorded traffic. Running proxies apply any change
+    within a second."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if percent is None and mode is None:
+        raise click.UsageError("give --percent N or --mode shadow|split, or a subcommand")
+    with rollout_client(config_path, proxy_url, admin_key) as client:
+        result = client.set_mode(mode, reason) if mode else {}
+        if percent is not None:
+            result = client.set_percent(percent, reason, force)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    event = result["event"]
+    click.echo(
+        f"rollout: {event['from_mode']} {event['from_percent']:g}% -> "
+        f"{event['to_mode']} {event['to_percent']:g}% (version {event['version']})"
+        + (" [forced past the gates]" if event["forced"] else "")
+    )
+    if result.get("gates"):
+        click.echo(render_gates(result["gates"]))
+
+
+@rollout.command("status")
+@target_options
+def status(config_path: str, proxy_url: str | None, admin_key: str | None, as_json: bool) -> None:
+    """Where the rollout stands, and what the next step's gates say."""
+    with rollout_client(config_path, proxy_url, admin_key) as client:
+        report = client.status()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    state = report["state"]
+    click.echo(
+        f"mode {state['mode']}, candidate share {state['percent']:g}%, "
+        f"version {state['version']}, last good {state['last_good_percent']:g}%"
+    )
+    click.echo(f"changed {_when(state['updated_at'])} by {state['updated_by'] or '-'}")
+    click.echo(
+        f"steps {', '.join(f'{s:g}' for s in report['steps'])}; next: "
+        + (f"{report['next_step']:g}%" if report["next_step"] else "none (complete)")
+    )
+    if report["gates_for_next_step"]:
+        click.echo(render_gates(report["gates_for_next_step"]))
+
+
+@rollout.command("history")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@target_options
+def history(
+    limit: int, config_path: str, proxy_url: str | None, admin_key: str | None, as_json: bool
+) -> None:
+    """Every change: when, who, from what to what, why, and the gates' verdicts."""
+    with rollout_client(config_path, proxy_url, admin_key) as client:
+        events = client.history(limit)
+    if as_json:
+        click.echo(json.dumps(events, indent=2))
+        return
+    if not events:
+        click.echo("no changes recorded yet")
+    for e in events:
+        gates = ", ".join(f"{g['name']} {g['verdict']}" for g in e["gates"])
+        click.echo(
+            f"v{e['version']:<4} {_when(e['at'])}  {e['action']:<13} "
+            f"{e['from_mode']} {e['from_percent']:g}% -> {e['to_mode']} "
+            f"{e['to_percent']:g}%  by {e['actor']}"
+            + (" FORCED" if e["forced"] else "")
+            + (f"  reason: {e['reason']}" if e["reason"] else "")
+            + (f"  gates: {gates}" if gates else "")
+        )
+
+
+@rollout.command("auto")
+@click.option(
+    "--bake",
+    type=float,
+    default=None,
+    help="Seconds to bake at each step [default: rollout.bake_seconds].",
+)
+@click.option(
+    "--step-timeout",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Give up when a step's evidence stays inconclusive this long.",
+)
+@click.option("--poll", type=float, default=5.0, show_default=True)
+@target_options
+def auto(
+    bake: float | None,
+    step_timeout: float,
+    poll: float,
+    config_path: str,
+    proxy_url: str | None,
+    admin_key: str | None,
+    as_json: bool,
+) -> None:
+    """Walk rollout.steps (e.g. 10, 50, 100) with a bake time each; exit non-zero when a
+    gate fails or the rollout is rolled back meanwhile."""
+    bake_seconds = bake if bake is not None else load_or_exit(config_path).rollout.bake_seconds
+    settings = AutoSettings(bake_seconds, step_timeout, poll)
+    with rollout_client(config_path, proxy_url, admin_key) as client:
+        result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=as_json))
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(result.message)
+    if not result.completed:
+        raise SystemExit(1)
+
+
+@click.command("rollback")
+@click.option("--reason", default="", help="Why: kept in the rollout history.")
+@target_options
+def rollback(
+    reason: str, config_path: str, proxy_url: str | None, admin_key: str | None, as_json: bool
+) -> None:
+    """Back to the last step whose gates passed, or to 0%."""
+    with rollout_client(config_path, proxy_url, admin_key) as client:
+        result = client.rollback(reason)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    event = result["event"]
+    click.echo(
+        f"rolled back: {event['from_percent']:g}% -> {event['to_percent']:g}% "
+        f"(version {event['version']})"
+    )
+
+
+def render_gates(gates: list[dict[str, Any]]) -> str:
+    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
+    return "\n".join(
+        f"  {marks.get(g['verdict'], '?'):4}  {g['name']:<11} {g['detail']}" for g in gates
+    )
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"

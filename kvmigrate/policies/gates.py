@@ -1,0 +1,232 @@
+"""Promotion gates and the auto-rollback trigger: pure functions over windows of traffic.
+
+Each gate answers Passed, Failed or Inconclusive (not enough data to say) with the figures
+behind the verdict, so a refused promotion explains itself. A promotion needs every gate
+Passed; `--force` overrides, and the override is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from kvmigrate.policies.window import BackendWindow
+
+
+class Verdict(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    """min_conversations / min_requests: the candidate traffic a verdict needs.
+    error_rate_margin: the candidate's error rate may exceed the primary's by this much.
+    ttft_p95_slo_ms: an absolute TTFT p95 target for the candidate (None: not used).
+    ttft_p95_factor: ... or at most this multiple of the primary's TTFT p95.
+    min_parity / min_parity_samples: noise-adjusted parity needed (None: gate off).
+    window_seconds: how far back the evidence reaches (never before the last change).
+    """
+
+    min_conversations: int = 20
+    min_requests: int = 100
+    error_rate_margin: float = 0.01
+    ttft_p95_slo_ms: float | None = None
+    ttft_p95_factor: float = 1.5
+    min_parity: float | None = None
+    min_parity_samples: int = 30
+    window_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    name: str
+    verdict: Verdict
+    detail: str
+    figures: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict.value,
+            "detail": self.detail,
+            "figures": self.figures,
+        }
+
+
+def evaluate_gates(
+    primary: BackendWindow, candidate: BackendWindow, config: GateConfig
+) -> list[GateResult]:
+    results = [
+        _traffic_gate(candidate, config),
+        _error_gate(primary, candidate, config),
+        _ttft_gate(primary, candidate, config),
+    ]
+    if config.min_parity is not None:
+        results.append(_parity_gate(candidate, config))
+    return results
+
+
+def all_passed(results: list[GateResult]) -> bool:
+    return all(r.verdict is Verdict.PASSED for r in results)
+
+
+def _traffic_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
+    figures = {
+        "conversations": candidate.conversations,
+        "requests": candidate.requests,
+        "min_conversations": config.min_conversations,
+        "min_requests": config.min_requests,
+    }
+    if (
+        candidate.conversations >= config.min_conversations
+        and candidate.requests >= config.min_requests
+    ):
+        return GateResult(
+            "traffic",
+            Verdict.PASSED,
+            f"{candidate.requests} requests in {candidate.conversations} conversations",
+            figures,
+        )
+    return GateResult(
+        "traffic",
+        Verdict.INCONCLUSIVE,
+        f"need {config.min_requests} requests in {config.min_conversations} "
+        f"conversations; have {candidate.requests} in "
+        f"{candidate.conversations}",
+        figures,
+    )
+
+
+def _error_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConfig) -> GateResult:
+    limit = primary.error_rate + config.error_rate_margin
+    figures = {
+        "candidate_error_rate": round(candidate.error_rate, 5),
+        "primary_error_rate": round(primary.error_rate, 5),
+        "limit": round(limit, 5),
+    }
+    if candidate.requests < config.min_requests:
+        return GateResult("error_rate", Verdict.INCONCLUSIVE, "too few candidate requests", figures)
+    verdict = Verdict.PASSED if candidate.error_rate <= limit else Verdict.FAILED
+    return GateResult(
+        "error_rate",
+        verdict,
+        f"candidate {candidate.error_rate:.2%} vs limit {limit:.2%} "
+        f"(primary {primary.error_rate:.2%} + {config.error_rate_margin:.2%})",
+        figures,
+    )
+
+
+def _ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConfig) -> GateResult:
+    figures: dict[str, Any] = {
+        "candidate_ttft_p95_ms": _ms(candidate.ttft_p95),
+        "primary_ttft_p95_ms": _ms(primary.ttft_p95),
+        "slo_ms": config.ttft_p95_slo_ms,
+        "factor": config.ttft_p95_factor,
+    }
+    if candidate.ttft_p95 is None or candidate.requests < config.min_requests:
+        return GateResult("ttft_p95", Verdict.INCONCLUSIVE, "too few candidate TTFTs", figures)
+    ms = candidate.ttft_p95 * 1000
+    if config.ttft_p95_slo_ms is not None and ms <= config.ttft_p95_slo_ms:
+        return GateResult(
+            "ttft_p95",
+            Verdict.PASSED,
+            f"candidate p95 {ms:.0f} ms within the {config.ttft_p95_slo_ms:g} ms SLO",
+            figures,
+        )
+    if primary.ttft_p95 is None:
+        if config.ttft_p95_slo_ms is not None:
+            return GateResult(
+                "ttft_p95",
+                Verdict.FAILED,
+                f"candidate p95 {ms:.0f} ms over the {config.ttft_p95_slo_ms:g} ms SLO",
+                figures,
+            )
+        return GateResult(
+            "ttft_p95", Verdict.INCONCLUSIVE, "no primary TTFT to compare with", figures
+        )
+    limit = primary.ttft_p95 * 1000 * config.ttft_p95_factor
+    verdict = Verdict.PASSED if ms <= limit else Verdict.FAILED
+    return GateResult(
+        "ttft_p95",
+        verdict,
+        f"candidate p95 {ms:.0f} ms vs {limit:.0f} ms "
+        f"({config.ttft_p95_factor:g} x primary {primary.ttft_p95 * 1000:.0f} ms)",
+        figures,
+    )
+
+
+def _parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
+    assert config.min_parity is not None
+    figures = {
+        "parity": candidate.parity,
+        "samples": candidate.parity_samples,
+        "min_parity": config.min_parity,
+    }
+    if candidate.parity is None or candidate.parity_samples < config.min_parity_samples:
+        return GateResult(
+            "parity",
+            Verdict.INCONCLUSIVE,
+            f"need {config.min_parity_samples} scored pairs; have {candidate.parity_samples}",
+            figures,
+        )
+    verdict = Verdict.PASSED if candidate.parity >= config.min_parity else Verdict.FAILED
+    return GateResult(
+        "parity",
+        verdict,
+        f"noise-adjusted parity {candidate.parity:.3f} vs {config.min_parity:g}",
+        figures,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackConfig:
+    """enabled: whether running proxies pull a failing candidate out by themselves.
+    window_seconds: the rolling window they watch.
+    min_requests: candidate requests in the window before any verdict.
+    max_error_rate: absolute candidate error rate that triggers a rollback.
+    error_rate_margin: ... or the primary's error rate plus this margin, whichever is higher.
+    ttft_p95_factor: candidate TTFT p95 above this multiple of the primary's triggers it.
+    ttft_p95_ms: ... or above this absolute value (None: not used).
+    """
+
+    enabled: bool = True
+    window_seconds: float = 30.0
+    min_requests: int = 20
+    max_error_rate: float = 0.2
+    error_rate_margin: float = 0.1
+    ttft_p95_factor: float = 4.0
+    ttft_p95_ms: float | None = None
+
+
+def rollback_reason(
+    primary: BackendWindow, candidate: BackendWindow, config: RollbackConfig
+) -> str | None:
+    """Why the candidate must be pulled out now, or None while it behaves."""
+    if not config.enabled or candidate.requests < config.min_requests:
+        return None
+    error_limit = max(config.max_error_rate, primary.error_rate + config.error_rate_margin)
+    if candidate.error_rate > error_limit:
+        return (
+            f"candidate error rate {candidate.error_rate:.1%} over {error_limit:.1%} "
+            f"({candidate.errors}/{candidate.requests} in {config.window_seconds:g}s)"
+        )
+    p95 = candidate.ttft_p95
+    if p95 is not None and config.ttft_p95_ms is not None and p95 * 1000 > config.ttft_p95_ms:
+        return f"candidate TTFT p95 {p95 * 1000:.0f} ms over {config.ttft_p95_ms:g} ms"
+    if (
+        p95 is not None
+        and primary.ttft_p95 is not None
+        and p95 > primary.ttft_p95 * config.ttft_p95_factor
+    ):
+        return (
+            f"candidate TTFT p95 {p95 * 1000:.0f} ms over {config.ttft_p95_factor:g} x "
+            f"primary {primary.ttft_p95 * 1000:.0f} ms"
+        )
+    return None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

@@ -1,0 +1,147 @@
+"""`/admin/rollout`: the rollout controller over HTTP, guarded by `server.admin_key`.
+
+    GET  /admin/rollout              status: state, steps, next step, gate verdicts
+    GET  /admin/rollout/history      the audit trail (?limit=N)
+    POST /admin/rollout              {"percent": 50, "reason": "...", "force": false}
+                                     or {"mode": "split"}
+    POST /admin/rollback             {"reason": "..."}
+
+Store calls are blocking, so they run on a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from kvmigrate.config import Secret
+from kvmigrate.proxy.errors import ProxyError, bad_request
+from kvmigrate.proxy.headers import bearer_token
+from kvmigrate.rollout.controller import GatesRefused, RolloutController, RolloutError
+from kvmigrate.rollout.store import StoreError
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def add_admin_routes(
+    app: web.Application, controller: RolloutController, admin_key: Secret | None
+) -> None:
+    def guarded(
+        handler: Callable[[web.Request, RolloutController], Awaitable[web.Response]],
+    ) -> Handler:
+        @functools.wraps(handler)
+        async def wrapper(request: web.Request) -> web.Response:
+            _authorize(request, admin_key)
+            try:
+                return await handler(request, controller)
+            except GatesRefused as exc:
+                return _json(
+                    {
+                        "error": {
+                            "message": str(exc),
+                            "type": "gates_refused",
+                            "param": None,
+                            "code": "gates_refused",
+                        },
+                        "gates": [g.to_dict() for g in exc.results],
+                    },
+                    409,
+                )
+            except RolloutError as exc:
+                raise ProxyError(
+                    409, str(exc), "invalid_request_error", "rollout_refused"
+                ) from None
+            except StoreError as exc:
+                raise ProxyError(
+                    503, f"rollout store unavailable: {exc}", "server_error", "store_unavailable"
+                ) from None
+
+        return wrapper
+
+    app.router.add_get("/admin/rollout", guarded(_status))
+    app.router.add_get("/admin/rollout/history", guarded(_history))
+    app.router.add_post("/admin/rollout", guarded(_change))
+    app.router.add_post("/admin/rollback", guarded(_rollback))
+
+
+def _authorize(request: web.Request, admin_key: Secret | None) -> None:
+    if admin_key is None:
+        raise ProxyError(
+            403,
+            "The admin API is disabled: set server.admin_key to enable it.",
+            "invalid_request_error",
+            "admin_disabled",
+        )
+    token = bearer_token(request.headers)
+    if token is None or not admin_key.matches(token):
+        raise ProxyError(
+            401, "A valid admin key is required.", "invalid_request_error", "invalid_admin_key"
+        )
+
+
+async def _status(request: web.Request, controller: RolloutController) -> web.Response:
+    return _json(await asyncio.to_thread(controller.status))
+
+
+async def _history(request: web.Request, controller: RolloutController) -> web.Response:
+    try:
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        raise bad_request("limit must be a whole number", param="limit") from None
+    events = await asyncio.to_thread(controller.store.history, max(1, min(limit, 10_000)))
+    return _json({"events": [e.to_dict() for e in events]})
+
+
+async def _change(request: web.Request, controller: RolloutController) -> web.Response:
+    body = await _body(request)
+    reason, actor = _text(body, "reason"), _text(body, "actor") or "admin-api"
+    if "percent" in body:
+        percent = body["percent"]
+        if isinstance(percent, bool) or not isinstance(percent, int | float):
+            raise bad_request("percent must be a number between 0 and 100", param="percent")
+        force = body.get("force", False) is True
+        outcome = await asyncio.to_thread(
+            controller.set_percent, float(percent), reason, actor, force
+        )
+    elif "mode" in body:
+        outcome = await asyncio.to_thread(controller.set_mode, _text(body, "mode"), reason, actor)
+    else:
+        raise bad_request('send {"percent": N} or {"mode": "shadow"|"split"}')
+    return _json(outcome.to_dict())
+
+
+async def _rollback(request: web.Request, controller: RolloutController) -> web.Response:
+    body = await _body(request)
+    outcome = await asyncio.to_thread(
+        controller.rollback, _text(body, "reason"), _text(body, "actor") or "admin-api"
+    )
+    return _json(outcome.to_dict())
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad_request("the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise bad_request("the body must be a JSON object")
+    return data
+
+
+def _text(body: dict[str, Any], key: str) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str):
+        raise bad_request(f"{key} must be a string", param=key)
+    return value
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")

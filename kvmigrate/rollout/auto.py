@@ -1,0 +1,121 @@
+"""`kvmigrate rollout auto`: walk the steps with a bake time each, as Argo Rollouts does.
+
+At each step the gates must pass on the evidence gathered at the current one. While the
+evidence is still too thin (Inconclusive), it waits; a Failed gate rolls back and stops;
+a change made by someone else during a bake (an auto-rollback in a proxy) stops the walk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmigrate.rollout.client import RolloutClient
+from kvmigrate.rollout.controller import GatesRefused
+
+
+@dataclass
+class AutoResult:
+    completed: bool
+    reached: float
+    message: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "completed": self.completed,
+            "reached": self.reached,
+            "message": self.message,
+            "steps": self.steps,
+        }
+
+
+@dataclass(frozen=True)
+class AutoSettings:
+    bake_seconds: float
+    step_timeout: float = 3600.0
+    poll_seconds: float = 5.0
+
+
+def auto_rollout(
+    client: RolloutClient,
+    settings: AutoSettings,
+    echo: Callable[[str], None] = lambda _m: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> AutoResult:
+    status = client.status()
+    result = AutoResult(False, _percent(status), "")
+    for step in [s for s in status["steps"] if s > _percent(status)]:
+        outcome = _promote(client, step, settings, echo, sleep, result)
+        if outcome is not None:
+            result.message = outcome
+            return result
+        result.reached = step
+        echo(f"at {step:g}%: baking for {settings.bake_seconds:g}s")
+        interrupted = _bake(client, settings, sleep)
+        if interrupted is not None:
+            result.message = interrupted
+            return result
+    result.completed = True
+    result.message = f"rollout complete at {result.reached:g}%"
+    return result
+
+
+def _promote(
+    client: RolloutClient,
+    step: float,
+    settings: AutoSettings,
+    echo: Callable[[str], None],
+    sleep: Callable[[float], None],
+    result: AutoResult,
+) -> str | None:
+    """Promote to `step` once the gates allow it; the reason it stopped otherwise."""
+    deadline = time.monotonic() + settings.step_timeout
+    while True:
+        try:
+            change = client.set_percent(step, f"rollout auto: step {step:g}%", False)
+        except GatesRefused as refused:
+            failed = [g for g in refused.results if g.verdict.value == "failed"]
+            if failed:
+                result.steps.append({"step": step, "gates": [g.to_dict() for g in refused.results]})
+                if result.reached > 0:
+                    client.rollback(f"rollout auto: gates failed before {step:g}%")
+                return f"gates failed before {step:g}%: " + "; ".join(
+                    f"{g.name}: {g.detail}" for g in failed
+                )
+            if time.monotonic() > deadline:
+                return f"gave up on {step:g}%: the evidence stayed inconclusive"
+            echo(
+                f"waiting for evidence before {step:g}%: "
+                + "; ".join(g.detail for g in refused.results if g.verdict.value != "passed")
+            )
+            sleep(settings.poll_seconds)
+            continue
+        result.steps.append({"step": step, "gates": change.get("gates", [])})
+        echo(f"promoted to {step:g}% (version {change['state']['version']})")
+        return None
+
+
+def _bake(
+    client: RolloutClient, settings: AutoSettings, sleep: Callable[[float], None]
+) -> str | None:
+    version = client.status()["state"]["version"]
+    end = time.monotonic() + settings.bake_seconds
+    while time.monotonic() < end:
+        sleep(min(settings.poll_seconds, max(0.0, end - time.monotonic())))
+        state = client.status()["state"]
+        if state["version"] != version:
+            history = client.history(1)
+            last = history[-1] if history else {}
+            return (
+                f"stopped: the rollout changed during the bake ({last.get('action', '?')}: "
+                f"{last.get('reason', '')})"
+            )
+    return None
+
+
+def _percent(status: dict[str, Any]) -> float:
+    state = status["state"]
+    return float(state["percent"]) if state["mode"] == "split" else 0.0

@@ -1,0 +1,193 @@
+"""Rollout changes with their checks: promote through gates, roll back, record why.
+
+The CLI (against the store directly) and the proxy's /admin/rollout API both go through
+this class, so a change is checked and recorded the same way whoever makes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmigrate.config import Config
+from kvmigrate.policies.gates import GateResult, all_passed, evaluate_gates
+from kvmigrate.policies.window import BackendWindow
+from kvmigrate.rollout.state import RolloutEvent, RolloutState
+from kvmigrate.rollout.store import RolloutStore
+
+# Evidence for the gates: per-backend figures of the traffic recorded since a time.
+WindowSource = Callable[[float], dict[str, BackendWindow]]
+
+
+class RolloutError(Exception):
+    """A change that was refused before anything was written."""
+
+
+class GatesRefused(RolloutError):
+    def __init__(self, target: float, results: list[GateResult]) -> None:
+        failing = [r for r in results if r.verdict.value != "passed"]
+        reasons = "; ".join(f"{r.name} {r.verdict.value}: {r.detail}" for r in failing)
+        super().__init__(
+            f"promotion to {target:g}% refused by the gates: {reasons}. "
+            "Use --force to override (the override is recorded)."
+        )
+        self.target = target
+        self.results = results
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeOutcome:
+    state: RolloutState
+    event: RolloutEvent
+    gates: list[GateResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state.to_dict(),
+            "event": self.event.to_dict(),
+            "gates": [g.to_dict() for g in self.gates],
+        }
+
+
+def initial_state(config: Config) -> RolloutState:
+    r = config.rollout
+    return RolloutState(mode=r.mode, percent=r.percent, updated_at=time.time(), updated_by="config")
+
+
+class RolloutController:
+    def __init__(
+        self, config: Config, store: RolloutStore, windows: WindowSource | None = None
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.windows = windows
+
+    def evaluate(self, state: RolloutState | None = None) -> list[GateResult]:
+        """The gates over the evidence gathered since the last change (within the window)."""
+        state = state or self.store.read()
+        gates = self.config.rollout.gates
+        since = max(time.time() - gates.window_seconds, state.updated_at)
+        found = self.windows(since) if self.windows else {}
+        r = self.config.rollout
+        primary = found.get(r.primary, BackendWindow(r.primary))
+        candidate = found.get(r.candidate, BackendWindow(r.candidate))
+        return evaluate_gates(primary, candidate, gates)
+
+    def set_percent(
+        self, percent: float, reason: str = "", actor: str = "cli", force: bool = False
+    ) -> ChangeOutcome:
+        """Move the candidate's share. Raising it is a promotion: the gates must pass."""
+        if not 0 <= percent <= 100:
+            raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
+        current = self.store.read()
+        promoting = percent > current.percent or (percent > 0 and current.mode != "split")
+        results = self.evaluate(current) if promoting else []
+        passed = all_passed(results)
+        if promoting and not passed and not force:
+            raise GatesRefused(percent, results)
+
+        def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+            if promoting and not force and state.version != current.version:
+                raise RolloutError("the rollout changed while the gates were evaluated; retry")
+            good = state.last_good_percent
+            if promoting and passed and state.mode == "split":
+                good = max(good, state.percent)  # the evidence came from this step
+            mode = "split" if percent > 0 else state.mode
+            new = state.next(actor, mode=mode, percent=percent, last_good_percent=good)
+            action = "promote" if promoting else "set"
+            return new, _event(state, new, action, actor, reason, force and not passed, results)
+
+        state, event = self.store.apply(change)
+        return ChangeOutcome(state, event, results)
+
+    def set_mode(self, mode: str, reason: str = "", actor: str = "cli") -> ChangeOutcome:
+        if mode not in ("shadow", "split"):
+            raise RolloutError(f"mode must be shadow or split, got {mode!r}")
+
+        def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+            new = state.next(actor, mode=mode)
+            return new, _event(state, new, "mode", actor, reason, False, [])
+
+        state, event = self.store.apply(change)
+        return ChangeOutcome(state, event)
+
+    def rollback(
+        self,
+        reason: str = "",
+        actor: str = "cli",
+        automatic: bool = False,
+        expected_version: int | None = None,
+    ) -> ChangeOutcome:
+        """Back to the last step whose gates passed, or to 0; candidate pins stop holding.
+
+        `expected_version` makes it conditional: several proxies that see the same breach
+        roll back once, not once each.
+        """
+        current = self.store.read()
+        if current.mode != "split" or current.percent == 0:
+            raise RolloutError("nothing to roll back: the candidate serves no traffic")
+
+        def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+            if expected_version is not None and state.version != expected_version:
+                raise RolloutError("the rollout changed since the breach was seen")
+            if state.mode != "split" or state.percent == 0:
+                raise RolloutError("nothing to roll back: the candidate serves no traffic")
+            target = state.last_good_percent if state.last_good_percent < state.percent else 0.0
+            new = state.next(
+                actor,
+                percent=target,
+                epoch=state.epoch + 1,
+                last_good_percent=min(state.last_good_percent, target),
+            )
+            action = "auto-rollback" if automatic else "rollback"
+            return new, _event(state, new, action, actor, reason, False, [])
+
+        state, event = self.store.apply(change)
+        return ChangeOutcome(state, event)
+
+    def next_step(self, state: RolloutState | None = None) -> float | None:
+        state = state or self.store.read()
+        current = state.percent if state.mode == "split" else 0.0
+        return next((s for s in self.config.rollout.steps if s > current), None)
+
+    def status(self) -> dict[str, Any]:
+        state = self.store.read()
+        step = self.next_step(state)
+        return {
+            "state": state.to_dict(),
+            "steps": list(self.config.rollout.steps),
+            "next_step": step,
+            "gates_for_next_step": [g.to_dict() for g in self.evaluate(state)] if step else [],
+            "store": _safe(self.store.url),
+        }
+
+
+def _event(
+    old: RolloutState,
+    new: RolloutState,
+    action: str,
+    actor: str,
+    reason: str,
+    forced: bool,
+    gates: list[GateResult],
+) -> RolloutEvent:
+    return RolloutEvent(
+        at=new.updated_at,
+        actor=actor,
+        action=action,
+        from_mode=old.mode,
+        to_mode=new.mode,
+        from_percent=old.percent,
+        to_percent=new.percent,
+        reason=reason,
+        forced=forced,
+        gates=[g.to_dict() for g in gates],
+        version=new.version,
+    )
+
+
+def _safe(url: str) -> str:
+    head, sep, tail = url.rpartition("@")
+    return f"{head.split('://')[0]}://***@{tail}" if sep else url

@@ -1,0 +1,114 @@
+"""The shared rollout store for several proxy replicas: Redis, changed with WATCH/MULTI.
+
+A change is an optimistic transaction on the state key: if another writer changed it
+between our read and our EXEC, Redis refuses the EXEC and we recompute from the new state.
+State, version and the history entry are written in one MULTI, so no reader ever sees one
+without the others.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.store import Change, StoreError
+
+PREFIX = "kvmigrate:rollout"
+MAX_RETRIES = 50
+
+
+class RedisRolloutStore:
+    def __init__(self, url: str, initial: RolloutState, prefix: str = PREFIX) -> None:
+        self.url = url
+        self._initial = initial
+        self._prefix = prefix
+        try:
+            self._redis: redis.Redis = redis.Redis.from_url(
+                url, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True
+            )
+        except ValueError as exc:
+            raise StoreError(f"bad Redis URL {url!r}: {exc}") from None
+
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}:{name}"
+
+    def read(self) -> RolloutState:
+        raw = self._call(self._redis.get, self._key("state"))
+        return RolloutState.from_dict(json.loads(raw)) if raw else self._initial
+
+    def version(self) -> int:
+        raw = self._call(self._redis.get, self._key("version"))
+        return int(raw) if raw else self._initial.version
+
+    def apply(self, change: Change) -> tuple[RolloutState, RolloutEvent]:
+        state_key = self._key("state")
+        for _ in range(MAX_RETRIES):
+            try:
+                with self._redis.pipeline() as pipe:
+                    pipe.watch(state_key)  # type: ignore[no-untyped-call]
+                    raw = pipe.get(state_key)
+                    current = RolloutState.from_dict(json.loads(raw)) if raw else self._initial
+                    state, event = change(current)
+                    pipe.multi()
+                    pipe.set(state_key, json.dumps(state.to_dict()))
+                    pipe.set(self._key("version"), state.version)
+                    pipe.rpush(self._key("history"), json.dumps(event.to_dict()))
+                    pipe.execute()
+                    return state, event
+            except redis.WatchError:
+                continue
+            except redis.RedisError as exc:
+                raise StoreError(f"Redis rollout store {self._safe_url()}: {exc}") from None
+        raise StoreError("too many concurrent rollout changes; try again")
+
+    def history(self, limit: int = 100) -> list[RolloutEvent]:
+        rows = self._call(self._redis.lrange, self._key("history"), -limit, -1)
+        return [RolloutEvent.from_dict(json.loads(r)) for r in rows]
+
+    def save_pins(self, pins: Sequence[Pin]) -> None:
+        if not pins:
+            return
+        now = time.time()
+        with self._redis.pipeline(transaction=False) as pipe:
+            for pin in pins:
+                ttl = max(1, int(pin.expires_at - now))
+                pipe.set(
+                    self._key(f"pin:{pin.conversation}"),
+                    f"{pin.backend}|{pin.epoch}|{pin.expires_at}",
+                    ex=ttl,
+                    nx=True,
+                )
+            self._call(pipe.execute)
+
+    def load_pins(self, conversations: Sequence[str] | None = None) -> list[Pin]:
+        if conversations is None:
+            keys = list(self._call(self._redis.scan_iter, self._key("pin:*"), 1000))
+            conversations = [k.removeprefix(self._key("pin:")) for k in keys]
+        if not conversations:
+            return []
+        values = self._call(self._redis.mget, [self._key(f"pin:{c}") for c in conversations])
+        pins = []
+        for conversation, value in zip(conversations, values, strict=True):
+            if value:
+                backend, epoch, expires = str(value).split("|")
+                pins.append(Pin(conversation, backend, int(epoch), float(expires)))
+        return pins
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def _call(self, func: Any, *args: Any) -> Any:
+        try:
+            return func(*args)
+        except redis.RedisError as exc:
+            raise StoreError(f"Redis rollout store {self._safe_url()}: {exc}") from None
+
+    def _safe_url(self) -> str:
+        """The URL without a password, for error messages."""
+        head, sep, tail = self.url.rpartition("@")
+        return f"{head.split('://')[0]}://***@{tail}" if sep else self.url

@@ -1,0 +1,143 @@
+"""The embedded rollout store: one SQLite file, WAL, every change in one transaction.
+
+`BEGIN IMMEDIATE` takes the write lock before reading, so two CLI calls cannot both read
+version N and write N+1; a `kill -9` mid-write leaves the last committed state.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.store import Change, StoreError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rollout_state (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL,
+                                          version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS rollout_history (version INTEGER PRIMARY KEY, at REAL NOT NULL,
+                                            data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollout_pins (conversation TEXT PRIMARY KEY, backend TEXT NOT NULL,
+                                         epoch INTEGER NOT NULL, expires_at REAL NOT NULL);
+"""
+
+
+def sqlite_path(url: str) -> Path:
+    """`sqlite:///relative/path.db` or `sqlite:////absolute/path.db`."""
+    path = url.removeprefix("sqlite://")
+    if not path.startswith("/") or len(path) < 2:
+        raise StoreError(f"expected sqlite:///relative.db or sqlite:////absolute.db, got {url!r}")
+    return Path(path[1:])
+
+
+class SqliteRolloutStore:
+    def __init__(self, url: str, initial: RolloutState) -> None:
+        self.url = url
+        self.path = sqlite_path(url)
+        self._initial = initial
+        # One connection, used from the CLI's thread or the proxy's worker threads in turn.
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open rollout store {self.path}: {exc}") from None
+
+    def read(self) -> RolloutState:
+        row = self._query_one("SELECT data FROM rollout_state WHERE id = 1")
+        return RolloutState.from_dict(json.loads(row[0])) if row else self._initial
+
+    def version(self) -> int:
+        row = self._query_one("SELECT version FROM rollout_state WHERE id = 1")
+        return int(row[0]) if row else self._initial.version
+
+    def apply(self, change: Change) -> tuple[RolloutState, RolloutEvent]:
+        with self._transaction():
+            row = self._db.execute("SELECT data FROM rollout_state WHERE id = 1").fetchone()
+            current = RolloutState.from_dict(json.loads(row[0])) if row else self._initial
+            state, event = change(current)
+            self._db.execute(
+                "INSERT INTO rollout_state (id, data, version) VALUES (1, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET data = excluded.data, version = excluded.version",
+                (json.dumps(state.to_dict()), state.version),
+            )
+            self._db.execute(
+                "INSERT INTO rollout_history (version, at, data) VALUES (?, ?, ?)",
+                (state.version, event.at, json.dumps(event.to_dict())),
+            )
+        return state, event
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE takes the write lock before the read, so writers serialise."""
+        try:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"rollout store {self.path}: {exc}") from None
+
+    def history(self, limit: int = 100) -> list[RolloutEvent]:
+        rows = self._query_all(
+            "SELECT data FROM (SELECT version, data FROM rollout_history ORDER BY version DESC "
+            "LIMIT ?) ORDER BY version",
+            (limit,),
+        )
+        return [RolloutEvent.from_dict(json.loads(r[0])) for r in rows]
+
+    def save_pins(self, pins: Sequence[Pin]) -> None:
+        if not pins:
+            return
+        with self._transaction():
+            self._db.execute("DELETE FROM rollout_pins WHERE expires_at < ?", (time.time(),))
+            self._db.executemany(
+                "INSERT OR IGNORE INTO rollout_pins VALUES (?, ?, ?, ?)",
+                [(p.conversation, p.backend, p.epoch, p.expires_at) for p in pins],
+            )
+
+    def load_pins(self, conversations: Sequence[str] | None = None) -> list[Pin]:
+        now = time.time()
+        if conversations is None:
+            rows = self._query_all("SELECT * FROM rollout_pins WHERE expires_at >= ?", (now,))
+        else:
+            marks = ",".join("?" * len(conversations))
+            rows = self._query_all(
+                f"SELECT * FROM rollout_pins WHERE expires_at >= ? AND conversation IN ({marks})",
+                (now, *conversations),
+            )
+        return [Pin(str(r[0]), str(r[1]), int(r[2]), float(r[3])) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _query_one(self, sql: str, args: tuple[object, ...] = ()) -> Any:
+        try:
+            with self._lock:
+                row: Any = self._db.execute(sql, args).fetchone()
+            return row
+        except sqlite3.Error as exc:
+            raise StoreError(f"rollout store {self.path}: {exc}") from None
+
+    def _query_all(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
+        try:
+            with self._lock:
+                return list(self._db.execute(sql, args).fetchall())
+        except sqlite3.Error as exc:
+            raise StoreError(f"rollout store {self.path}: {exc}") from None

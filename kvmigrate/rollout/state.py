@@ -1,0 +1,108 @@
+"""The rollout state as stored: plain values that every store serialises the same way."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from kvmigrate.policies import RolloutSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutState:
+    """Where the rollout stands. `version` grows by one with every change, which is how
+    running proxies notice a change and how concurrent writers detect a race.
+
+    `last_good_percent` is the last split percent whose gates passed (or that an operator
+    forced), the step a rollback returns to. `epoch` grows with every rollback: a pin to the
+    candidate made in an older epoch no longer holds, so a rollback really moves
+    conversations off a bad candidate.
+    """
+
+    mode: str = "shadow"
+    percent: float = 0.0
+    version: int = 0
+    epoch: int = 0
+    last_good_percent: float = 0.0
+    updated_at: float = 0.0
+    updated_by: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutState:
+        return cls(
+            mode=str(data.get("mode", "shadow")),
+            percent=float(data.get("percent", 0.0)),
+            version=int(data.get("version", 0)),
+            epoch=int(data.get("epoch", 0)),
+            last_good_percent=float(data.get("last_good_percent", 0.0)),
+            updated_at=float(data.get("updated_at", 0.0)),
+            updated_by=str(data.get("updated_by", "")),
+        )
+
+    def next(self, actor: str, **changes: Any) -> RolloutState:
+        return replace(
+            self, version=self.version + 1, updated_at=time.time(), updated_by=actor, **changes
+        )
+
+    def snapshot(
+        self, primary: str, candidate: str, shadow_sample: float, salt: str, fallback: bool
+    ) -> RolloutSnapshot:
+        return RolloutSnapshot(
+            primary=primary,
+            candidate=candidate,
+            mode=self.mode,
+            percent=self.percent,
+            shadow_sample=shadow_sample,
+            salt=salt,
+            fallback=fallback,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutEvent:
+    """One entry of the audit trail: who changed what, why, and what the gates said."""
+
+    at: float
+    actor: str
+    action: str  # "promote" | "set" | "mode" | "rollback" | "auto-rollback" | "init"
+    from_mode: str
+    to_mode: str
+    from_percent: float
+    to_percent: float
+    reason: str = ""
+    forced: bool = False
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutEvent:
+        return cls(
+            at=float(data["at"]),
+            actor=str(data["actor"]),
+            action=str(data["action"]),
+            from_mode=str(data["from_mode"]),
+            to_mode=str(data["to_mode"]),
+            from_percent=float(data["from_percent"]),
+            to_percent=float(data["to_percent"]),
+            reason=str(data.get("reason", "")),
+            forced=bool(data.get("forced", False)),
+            gates=list(data.get("gates", [])),
+            version=int(data.get("version", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """A conversation held on the backend that served its first turn."""
+
+    conversation: str
+    backend: str
+    epoch: int
+    expires_at: float

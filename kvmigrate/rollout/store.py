@@ -1,0 +1,59 @@
+"""Where the rollout state lives: the store interface, and opening one by URL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+
+# A change computes the new state and its audit event from the current state, so the
+# store can apply it atomically (and retry it after losing a race).
+Change = Callable[[RolloutState], tuple[RolloutState, RolloutEvent]]
+
+
+class StoreError(Exception):
+    """The store cannot be reached or used; the message says which and why."""
+
+
+class RolloutStore(Protocol):
+    url: str
+
+    def read(self) -> RolloutState:
+        """The current state (the initial state when nothing was written yet)."""
+        ...
+
+    def version(self) -> int:
+        """The current version, cheaply: what running proxies poll."""
+        ...
+
+    def apply(self, change: Change) -> tuple[RolloutState, RolloutEvent]:
+        """Apply `change` atomically: state and event are written together or not at all."""
+        ...
+
+    def history(self, limit: int = 100) -> list[RolloutEvent]:
+        """The audit trail, oldest first."""
+        ...
+
+    def save_pins(self, pins: Sequence[Pin]) -> None:
+        """Keep conversation pins; a pin already present for a conversation is kept."""
+        ...
+
+    def load_pins(self, conversations: Sequence[str] | None = None) -> list[Pin]:
+        """Unexpired pins: all of them, or those of the given conversations."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_store(url: str, initial: RolloutState) -> RolloutStore:
+    """A store for `rollout.state`; `initial` seeds it the first time it is used."""
+    if url.startswith("sqlite://"):
+        from kvmigrate.rollout.sqlite_store import SqliteRolloutStore
+
+        return SqliteRolloutStore(url, initial)
+    if url.startswith(("redis://", "rediss://")):
+        from kvmigrate.rollout.redis_store import RedisRolloutStore
+
+        return RedisRolloutStore(url, initial)
+    raise StoreError(f"unsupported rollout store URL {url!r}: use sqlite:/// or redis://")

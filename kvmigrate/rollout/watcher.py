@@ -1,0 +1,138 @@
+"""Auto-rollback: every proxy watches a rolling window and pulls a failing candidate out.
+
+Outcomes are appended to bounded in-memory windows on the response path (a deque append);
+the verdict is computed once a second in the background by the same pure function the
+tests check (`rollback_reason`), and the rollback goes through the controller, so it is
+recorded in the history like any other change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter
+
+from kvmigrate.policies.gates import rollback_reason
+from kvmigrate.policies.window import BackendWindow
+from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.rollout.controller import RolloutController, RolloutError
+from kvmigrate.rollout.live import LiveRollout
+from kvmigrate.rollout.state import RolloutState
+from kvmigrate.rollout.store import StoreError
+
+log = logging.getLogger("kvmigrate.rollout")
+
+MAX_SAMPLES = 50_000
+
+
+class RollingWindow:
+    """(time, failed, ttft) of recent upstream calls of one backend."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.samples: deque[tuple[float, bool, float | None]] = deque(maxlen=MAX_SAMPLES)
+
+    def add(self, at: float, failed: bool, ttft: float | None) -> None:
+        self.samples.append((at, failed, ttft))
+
+    def summary(self, since: float) -> BackendWindow:
+        while self.samples and self.samples[0][0] < since:
+            self.samples.popleft()
+        ttfts = sorted(t for _, _, t in self.samples if t is not None)
+        errors = sum(1 for _, failed, _ in self.samples if failed)
+        return BackendWindow(
+            self.name,
+            requests=len(self.samples),
+            errors=errors,
+            ttft_p50=ttfts[len(ttfts) // 2] if ttfts else None,
+            ttft_p95=ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.95))] if ttfts else None,
+        )
+
+
+class RollbackWatcher:
+    def __init__(
+        self, live: LiveRollout, controller: RolloutController, interval: float = 1.0
+    ) -> None:
+        self.live = live
+        self.controller = controller
+        self.interval = interval
+        rollout = controller.config.rollout
+        self.windows = {
+            rollout.primary: RollingWindow(rollout.primary),
+            rollout.candidate: RollingWindow(rollout.candidate),
+        }
+        self.actor = f"auto-rollback@{socket.gethostname()}"
+        self._task: asyncio.Task[None] | None = None
+        self._counter: Counter | None = None
+        live.on_change(self._state_changed)
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self._counter = Counter(
+            "kvmigrate_auto_rollbacks", "Rollbacks this proxy made by itself.", registry=registry
+        )
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        window = self.windows.get(exchange.backend)
+        if window is not None:
+            failed = (exchange.error is not None and exchange.error != "client_disconnected") or (
+                exchange.status is not None and exchange.status >= 500
+            )
+            window.add(exchange.started, failed, exchange.ttft)
+
+    async def running(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def done(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _state_changed(self, state: RolloutState) -> None:
+        # Evidence gathered under the old state says nothing about the new one.
+        for window in self.windows.values():
+            window.samples.clear()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            reason = self.check()
+            if reason is not None:
+                await self._roll_back(reason)
+
+    def check(self) -> str | None:
+        state = self.live.state
+        if state.mode != "split" or state.percent == 0:
+            return None
+        config = self.controller.config.rollout
+        since = time.perf_counter() - config.auto_rollback.window_seconds
+        primary = self.windows[config.primary].summary(since)
+        candidate = self.windows[config.candidate].summary(since)
+        return rollback_reason(primary, candidate, config.auto_rollback)
+
+    async def _roll_back(self, reason: str) -> None:
+        version = self.live.state.version
+        try:
+            outcome = await asyncio.to_thread(
+                self.controller.rollback, reason, self.actor, True, version
+            )
+        except RolloutError as exc:
+            log.info("auto-rollback skipped: %s", exc)
+            return
+        except StoreError as exc:
+            log.error("auto-rollback could not write the rollout store: %s", exc)
+            return
+        if self._counter is not None:
+            self._counter.inc()
+        log.warning(
+            "auto-rollback: %s; percent %g -> %g",
+            reason,
+            outcome.event.from_percent,
+            outcome.event.to_percent,
+        )
+        self._state_changed(outcome.state)

@@ -1,0 +1,57 @@
+"""The proxy as `kvmigrate proxy` runs it: forwarding plus live rollout state, auto-rollback,
+the recorder and the admin API, all wired from one config."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from kvmigrate.config import Config
+from kvmigrate.policies.window import BackendWindow
+from kvmigrate.proxy import build_proxy_app
+from kvmigrate.rollout.admin_api import add_admin_routes
+from kvmigrate.rollout.controller import RolloutController, WindowSource, initial_state
+from kvmigrate.rollout.live import LiveRollout
+from kvmigrate.rollout.store import RolloutStore, open_store
+from kvmigrate.rollout.watcher import RollbackWatcher
+
+
+def records_window_source(config: Config) -> WindowSource:
+    """Gate evidence from the records database the proxies write (`record.db`)."""
+
+    def windows(since: float) -> dict[str, BackendWindow]:
+        from kvmigrate.recorder.queries import window_stats
+
+        return window_stats(config.record.db, since)
+
+    return windows
+
+
+def open_controller(config: Config) -> RolloutController:
+    """A controller over the configured store, with the recorded traffic as evidence."""
+    store = open_store(config.rollout.state, initial_state(config))
+    return RolloutController(config, store, records_window_source(config))
+
+
+def build_app(
+    config: Config,
+    extra_addons: Sequence[object] = (),
+    record: bool = True,
+    poll_interval: float = 0.25,
+) -> web.Application:
+    controller = open_controller(config)
+    live = LiveRollout(config, controller.store, poll_interval=poll_interval)
+    addons: list[object] = [live, RollbackWatcher(live, controller)]
+    if record:
+        from kvmigrate.recorder.addon import build_recorder
+
+        addons.append(build_recorder(config))
+    app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons])
+    add_admin_routes(app, controller, config.server.admin_key)
+    app.on_cleanup.append(lambda _app: _close_store(controller.store))
+    return app
+
+
+async def _close_store(store: RolloutStore) -> None:
+    store.close()

@@ -1,0 +1,71 @@
+"""Real stores for the rollout tests: SQLite files in tmp dirs, and a real redis-server."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvmigrate.serving import free_port
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A throwaway redis-server on a free loopback port (Debian's redis-server package)."""
+    binary = shutil.which("redis-server")
+    assert binary, (
+        "redis-server is missing: scripts/test.sh installs it (apt-get install redis-server)"
+    )
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert proc.poll() is None, "redis-server exited at start"
+        assert time.monotonic() < deadline, "redis-server did not listen"
+        time.sleep(0.05)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def fresh_redis_url(redis_url: str) -> str:
+    """The session's Redis, emptied for this test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    return redis_url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/state.db"

@@ -1,0 +1,349 @@
+"""Running proxies and the rollout commands: live pickup, shared Redis, pins, admin API,
+auto-rollback. Real proxies on loopback, the real CLI in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from kvmigrate.config import Config, parse_config
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.emulator.settings import FaultRates
+from kvmigrate.runtime import build_app as build_runtime_app
+from kvmigrate.serving import BackgroundServer
+
+MODEL = "gpt-4o-mini"
+
+
+@dataclass
+class Setup:
+    config_path: Path
+    config: Config
+
+
+@pytest.fixture(scope="module")
+def emulators() -> Iterator[dict[str, BackgroundServer]]:
+    servers = {
+        "hosted": BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0))),
+        "vllm": BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0))),
+        "broken": BackgroundServer(
+            lambda: build_app(
+                EmulatorSettings(
+                    "vllm", name="broken", time_scale=0, faults=FaultRates(error_rate=1.0)
+                )
+            )
+        ),
+    }
+    for server in servers.values():
+        server.start()
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture
+def setup(tmp_path: Path, emulators: dict[str, BackgroundServer]) -> Callable[..., Setup]:
+    def make(state: str | None = None, candidate: str = "vllm", extra: str = "") -> Setup:
+        text = f"""
+server: {{admin_key: adm-secret}}
+backends:
+  hosted: {{api_base: "{emulators["hosted"].url}/v1"}}
+  vllm: {{api_base: "{emulators[candidate].url}/v1"}}
+models:
+  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout:
+  state: "{state or f"sqlite:///{tmp_path}/state.db"}"
+  gates: {{min_conversations: 2, min_requests: 4}}
+  auto_rollback: {{window_seconds: 20, min_requests: 10}}
+{extra}
+record: {{db: "sqlite:///{tmp_path}/records.db"}}
+"""
+        path = tmp_path / "config.yaml"
+        path.write_text(text)
+        return Setup(path, parse_config(text, env={}))
+
+    return make
+
+
+@pytest.fixture
+def proxies() -> Iterator[Callable[[Config], BackgroundServer]]:
+    started: list[BackgroundServer] = []
+
+    def start(config: Config) -> BackgroundServer:
+        server = BackgroundServer(lambda: build_runtime_app(config, poll_interval=0.1)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = None if key is None else {"KVMIGRATE_ADMIN_KEY": key, "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "kvmigrate", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def served_by(proxy: BackgroundServer, conversation: str, turn_messages: int = 0) -> str:
+    messages: list[dict[str, str]] = [{"role": "user", "content": conversation}]
+    for i in range(turn_messages):
+        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": "go"}]
+    with openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-c", max_retries=0) as client:
+        raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
+    return raw.headers["x-kvmigrate-backend"]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float) -> float:
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, "condition not met in time"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def test_cli_change_reaches_a_running_proxy_within_a_second(
+    setup: Callable[..., Setup],
+    proxies: Callable[[Config], BackgroundServer],
+) -> None:
+    s = setup()
+    proxy = proxies(s.config)
+    assert served_by(proxy, "hello") == "hosted"
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk", max_retries=0)
+    in_flight: list[str] = []
+    stream = client.chat.completions.create(
+        model=MODEL, stream=True, messages=[{"role": "user", "content": "long"}], max_tokens=50
+    )
+    reader = threading.Thread(
+        target=lambda: in_flight.extend(
+            c.choices[0].delta.content or "" for c in stream if c.choices
+        )
+    )
+    reader.start()
+    done = cli(
+        "rollout", "--percent", "100", "--force", "--reason", "go", "--config", str(s.config_path)
+    )
+    assert done.returncode == 0, done.stderr
+    assert "shadow 0% -> split 100%" in done.stdout
+    assert wait_until(lambda: served_by(proxy, "hello") == "vllm", timeout=1.0) < 1.0
+    reader.join(10)
+    client.close()
+    assert "".join(in_flight)  # the request in flight during the change finished cleanly
+
+
+def test_two_proxies_sharing_redis_both_switch(
+    setup: Callable[..., Setup],
+    proxies: Callable[[Config], BackgroundServer],
+    fresh_redis_url: str,
+) -> None:
+    s = setup(state=fresh_redis_url)
+    a, b = proxies(s.config), proxies(s.config)
+    assert served_by(a, "x") == served_by(b, "x") == "hosted"
+    done = cli("rollout", "--percent", "100", "--force", "--config", str(s.config_path))
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: served_by(a, "y") == "vllm" and served_by(b, "y") == "vllm", 1.0)
+    status = json.loads(cli("rollout", "status", "--json", "--config", str(s.config_path)).stdout)
+    assert status["state"]["percent"] == 100
+
+
+def conversations_on(proxy: BackgroundServer, names: list[str], turn: int = 0) -> dict[str, str]:
+    return {n: served_by(proxy, n, turn) for n in names}
+
+
+@pytest.mark.parametrize("pinning", [True, False])
+def test_pins_keep_conversations_where_they_started(
+    setup: Callable[..., Setup],
+    proxies: Callable[[Config], BackgroundServer],
+    fresh_redis_url: str,
+    pinning: bool,
+) -> None:
+    s = setup(state=fresh_redis_url, extra=f"  pinning: {str(pinning).lower()}")
+    first, second = proxies(s.config), proxies(s.config)
+    assert (
+        cli("rollout", "--percent", "10", "--force", "--config", str(s.config_path)).returncode == 0
+    )
+    wait_until(lambda: served_by(first, "probe") in ("hosted", "vllm"), 1.0)
+    time.sleep(0.3)
+    names = [f"conversation {i}" for i in range(40)]
+    at_10 = conversations_on(first, names)
+    time.sleep(0.3)  # pins reach Redis in the background
+    assert (
+        cli("rollout", "--percent", "50", "--force", "--config", str(s.config_path)).returncode == 0
+    )
+    time.sleep(0.5)
+    # Turn 2 of each conversation lands on the other replica, as behind a load balancer.
+    later = conversations_on(second, names, turn=1)
+    moved = [n for n in names if at_10[n] != later[n]]
+    if pinning:
+        assert moved == []
+        fresh = conversations_on(second, [f"new {i}" for i in range(40)])
+        assert 8 <= list(fresh.values()).count("vllm") <= 32  # new ones follow the 50%
+    else:
+        assert moved
+        assert all(at_10[n] == "hosted" and later[n] == "vllm" for n in moved)
+
+
+def test_admin_api_is_guarded(
+    setup: Callable[..., Setup], proxies: Callable[[Config], BackgroundServer]
+) -> None:
+    s = setup()
+    proxy = proxies(s.config)
+    wrong = cli("rollout", "status", "--proxy-url", proxy.url, key="nope")
+    assert wrong.returncode != 0
+    assert "admin key" in wrong.stderr
+    missing = cli("rollout", "status", "--proxy-url", proxy.url, key="")
+    assert missing.returncode != 0
+    ok = cli(
+        "rollout",
+        "--percent",
+        "30",
+        "--force",
+        "--reason",
+        "remote",
+        "--proxy-url",
+        proxy.url,
+        key="adm-secret",
+    )
+    assert ok.returncode == 0, ok.stderr
+    history = cli("rollout", "history", "--json", "--proxy-url", proxy.url, key="adm-secret")
+    events = json.loads(history.stdout)
+    assert events[-1]["reason"] == "remote"
+    assert events[-1]["forced"]
+    refused = cli("rollout", "--percent", "60", "--proxy-url", proxy.url, key="adm-secret")
+    assert refused.returncode != 0
+    assert "refused by the gates" in refused.stderr
+
+
+def test_admin_api_disabled_without_admin_key(
+    tmp_path: Path, setup: Callable[..., Setup], proxies: Callable[[Config], BackgroundServer]
+) -> None:
+    s = setup()
+    config = parse_config(s.config_path.read_text().replace("admin_key: adm-secret", ""), env={})
+    proxy = proxies(config)
+    result = cli("rollout", "status", "--proxy-url", proxy.url, key="anything")
+    assert result.returncode != 0
+    assert "disabled" in result.stderr
+
+
+def test_failing_candidate_is_rolled_back_automatically(
+    setup: Callable[..., Setup],
+    proxies: Callable[[Config], BackgroundServer],
+) -> None:
+    s = setup(candidate="broken")
+    proxy = proxies(s.config)
+    assert (
+        cli("rollout", "--percent", "100", "--force", "--config", str(s.config_path)).returncode
+        == 0
+    )
+    wait_until(
+        lambda: (
+            json.loads(cli("rollout", "status", "--json", "--config", str(s.config_path)).stdout)[
+                "state"
+            ]["version"]
+            == 1
+        ),
+        2,
+    )
+    time.sleep(0.3)
+    for i in range(30):  # each falls back to the primary: clients see no error
+        assert served_by(proxy, f"c{i}") == "hosted"
+    wait_until(
+        lambda: (
+            json.loads(cli("rollout", "status", "--json", "--config", str(s.config_path)).stdout)[
+                "state"
+            ]["percent"]
+            == 0
+        ),
+        5,
+    )
+    events = json.loads(cli("rollout", "history", "--json", "--config", str(s.config_path)).stdout)
+    assert events[-1]["action"] == "auto-rollback"
+    assert "error rate" in events[-1]["reason"]
+    import urllib.request
+
+    metrics = urllib.request.urlopen(proxy.url + "/metrics").read().decode()
+    assert "kvmigrate_auto_rollbacks_total 1.0" in metrics
+
+
+@pytest.fixture
+def traffic() -> Iterator[Callable[[BackgroundServer], None]]:
+    """Steady multi-turn traffic through a proxy until the test ends."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def run(proxy: BackgroundServer) -> None:
+        def loop() -> None:
+            i = 0
+            while not stop.is_set():
+                served_by(proxy, f"steady conversation {i % 50}", turn_messages=i // 50 % 3)
+                i += 1
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    yield run
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.mark.parametrize(("candidate", "completes"), [("vllm", True), ("broken", False)])
+def test_rollout_auto_walks_the_steps_through_the_gates(
+    setup: Callable[..., Setup],
+    proxies: Callable[[Config], BackgroundServer],
+    traffic: Callable[[BackgroundServer], None],
+    candidate: str,
+    completes: bool,
+) -> None:
+    s = setup(candidate=candidate)
+    proxy = proxies(s.config)
+    traffic(proxy)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvmigrate",
+            "rollout",
+            "auto",
+            "--bake",
+            "1",
+            "--poll",
+            "0.3",
+            "--step-timeout",
+            "30",
+            "--json",
+            "--config",
+            str(s.config_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(result.stdout)
+    events = json.loads(cli("rollout", "history", "--json", "--config", str(s.config_path)).stdout)
+    if completes:
+        assert result.returncode == 0, result.stderr
+        assert report["completed"]
+        assert report["reached"] == 100
+        assert [e["to_percent"] for e in events] == [10, 50, 100]
+        assert all(g["verdict"] == "passed" for e in events for g in e["gates"])
+    else:
+        assert result.returncode == 1
+        assert "gates failed before 10%" in report["message"]
+        assert events == []  # nothing was promoted

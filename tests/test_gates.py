@@ -1,0 +1,115 @@
+"""Gates and the auto-rollback trigger are pure functions: tested as tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmigrate.policies.gates import (
+    GateConfig,
+    RollbackConfig,
+    Verdict,
+    all_passed,
+    evaluate_gates,
+    rollback_reason,
+)
+from kvmigrate.policies.window import BackendWindow
+
+P = "passed"
+F = "failed"
+I = "inconclusive"  # noqa: E741
+
+
+def w(
+    name: str,
+    requests: int = 200,
+    conversations: int = 40,
+    errors: int = 0,
+    p95: float | None = 0.5,
+    parity: float | None = None,
+    samples: int = 0,
+) -> BackendWindow:
+    return BackendWindow(
+        name, requests, conversations, errors, p95 and p95 / 2, p95, parity, samples
+    )
+
+
+PRIMARY = w("hosted", errors=2, p95=0.5)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "config", "expected"),
+    [
+        (w("vllm", p95=0.1), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": P}),
+        (
+            w("vllm", requests=50, conversations=5),
+            GateConfig(),
+            {"traffic": I, "error_rate": I, "ttft_p95": I},
+        ),
+        (w("vllm", conversations=5), GateConfig(), {"traffic": I, "error_rate": P, "ttft_p95": P}),
+        # 1% primary + 1% margin = 2%: 4/200 = 2% passes, 5/200 fails
+        (w("vllm", errors=4), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": P}),
+        (w("vllm", errors=5), GateConfig(), {"traffic": P, "error_rate": F, "ttft_p95": P}),
+        # 1.5 x 500 ms = 750 ms
+        (w("vllm", p95=0.74), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": P}),
+        (w("vllm", p95=0.80), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": F}),
+        # an SLO passes a candidate slower than the factor allows
+        (
+            w("vllm", p95=0.80),
+            GateConfig(ttft_p95_slo_ms=900),
+            {"traffic": P, "error_rate": P, "ttft_p95": P},
+        ),
+        (w("vllm", p95=None), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": I}),
+        (
+            w("vllm", parity=0.95, samples=50),
+            GateConfig(min_parity=0.9),
+            {"traffic": P, "error_rate": P, "ttft_p95": P, "parity": P},
+        ),
+        (
+            w("vllm", parity=0.80, samples=50),
+            GateConfig(min_parity=0.9),
+            {"traffic": P, "error_rate": P, "ttft_p95": P, "parity": F},
+        ),
+        (
+            w("vllm", parity=0.99, samples=3),
+            GateConfig(min_parity=0.9),
+            {"traffic": P, "error_rate": P, "ttft_p95": P, "parity": I},
+        ),
+    ],
+)
+def test_gate_table(candidate: BackendWindow, config: GateConfig, expected: dict[str, str]) -> None:
+    results = evaluate_gates(PRIMARY, candidate, config)
+    assert {r.name: r.verdict.value for r in results} == expected
+    assert all_passed(results) == all(v == P for v in expected.values())
+    for result in results:
+        assert result.detail
+        assert result.figures
+        assert result.to_dict()["verdict"] in {v.value for v in Verdict}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "config", "trigger"),
+    [
+        (w("vllm", requests=100, errors=10), RollbackConfig(), None),  # 10% < 20%
+        (w("vllm", requests=100, errors=25), RollbackConfig(), "error rate"),
+        (w("vllm", requests=10, errors=10), RollbackConfig(), None),  # too few to judge
+        (w("vllm", requests=100, errors=25), RollbackConfig(enabled=False), None),
+        (w("vllm", p95=2.5), RollbackConfig(), "TTFT"),  # 5 x primary's 0.5 s
+        (w("vllm", p95=1.5), RollbackConfig(), None),
+        (w("vllm", p95=1.5), RollbackConfig(ttft_p95_ms=1000), "TTFT"),
+    ],
+)
+def test_rollback_trigger_table(
+    candidate: BackendWindow, config: RollbackConfig, trigger: str | None
+) -> None:
+    reason = rollback_reason(PRIMARY, candidate, config)
+    if trigger is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert trigger in reason
+
+
+def test_rollback_tolerates_a_primary_that_fails_as_much() -> None:
+    bad_primary = w("hosted", requests=100, errors=30)
+    candidate = w("vllm", requests=100, errors=35)
+    assert rollback_reason(bad_primary, candidate, RollbackConfig()) is None
