@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
+import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 AppFactory = Callable[[], Awaitable[web.Application]] | Callable[[], web.Application]
 
@@ -33,17 +37,78 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+class EnvelopeRequestHandler(RequestHandler):
+    """Answers requests that fail below the application (a malformed request line, bad
+    headers, an oversized header block) in OpenAI's error envelope too, never plain text."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        # A malformed request is the client's problem: one debug line, no traceback.
+        self.logger.debug("malformed request from %s: %s", request.remote, exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started; cannot send an error")
+        detail = " ".join(line.strip() for line in (message or "").splitlines() if line.strip())
+        if any(word in detail.lower() for word in ("authorization", "api-key", "cookie", "key")):
+            detail = "a header could not be parsed"  # never echo a credential back
+        if status < 500:
+            text = f"Malformed HTTP request: {detail[:160] or 'could not be parsed'}"
+        else:
+            text = "The server failed to handle this request."
+        body = orjson.dumps(
+            {
+                "error": {
+                    "message": text,
+                    "type": "invalid_request_error" if status < 500 else "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
+        )
+        response = web.Response(status=status, body=body, content_type="application/json")
+        response.force_close()
+        return response
+
+
+class EnvelopeServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class EnvelopeAppRunner(web.AppRunner):
+    """An AppRunner whose protocol-level errors are JSON envelopes (see above)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # aiohttp builds its Server inside the app; reuse its settings with our handler.
+        server.__class__ = EnvelopeServer
+        return server
+
+
 def run_app_forever(app: web.Application, host: str, port: int, banner: str = "") -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully."""
     install_fast_event_loop()
-    web.run_app(
-        app,
-        host=host,
-        port=port,
-        access_log=None,
-        print=(lambda _msg: print(banner, flush=True)) if banner else None,
-        shutdown_timeout=5.0,
-    )
+    asyncio.run(_serve_forever(app, host, port, banner))
+
+
+async def _serve_forever(app: web.Application, host: str, port: int, banner: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, backlog=1024).start()
+        if banner:
+            print(banner, flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 class BackgroundServer:
@@ -58,7 +123,7 @@ class BackgroundServer:
         self.host = host
         self.port = port
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: EnvelopeAppRunner | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -130,7 +195,7 @@ class BackgroundServer:
         app = self._app_factory()
         if not isinstance(app, web.Application):
             app = await app
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()

@@ -76,6 +76,7 @@ def _server(s: Section) -> ServerConfig:
         master_key=s.secret("master_key"),
         admin_key=s.secret("admin_key"),
         max_body_bytes=s.integer("max_body_bytes", 32 * 1024 * 1024, 1024),
+        body_timeout_seconds=s.number("body_timeout_seconds", 30.0, 0.1),
     )
     s.finish()
     return server

@@ -15,6 +15,7 @@ class ServerConfig:
     master_key: Secret | None = None
     admin_key: Secret | None = None
     max_body_bytes: int = 32 * 1024 * 1024
+    body_timeout_seconds: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.proxy.errors import bad_request
+from kvmigrate.proxy.errors import ProxyError, bad_request
 
 _MODEL_KEY = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 
@@ -48,6 +48,25 @@ def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("`stream` must be a boolean.", param="stream")
     return RequestBody(raw, data, model)
+
+
+def check_passthrough_body(content_type: str, raw: bytes) -> None:
+    """Other /v1 routes take JSON or multipart uploads (files, audio), as OpenAI's API does;
+    a body that is neither, or JSON that does not parse, is refused rather than forwarded."""
+    if not raw:
+        return
+    if content_type == "application/json":
+        try:
+            orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(f"The request body is not valid JSON: {exc}") from None
+    elif content_type != "multipart/form-data":
+        raise ProxyError(
+            415,
+            "Send the request body as application/json or multipart/form-data.",
+            "invalid_request_error",
+            "unsupported_media_type",
+        )
 
 
 def with_model(body: RequestBody, served_model: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from aiohttp import web
 from kvmigrate.config import Config
 from kvmigrate.policies import Decision, RolloutSnapshot, conversation_key, decide, turn_index
 from kvmigrate.proxy.addons import Addons
-from kvmigrate.proxy.body import RequestBody, parse_body, with_model
+from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
 from kvmigrate.proxy.exchange import SERVE, SHADOW, Exchange
 from kvmigrate.proxy.forward import (
@@ -275,9 +276,17 @@ class ProxyService:
         if request.content_length is not None and request.content_length > limit:
             raise body_too_large(limit)
         try:
-            return await request.read()
+            # A client that trickles its body (slow-loris) must not hold a slot forever.
+            return await asyncio.wait_for(request.read(), self.config.server.body_timeout_seconds)
         except web.HTTPRequestEntityTooLarge:
             raise body_too_large(limit) from None
+        except TimeoutError:
+            raise ProxyError(
+                408,
+                "The request body did not arrive in time.",
+                "invalid_request_error",
+                "request_timeout",
+            ) from None
 
     async def handle_passthrough(self, request: web.Request) -> web.StreamResponse:
         """Any other /v1 path goes to the primary unchanged."""
@@ -285,6 +294,7 @@ class ProxyService:
         self.authorize(request)
         suffix = safe_suffix(request.match_info["suffix"])
         raw = await self.read_body(request)
+        check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary
         upstream = self.upstreams[primary]
         headers = upstream_headers(

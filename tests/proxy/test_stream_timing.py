@@ -55,7 +55,8 @@ def test_chunks_are_relayed_as_they_arrive(make_proxy: ProxyFactory) -> None:
     proxied_gaps = [b - a for a, b in itertools.pairwise(proxied_times)]
     # Buffering would bunch chunks together (gaps near 0) or delay the first one.
     assert abs(statistics.median(proxied_gaps) - statistics.median(direct_gaps)) < 0.008
-    assert min(proxied_gaps) > 0.010
+    # A scheduling hiccup on a busy machine can shorten a gap or two; buffering shortens most.
+    assert sum(gap < 0.005 for gap in proxied_gaps) <= len(proxied_gaps) // 5
     assert abs(proxied_times[0] - direct_times[0]) < 0.030
     total_spread = proxied_times[-1] - proxied_times[0]
     assert total_spread > 0.8 * (direct_times[-1] - direct_times[0])
