@@ -43,7 +43,7 @@ def test_help_lists_only_working_commands() -> None:
         [sys.executable, "-m", "kvmigrate", "--help"], capture_output=True, text=True, check=True
     ).stdout
     listed = set(re.findall(r"^  (\w+)", out.split("Commands:")[1], re.M))
-    assert listed == {"config", "emulate", "proxy", "rollout", "rollback"}
+    assert listed == {"config", "emulate", "proxy", "rollout", "rollback", "rewrite"}
 
 
 @pytest.mark.parametrize(

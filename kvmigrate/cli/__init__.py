@@ -8,6 +8,7 @@ from kvmigrate import __version__
 from kvmigrate.cli.config_cmd import config_group
 from kvmigrate.cli.emulate import emulate
 from kvmigrate.cli.proxy_cmd import proxy
+from kvmigrate.cli.rewrite_cmd import rewrite
 from kvmigrate.cli.rollout_cmd import rollback, rollout
 
 
@@ -22,3 +23,4 @@ main.add_command(emulate)
 main.add_command(proxy)
 main.add_command(rollout)
 main.add_command(rollback)
+main.add_command(rewrite)

@@ -1,0 +1,175 @@
+"""`kvmigrate rewrite`: point client code and deployment configs at the proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from kvmigrate.cli.options import config_option
+from kvmigrate.config import ConfigError, load_config
+from kvmigrate.config.loader import DEFAULT_CONFIG_PATH
+from kvmigrate.migrate import (
+    DEFAULT_PROXY_URL,
+    ApplyError,
+    RevertError,
+    RewriteOptions,
+    apply_plan,
+    build_plan,
+    plan_json,
+    plan_text,
+    proxy_url_for_server,
+    revert,
+    revert_json,
+    revert_text,
+    validate_proxy_key,
+    validate_proxy_url,
+)
+
+EXIT_NOTHING, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+
+class _UsageError(click.UsageError):
+    exit_code = EXIT_ERROR
+
+
+class _Command(click.Command):
+    """Usage errors exit 1, not click's 2, so that 2 always means "changes proposed"."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _UsageError(exc.message, exc.ctx) from None
+
+
+class _AnyEnv(Mapping[str, str]):
+    """The environment, with a stand-in for unset secrets: rewrite reads only `server`."""
+
+    def __getitem__(self, name: str) -> str:
+        return os.environ.get(name) or "unset-while-rewriting"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(os.environ)
+
+    def __len__(self) -> int:
+        return len(os.environ)
+
+
+@click.command("rewrite", cls=_Command, context_settings={"max_content_width": 100})
+@click.argument("path", default=".", type=click.Path(exists=True, file_okay=False))
+@click.option("--apply", "do_apply", is_flag=True, help="Write the changes (backed up first).")
+@click.option(
+    "--revert",
+    "revert_id",
+    is_flag=False,
+    flag_value="latest",
+    default=None,
+    metavar="[ID]",
+    help="Restore the files of backup ID (default: the latest). Put PATH before it.",
+)
+@click.option("--proxy-url", help="URL clients should use [default: from --config, else "
+              f"{DEFAULT_PROXY_URL}].")  # fmt: skip
+@click.option(
+    "--proxy-key",
+    envvar="KVMIGRATE_PROXY_KEY",
+    help="Also rewrite literal OPENAI_API_KEY values in .env and deployment files to this key "
+    "(env KVMIGRATE_PROXY_KEY). Off unless given.",
+)
+@click.option("--allow-dirty", is_flag=True, help="Apply even with uncommitted git changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report.")
+@config_option
+@click.pass_context
+def rewrite(
+    ctx: click.Context,
+    path: str,
+    do_apply: bool,
+    revert_id: str | None,
+    proxy_url: str | None,
+    proxy_key: str | None,
+    allow_dirty: bool,
+    as_json: bool,
+    config_path: str,
+) -> None:
+    """Point OpenAI-compatible client code and deployment configs under PATH at the proxy.
+
+    Python (OpenAI, LangChain, LlamaIndex, LiteLLM, DSPy, AutoGen, CrewAI, Instructor),
+    JS/TS (openai, Vercel AI SDK, LangChain JS), .env files, docker-compose, Kubernetes,
+    Helm values, GitHub Actions and LiteLLM proxy configs. A dry run (the default) prints
+    a diff and a summary; Azure and Bedrock clients and URLs built at run time are listed,
+    never rewritten.
+
+    \b
+    Exit codes:
+      0  nothing to rewrite; or --apply / --revert succeeded
+      1  errors: a file could not be read or parsed (others are still handled),
+         a refused or failed apply, a failed revert, a bad option
+      2  dry run: changes are proposed
+    """
+    if revert_id is not None:
+        if do_apply:
+            raise _UsageError("--apply and --revert do not go together")
+        ctx.exit(_revert(Path(path), None if revert_id == "latest" else revert_id, as_json))
+    try:
+        url = validate_proxy_url(proxy_url) if proxy_url else _config_url(ctx, config_path)
+        key = validate_proxy_key(proxy_key) if proxy_key is not None else None
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    plan = build_plan(Path(path), RewriteOptions(url, key))
+    applied, error = None, None
+    if do_apply:
+        try:
+            applied = apply_plan(plan, allow_dirty=allow_dirty)
+        except ApplyError as exc:
+            error = str(exc)
+    code = _exit_code(bool(plan.changes), bool(plan.errors) or error is not None, do_apply)
+    if as_json:
+        mode = "apply" if do_apply else "dry-run"
+        _echo_json(plan_json(plan, mode=mode, exit_code=code, applied=applied, error=error))
+    else:
+        click.echo(plan_text(plan, applied=applied, show_diff=not do_apply or error is not None))
+        if error:
+            click.echo(f"Error: {error}", err=True)
+    ctx.exit(code)
+
+
+def _exit_code(changes: bool, errors: bool, applied: bool) -> int:
+    if errors:
+        return EXIT_ERROR
+    return EXIT_CHANGES if changes and not applied else EXIT_NOTHING
+
+
+def _config_url(ctx: click.Context, config_path: str) -> str:
+    implicit = ctx.get_parameter_source("config_path") is ParameterSource.DEFAULT
+    if implicit and config_path == DEFAULT_CONFIG_PATH and not Path(config_path).exists():
+        return DEFAULT_PROXY_URL
+    try:
+        server = load_config(config_path, env=_AnyEnv()).server
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return proxy_url_for_server(server.host, server.port)
+
+
+def _revert(root: Path, backup_id: str | None, as_json: bool) -> int:
+    try:
+        result = revert(root, backup_id)
+    except (RevertError, OSError) as exc:
+        if as_json:
+            _echo_json(revert_json(None, error=str(exc), exit_code=EXIT_ERROR))
+        else:
+            click.echo(f"Error: {exc}", err=True)
+        return EXIT_ERROR
+    if as_json:
+        _echo_json(revert_json(result, error=None, exit_code=EXIT_NOTHING))
+    else:
+        click.echo(revert_text(result))
+    return EXIT_NOTHING
+
+
+def _echo_json(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, indent=2))

@@ -1,0 +1,267 @@
+"""Write a plan to disk so that no file is ever lost, and put every file back on request.
+
+Order matters: every backup and the manifest are written and fsynced before the first
+target changes, so a run killed at any instant leaves either the original file or the new
+one (each write is a temp file + fsync + rename) plus a backup that `revert` can restore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kvmigrate.migrate.gitstate import dirty_paths
+from kvmigrate.migrate.plan import FileChange, Plan
+
+BACKUP_DIR = ".kvmigrate/backups"
+MANIFEST = "manifest.json"
+# Injected seam: os.replace in production; tests pass one that fails or dies mid-apply.
+Replace = Callable[[Path, Path], None]
+
+
+class ApplyError(Exception):
+    """The plan could not be applied; the message says what state the tree is in."""
+
+
+class DirtyTree(ApplyError):
+    def __init__(self, paths: list[str]) -> None:
+        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        super().__init__(f"the git tree has uncommitted changes ({shown}); commit or stash "
+                         "them, or pass --allow-dirty")  # fmt: skip
+        self.paths = paths
+
+
+class RevertError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    backup_id: str | None
+    files: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RevertResult:
+    backup_id: str
+    restored: list[str]
+    unchanged: list[str] = field(default_factory=list)  # never written (an interrupted apply)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def apply_plan(
+    plan: Plan, *, allow_dirty: bool = False, replace: Replace = os.replace
+) -> ApplyResult:
+    if not plan.changes:
+        return ApplyResult(None, [])
+    if not allow_dirty and (dirty := dirty_paths(plan.root)):
+        raise DirtyTree(dirty)
+    for change in plan.changes:
+        if _read(plan.root / change.path) != change.old:
+            raise ApplyError(f"{change.path} changed since it was scanned; run again")
+    backup_id, backup_dir = _new_backup_dir(plan.root)
+    manifest = _write_backups(plan, backup_id, backup_dir)
+    written: list[str] = []
+    try:
+        for change, entry in zip(plan.changes, manifest["files"], strict=True):
+            atomic_write(plan.root / change.path, change.new, entry["mode"], backup_id, replace)
+            written.append(change.path)
+    except OSError as exc:
+        raise ApplyError(_rollback(plan.root, backup_id, written, exc, replace)) from exc
+    manifest["status"] = "applied"
+    _write_json(backup_dir / MANIFEST, manifest)
+    return ApplyResult(backup_id, written)
+
+
+def _rollback(
+    root: Path, backup_id: str, written: list[str], exc: OSError, replace: Replace
+) -> str:
+    what = f"apply stopped after {len(written)} file(s): {exc}"
+    try:
+        revert(root, backup_id, replace=replace)
+    except (OSError, RevertError) as again:
+        restore = f"kvmigrate rewrite {root} --revert {backup_id}"
+        return f"{what}; automatic restore failed too ({again}): run {restore}"
+    return f"{what}; every file was restored from backup {backup_id}"
+
+
+def _new_backup_dir(root: Path) -> tuple[str, Path]:
+    backup_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    path = root / BACKUP_DIR / backup_id
+    path.mkdir(parents=True, exist_ok=False)
+    return backup_id, path
+
+
+def _write_backups(plan: Plan, backup_id: str, backup_dir: Path) -> dict[str, Any]:
+    files: list[dict[str, Any]] = []
+    for change in plan.changes:
+        target = plan.root / change.path
+        copy = backup_dir / "files" / change.path
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        _write_synced(copy, change.old, 0o600)
+        files.append(_entry(change, target))
+    for directory in {(backup_dir / "files" / c.path).parent for c in plan.changes}:
+        _fsync_dir(directory)
+    manifest: dict[str, Any] = {
+        "version": 1,
+        "id": backup_id,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "proxy_url": plan.options.proxy_url,
+        "status": "applying",
+        "files": files,
+    }
+    _write_json(backup_dir / MANIFEST, manifest)
+    _fsync_dir(backup_dir.parent)
+    return manifest
+
+
+def _entry(change: FileChange, target: Path) -> dict[str, Any]:
+    return {
+        "path": change.path,
+        "mode": target.stat().st_mode & 0o7777,
+        "sha256_before": sha256(change.old),
+        "sha256_after": sha256(change.new),
+    }
+
+
+def revert(
+    root: Path, backup_id: str | None = None, *, replace: Replace = os.replace
+) -> RevertResult:
+    """Restore every file of a backup (default: the latest not yet reverted), exactly."""
+    root = root.resolve()
+    backup_dir = _find_backup(root, backup_id)
+    manifest = _read_manifest(backup_dir)
+    todo, unchanged, conflicts = _classify(root, backup_dir, manifest)
+    if conflicts:
+        raise RevertError("changed since the apply, not overwritten: " + ", ".join(conflicts))
+    for entry in todo:
+        target = root / entry["path"]
+        atomic_write(target, _read(backup_dir / "files" / entry["path"]), entry["mode"],
+                     manifest["id"], replace)  # fmt: skip
+        if sha256(_read(target)) != entry["sha256_before"]:
+            raise RevertError(f"{entry['path']}: restored bytes do not match the backup")
+    for entry in manifest["files"]:
+        _remove_temp(root / entry["path"], manifest["id"])
+    manifest["status"] = "reverted"
+    _write_json(backup_dir / MANIFEST, manifest)
+    return RevertResult(manifest["id"], [e["path"] for e in todo], unchanged)
+
+
+def _classify(
+    root: Path, backup_dir: Path, manifest: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    todo: list[dict[str, Any]] = []
+    unchanged: list[str] = []
+    conflicts: list[str] = []
+    for entry in manifest["files"]:
+        backup = backup_dir / "files" / entry["path"]
+        if not backup.is_file() or sha256(_read(backup)) != entry["sha256_before"]:
+            raise RevertError(f"backup of {entry['path']} is missing or corrupt in {backup_dir}")
+        try:
+            current = sha256(_read(root / entry["path"]))
+        except FileNotFoundError:
+            current = None  # deleted since: restoring it loses nothing
+        if current == entry["sha256_before"]:
+            unchanged.append(entry["path"])
+        elif current in (entry["sha256_after"], None):
+            todo.append(entry)
+        else:
+            conflicts.append(entry["path"])
+    return todo, unchanged, conflicts
+
+
+def list_backups(root: Path) -> list[dict[str, Any]]:
+    """Manifests, newest first."""
+    base = root / BACKUP_DIR
+    if not base.is_dir():
+        return []
+    found = [
+        _read_manifest(d) for d in sorted(base.iterdir(), reverse=True) if (d / MANIFEST).is_file()
+    ]
+    return found
+
+
+def _find_backup(root: Path, backup_id: str | None) -> Path:
+    if backup_id is not None:
+        path = root / BACKUP_DIR / backup_id
+        if os.sep in backup_id or "/" in backup_id or not (path / MANIFEST).is_file():
+            raise RevertError(f"no backup {backup_id!r} under {root / BACKUP_DIR}")
+        return path
+    for manifest in list_backups(root):
+        if manifest.get("status") != "reverted":
+            return root / BACKUP_DIR / str(manifest["id"])
+    raise RevertError(f"no backup left to revert under {root / BACKUP_DIR}")
+
+
+def _read_manifest(backup_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(_read(backup_dir / MANIFEST))
+    except (OSError, ValueError) as exc:
+        raise RevertError(f"unreadable manifest in {backup_dir}: {exc}") from None
+    if not isinstance(data, dict) or data.get("version") != 1:
+        raise RevertError(f"unknown manifest format in {backup_dir}")
+    return data
+
+
+# --- durable writes ---------------------------------------------------------------------------
+
+
+def atomic_write(
+    path: Path, data: bytes, mode: int, tag: str, replace: Replace = os.replace
+) -> None:
+    """Temp file in the same directory, fsync, rename over the target, fsync the directory."""
+    temp = _temp_path(path, tag)
+    try:
+        _write_synced(temp, data, mode)
+        replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _temp_path(path: Path, tag: str) -> Path:
+    # Named after the backup id, so a revert after a killed run can find and remove it.
+    return path.with_name(f".{path.name}.{tag}.kvmigrate-tmp")
+
+
+def _remove_temp(path: Path, tag: str) -> None:
+    _temp_path(path, tag).unlink(missing_ok=True)
+
+
+def _write_synced(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, mode)  # the umask must not change a script's or a secret's mode
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    body = json.dumps(data, indent=2, sort_keys=True).encode() + b"\n"
+    atomic_write(path, body, 0o600, "manifest")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes()

@@ -1,0 +1,92 @@
+"""`.env` files: `[export] OPENAI_BASE_URL=value`, quoted or not, with trailing comments kept."""
+
+from __future__ import annotations
+
+import re
+
+from kvmigrate.migrate.findings import Action, Edit, Finding, ScanResult
+from kvmigrate.migrate.values import (
+    KEY_VARS,
+    URL_VARS,
+    RewriteOptions,
+    Verdict,
+    judge_key,
+    judge_url,
+)
+
+_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*")
+
+
+def scan_env(text: str, rel: str, options: RewriteOptions) -> ScanResult:
+    result = ScanResult(deploy_kind="dotenv")
+    offset = 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        body = line.rstrip("\r\n")
+        match = _ASSIGN.match(body)
+        if match and match["key"] in KEY_VARS and (span := _value_span(body, match.end())):
+            result.secrets.add(body[span[0] : span[1]])  # masked even in diff context lines
+        if match and _wanted(match["key"], options):
+            span = _value_span(body, match.end())
+            if span is None:
+                result.findings.append(
+                    Finding(rel, number, "env", "dotenv", Action.NEEDS_HUMAN,
+                            f"{match['key']}: unterminated or multi-line quoted value")
+                )  # fmt: skip
+            else:
+                start, end = span
+                new = _judge(result, rel, number, match["key"], body[start:end], options)
+                if new is not None:
+                    result.edits.append(Edit(offset + start, offset + end, new))
+        offset += len(line)
+    return result
+
+
+def _wanted(key: str, options: RewriteOptions) -> bool:
+    return key in URL_VARS or (options.proxy_key is not None and key in KEY_VARS)
+
+
+def _value_span(body: str, start: int) -> tuple[int, int] | None:
+    """The value's characters, inside its quotes if quoted, before any ` # comment`."""
+    if start < len(body) and body[start] in "\"'":
+        quote = body[start]
+        close = start + 1
+        while close < len(body):
+            if body[close] == "\\" and quote == '"':
+                close += 2
+                continue
+            if body[close] == quote:
+                return start + 1, close
+            close += 1
+        return None
+    comment = re.search(r"[ \t]#", body[start:])
+    end = start + comment.start() if comment else len(body)
+    return start, len(body[:end].rstrip(" \t"))
+
+
+def _judge(
+    result: ScanResult, rel: str, line: int, key: str, value: str, options: RewriteOptions
+) -> str | None:
+    """Record a finding for one value; return its replacement when it is rewritten."""
+
+    def add(action: Action, message: str, old: str | None = None, new: str | None = None) -> None:
+        result.findings.append(Finding(rel, line, "env", "dotenv", action, message, old, new))
+
+    if key in KEY_VARS:
+        assert options.proxy_key is not None
+        verdict = judge_key(value, options.proxy_key)
+        if verdict is Verdict.REWRITE:
+            result.secrets.add(value)
+            add(Action.REWRITE, f"{key} -> the proxy key", None, "<proxy key>")
+            return options.proxy_key
+        if verdict is Verdict.REFERENCE:
+            add(Action.NEEDS_HUMAN, f"{key} refers to {value}: point that at the proxy key")
+        return None
+    verdict = judge_url(value, options.proxy_url)
+    if verdict is Verdict.REWRITE:
+        add(Action.REWRITE, f"{key}: {value!r} -> proxy", value, options.proxy_url)
+        return options.proxy_url
+    if verdict is Verdict.REFERENCE:
+        add(Action.NEEDS_HUMAN, f"{key} refers to {value}: point that at the proxy", value)
+    elif verdict is Verdict.NOT_URL:
+        add(Action.NEEDS_HUMAN, f"{key}: {value!r} is not a URL", value)
+    return None

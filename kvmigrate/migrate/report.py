@@ -1,0 +1,111 @@
+"""A plan, an apply or a revert as text for people and as JSON for CI."""
+
+from __future__ import annotations
+
+from kvmigrate.migrate.apply import ApplyResult, RevertResult
+from kvmigrate.migrate.findings import Action, Finding, Severity
+from kvmigrate.migrate.plan import Plan
+
+JSON_VERSION = 1
+_SECTIONS = (
+    (Action.NEEDS_HUMAN, "Needs a human"),
+    (Action.FLAGGED, "Flagged, not rewritten"),
+    (Action.ENV_SWITCH, "Set no URL: the environment is the switch"),
+)
+
+
+def plan_json(
+    plan: Plan,
+    *,
+    mode: str,
+    exit_code: int,
+    applied: ApplyResult | None = None,
+    error: str | None = None,
+) -> dict[str, object]:
+    return {
+        "version": JSON_VERSION,
+        "mode": mode,  # dry-run | apply
+        "root": str(plan.root),
+        "proxy_url": plan.options.proxy_url,
+        "summary": plan.summary(),
+        "changes": [{"path": c.path, "edits": c.edits, "diff": c.diff()} for c in plan.changes],
+        "findings": [f.to_json() for f in plan.findings],
+        "problems": [p.to_json() for p in plan.problems],
+        "notes": plan.notes,
+        "backup_id": applied.backup_id if applied else None,
+        "error": error,
+        "exit_code": exit_code,
+    }
+
+
+def revert_json(
+    result: RevertResult | None, *, error: str | None, exit_code: int
+) -> dict[str, object]:
+    return {
+        "version": JSON_VERSION,
+        "mode": "revert",
+        "backup_id": result.backup_id if result else None,
+        "restored": result.restored if result else [],
+        "unchanged": result.unchanged if result else [],
+        "error": error,
+        "exit_code": exit_code,
+    }
+
+
+def plan_text(plan: Plan, *, applied: ApplyResult | None, show_diff: bool) -> str:
+    lines: list[str] = []
+    if show_diff:
+        lines.extend(c.diff().rstrip("\n") for c in plan.changes)
+    summary = plan.summary()
+    verb = "changed" if applied else "would change"
+    lines.append(
+        f"Scanned {summary['files_scanned']} file(s) under {plan.root}: "
+        f"{summary['files_changed']} {verb} ({summary['edits']} edit(s)); "
+        f"proxy {plan.options.proxy_url}"
+    )
+    counts = summary["findings"]
+    assert isinstance(counts, dict)
+    lines.append("Findings: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for action, title in _SECTIONS:
+        chosen = [f for f in plan.findings if f.action is action]
+        if chosen:
+            lines.append(f"{title}:")
+            lines.extend(_finding_line(f) for f in chosen)
+    lines.extend(f"Note: {note}" for note in plan.notes)
+    errors = plan.errors
+    if errors:
+        lines.append("Errors (files left untouched):")
+        lines.extend(f"  {p.path}: {p.reason}: {p.detail}" for p in errors)
+    skipped = [p for p in plan.problems if p.severity is Severity.SKIPPED]
+    if skipped:
+        lines.append("Skipped:")
+        lines.extend(
+            f"  {p.path} ({p.reason}{': ' + p.detail if p.detail else ''})" for p in skipped
+        )
+    lines.append(_closing(plan, applied))
+    return "\n".join(lines)
+
+
+def _finding_line(finding: Finding) -> str:
+    line = f"  {finding.path}:{finding.line} [{finding.framework}] {finding.message}"
+    if finding.action is Action.FLAGGED and finding.new:
+        line += f"\n      proposed: {finding.new}"
+    return line
+
+
+def _closing(plan: Plan, applied: ApplyResult | None) -> str:
+    if applied is not None and applied.backup_id:
+        return (
+            f"Applied. Backup {applied.backup_id}; undo with: "
+            f"kvmigrate rewrite {plan.root} --revert {applied.backup_id}"
+        )
+    if not plan.changes:
+        return "Nothing to rewrite."
+    return f"Dry run: nothing written. Apply with: kvmigrate rewrite {plan.root} --apply"
+
+
+def revert_text(result: RevertResult) -> str:
+    lines = [f"Reverted backup {result.backup_id}: {len(result.restored)} file(s) restored."]
+    lines.extend(f"  restored {path}" for path in result.restored)
+    lines.extend(f"  already original {path}" for path in result.unchanged)
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""The proxy URL and key a run writes, and how a found value is judged.
+
+Shared by every rewriter so that Python, JS, .env and YAML agree on what counts as
+"already the proxy", "a literal to rewrite" and "a reference a human must follow".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from urllib.parse import urlsplit
+
+DEFAULT_PROXY_URL = "http://127.0.0.1:4000/v1"
+URL_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+KEY_VARS = ("OPENAI_API_KEY",)
+
+# Characters that would need escaping in some file kind. Refusing them up front lets every
+# rewriter keep the original quote style with no escaping logic at all.
+_UNSAFE = re.compile(r"[\s'\"`\\#$]")
+_REFERENCE = re.compile(r"\$\{|\$\(|\{\{|^\$\w|^os\.environ/")
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteOptions:
+    proxy_url: str
+    proxy_key: str | None = None  # rewrite OPENAI_API_KEY only when the user asks for it
+
+
+class Verdict(Enum):
+    SAME = "same"  # already what we would write: nothing to do (idempotence)
+    REWRITE = "rewrite"
+    REFERENCE = "reference"  # ${VAR}, {{ secrets.X }}, os.environ/X: follow it by hand
+    NOT_URL = "not_url"  # a literal that does not look like a URL: do not guess
+
+
+def validate_proxy_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"proxy URL must be http(s)://host[:port]/path, got {url!r}")
+    if _UNSAFE.search(url):
+        raise ValueError(f"proxy URL must not contain spaces, quotes, '#', '$' or '\\': {url!r}")
+    return url
+
+
+def validate_proxy_key(key: str) -> str:
+    if not key or _UNSAFE.search(key):
+        raise ValueError("proxy key must be non-empty, without spaces, quotes, '#', '$' or '\\'")
+    return key
+
+
+def proxy_url_for_server(host: str, port: int) -> str:
+    """The URL clients use to reach a proxy listening on host:port."""
+    # A wildcard listen address is not something a client can dial in a config file.
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/v1"
+
+
+def is_reference(value: str) -> bool:
+    return bool(_REFERENCE.search(value.strip()))
+
+
+def same_url(a: str, b: str) -> bool:
+    return a.strip().rstrip("/") == b.strip().rstrip("/")
+
+
+def judge_url(value: str, proxy_url: str) -> Verdict:
+    if same_url(value, proxy_url):
+        return Verdict.SAME
+    if is_reference(value):
+        return Verdict.REFERENCE
+    # An empty value means "use the default", which is api.openai.com: point it at the proxy.
+    if value.strip() == "" or "://" in value:
+        return Verdict.REWRITE
+    return Verdict.NOT_URL
+
+
+def judge_key(value: str, proxy_key: str) -> Verdict:
+    if value == proxy_key:
+        return Verdict.SAME
+    if is_reference(value):
+        return Verdict.REFERENCE
+    return Verdict.REWRITE
