@@ -47,6 +47,15 @@ def build_app(
         from kvmigrate.recorder.addon import build_recorder
 
         addons.append(build_recorder(config))
+    if config.cachecheck.enabled:
+        from kvmigrate.cachecheck.addon import CacheBusterAddon
+
+        addons.append(
+            CacheBusterAddon(
+                max_conversations=config.cachecheck.max_conversations,
+                ttl_s=config.cachecheck.ttl_seconds,
+            )
+        )
     app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons])
     add_admin_routes(app, controller, config.server.admin_key)
     app.on_cleanup.append(lambda _app: _close_store(controller.store))

@@ -43,7 +43,20 @@ def test_help_lists_only_working_commands() -> None:
         [sys.executable, "-m", "kvmigrate", "--help"], capture_output=True, text=True, check=True
     ).stdout
     listed = set(re.findall(r"^  (\w+)", out.split("Commands:")[1], re.M))
-    assert listed == {"config", "emulate", "proxy", "rollout", "rollback", "rewrite"}
+    assert listed == {
+        "config",
+        "emulate",
+        "proxy",
+        "rollout",
+        "rollback",
+        "rewrite",
+        "records",
+        "report",
+        "cachecheck",
+        "parity",
+        "bench",
+        "doctor",
+    }
 
 
 @pytest.mark.parametrize(
@@ -51,7 +64,7 @@ def test_help_lists_only_working_commands() -> None:
     [
         ["proxy", "--config", "/nonexistent.yaml"],
         ["rollout"],
-    ["rollout", "--percent", "150", "--config", "config.yaml"],
+        ["rollout", "--percent", "150", "--config", "config.yaml"],
         ["emulate", "--profile", "gpt"],
         ["emulate", "--profile", "vllm", "--port", "notaport"],
     ],

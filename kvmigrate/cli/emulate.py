@@ -123,6 +123,19 @@ _SECONDS = click.FloatRange(min=0.0)
     help="Share of word choices that vary between unseeded calls (times the request temperature).",
 )
 @click.option(
+    "--answer-family",
+    default="",
+    help="Emulators with the same family answer a prompt alike, up to --noise (a candidate "
+    "matching the primary); default: each profile and model answers its own way.",
+)
+@click.option(
+    "--broken-tool-calls",
+    type=_RATE,
+    default=0.0,
+    help="Share of tool-calling answers whose calls come out broken (wrong name, cut JSON), "
+    "as from a misconfigured tool parser.",
+)
+@click.option(
     "--seed",
     type=int,
     default=0,
@@ -181,6 +194,8 @@ def emulate(
     hosted_cache_ttl: float,
     no_prompt_tokens_details: bool,
     noise: float,
+    answer_family: str,
+    broken_tool_calls: float,
     seed: int,
     error_rate: float,
     rate_limit_rate: float,
@@ -239,6 +254,8 @@ def emulate(
         hosted_cache_ttl_s=hosted_cache_ttl,
         prompt_tokens_details=not no_prompt_tokens_details,
         noise=noise,
+        broken_tool_calls=broken_tool_calls,
+        answer_family=answer_family,
         faults=faults,
         fault_seed=seed,
     )

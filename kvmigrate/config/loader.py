@@ -11,6 +11,7 @@ import yaml
 from kvmigrate.config.errors import ConfigError
 from kvmigrate.config.model import (
     BackendConfig,
+    CacheCheckConfig,
     Config,
     ModelRoute,
     RecordConfig,
@@ -66,7 +67,19 @@ def _config(root: Section) -> Config:
     rollout = _rollout(root.section("rollout"), backends)
     models = _models(root, backends)
     record = _record(root.section("record"))
-    return Config(root.source, server, backends, models, rollout, record)
+    cachecheck = _cachecheck(root.section("cachecheck"))
+    return Config(root.source, server, backends, models, rollout, record, cachecheck)
+
+
+def _cachecheck(s: Section) -> CacheCheckConfig:
+    d = CacheCheckConfig()
+    cachecheck = CacheCheckConfig(
+        enabled=s.boolean("enabled", d.enabled),
+        max_conversations=s.integer("max_conversations", d.max_conversations, 1),
+        ttl_seconds=s.number("ttl_seconds", d.ttl_seconds, 1.0),
+    )
+    s.finish()
+    return cachecheck
 
 
 def _server(s: Section) -> ServerConfig:
@@ -155,6 +168,8 @@ def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:
         shadow_max_concurrency=s.integer(
             "shadow_max_concurrency", defaults.shadow_max_concurrency, 0
         ),
+        noise_sample=s.number("noise_sample", defaults.noise_sample, 0.0, 1.0),
+        noise_per_minute=s.number("noise_per_minute", defaults.noise_per_minute, 0.0),
         pinning=s.boolean("pinning", defaults.pinning),
         pin_ttl_seconds=s.number("pin_ttl_seconds", defaults.pin_ttl_seconds, 1.0),
         bake_seconds=s.number("bake_seconds", defaults.bake_seconds, 0.0),
@@ -176,6 +191,7 @@ def _gates(s: Section) -> GateConfig:
         error_rate_margin=s.number("error_rate_margin", d.error_rate_margin, 0.0, 1.0),
         ttft_p95_slo_ms=s.optional_number("ttft_p95_slo_ms", d.ttft_p95_slo_ms, 0.0),
         ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 0.0),
+        ttft_p95_floor_ms=s.number("ttft_p95_floor_ms", d.ttft_p95_floor_ms, 0.0),
         min_parity=s.optional_number("min_parity", d.min_parity, 0.0, 1.0),
         min_parity_samples=s.integer("min_parity_samples", d.min_parity_samples, 1),
         window_seconds=s.number("window_seconds", d.window_seconds, 1.0),
@@ -194,6 +210,7 @@ def _auto_rollback(s: Section) -> RollbackConfig:
         error_rate_margin=s.number("error_rate_margin", d.error_rate_margin, 0.0, 1.0),
         ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 1.0),
         ttft_p95_ms=s.optional_number("ttft_p95_ms", d.ttft_p95_ms, 0.0),
+        ttft_floor_ms=s.number("ttft_floor_ms", d.ttft_floor_ms, 0.0),
     )
     s.finish()
     return rollback

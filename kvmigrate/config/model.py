@@ -55,6 +55,8 @@ class RolloutConfig:
     salt: str = "kvmigrate"
     fallback: bool = True
     shadow_max_concurrency: int = 64
+    noise_sample: float = 0.1
+    noise_per_minute: float = 30.0
     pinning: bool = True
     pin_ttl_seconds: float = 3600.0
     bake_seconds: float = 600.0
@@ -70,6 +72,15 @@ class RecordConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheCheckConfig:
+    """The online cache-buster detector (kvmigrate.cachecheck): what breaks prefix reuse."""
+
+    enabled: bool = True
+    max_conversations: int = 50_000
+    ttl_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     source: str
     server: ServerConfig
@@ -77,6 +88,7 @@ class Config:
     models: tuple[ModelRoute, ...]
     rollout: RolloutConfig
     record: RecordConfig = field(default_factory=RecordConfig)
+    cachecheck: CacheCheckConfig = field(default_factory=CacheCheckConfig)
 
     def route(self, model_name: str) -> ModelRoute | None:
         for route in self.models:

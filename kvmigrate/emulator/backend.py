@@ -71,7 +71,8 @@ class Backend:
         self.check_model(req.model)
         self._check_length(req)
         cached = self.cache.lookup_and_insert(req.prompt, salt=req.model).cached_tokens
-        key = f"{self.settings.profile}|{req.model}|{req.prompt_key}"
+        family = self.settings.answer_family or f"{self.settings.profile}|{req.model}"
+        key = f"{family}|{req.prompt_key}"
         choices = tuple(self._choice(req, key, index) for index in range(req.n))
         return Generation(
             id=self.dialect.chat_id() if chat else self.dialect.completion_id(),
@@ -102,5 +103,14 @@ class Backend:
     ) -> Choice:
         planned = plan_calls(selected, req.topic_text, sampling.base_rng())
         calls = tuple(ToolCall(self.dialect.tool_call_id(), p.name, p.arguments) for p in planned)
-        pieces = tuple(tuple(tokenize(p.arguments)) for p in planned)
+        if self.settings.broken_tool_calls and self.rng.random() < self.settings.broken_tool_calls:
+            calls = tuple(_broken(call) for call in calls)
+        pieces = tuple(tuple(tokenize(c.arguments)) for c in calls)
         return Choice(index, (), "tool_calls", None, calls, pieces)
+
+
+def _broken(call: ToolCall) -> ToolCall:
+    """What a misconfigured tool parser produces: a mangled name and arguments cut short."""
+    return ToolCall(
+        call.id, call.name + "_call", call.arguments[: max(1, len(call.arguments) // 2)]
+    )

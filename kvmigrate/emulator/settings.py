@@ -118,6 +118,11 @@ class EmulatorSettings:
         when the request does not cut it shorter.
     embedding_dimensions: default embedding vector length.
     faults: random fault injection rates.
+    answer_family: emulators with the same family answer a prompt alike (up to `noise`),
+        as a candidate that matches the primary would; empty: each profile and model
+        answers in its own way, as two different models do.
+    broken_tool_calls: 0..1, the share of tool-calling answers whose calls come out broken
+        (a wrong tool name, arguments cut mid-JSON), as from a misconfigured tool parser.
     fault_seed: seeds the random draws of faults and latency jitter; 0 draws from the OS.
     """
 
@@ -138,6 +143,8 @@ class EmulatorSettings:
     max_output_tokens_default: int = 60
     embedding_dimensions: int = 1536
     faults: FaultRates = field(default_factory=FaultRates)
+    broken_tool_calls: float = 0.0
+    answer_family: str = ""
     fault_seed: int = 0
 
     def __post_init__(self) -> None:

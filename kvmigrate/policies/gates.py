@@ -26,6 +26,8 @@ class GateConfig:
     error_rate_margin: the candidate's error rate may exceed the primary's by this much.
     ttft_p95_slo_ms: an absolute TTFT p95 target for the candidate (None: not used).
     ttft_p95_factor: ... or at most this multiple of the primary's TTFT p95.
+    ttft_p95_floor_ms: a candidate p95 under this always passes: 3 x a 2 ms TTFT is noise,
+        not a regression.
     min_parity / min_parity_samples: noise-adjusted parity needed (None: gate off).
     window_seconds: how far back the evidence reaches (never before the last change).
     """
@@ -35,6 +37,7 @@ class GateConfig:
     error_rate_margin: float = 0.01
     ttft_p95_slo_ms: float | None = None
     ttft_p95_factor: float = 1.5
+    ttft_p95_floor_ms: float = 100.0
     min_parity: float | None = None
     min_parity_samples: int = 30
     window_seconds: float = 3600.0
@@ -129,6 +132,13 @@ def _ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateCon
     if candidate.ttft_p95 is None or candidate.requests < config.min_requests:
         return GateResult("ttft_p95", Verdict.INCONCLUSIVE, "too few candidate TTFTs", figures)
     ms = candidate.ttft_p95 * 1000
+    if ms <= config.ttft_p95_floor_ms:
+        return GateResult(
+            "ttft_p95",
+            Verdict.PASSED,
+            f"candidate p95 {ms:.0f} ms, under the {config.ttft_p95_floor_ms:g} ms floor",
+            figures,
+        )
     if config.ttft_p95_slo_ms is not None and ms <= config.ttft_p95_slo_ms:
         return GateResult(
             "ttft_p95",
@@ -190,6 +200,8 @@ class RollbackConfig:
     error_rate_margin: ... or the primary's error rate plus this margin, whichever is higher.
     ttft_p95_factor: candidate TTFT p95 above this multiple of the primary's triggers it.
     ttft_p95_ms: ... or above this absolute value (None: not used).
+    ttft_floor_ms: the ratio trigger needs the candidate's p95 above this too, so a 4x jump
+        from 2 ms to 8 ms pulls nothing out.
     """
 
     enabled: bool = True
@@ -199,6 +211,7 @@ class RollbackConfig:
     error_rate_margin: float = 0.1
     ttft_p95_factor: float = 4.0
     ttft_p95_ms: float | None = None
+    ttft_floor_ms: float = 250.0
 
 
 def rollback_reason(

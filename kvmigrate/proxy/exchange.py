@@ -9,6 +9,7 @@ import orjson
 
 SERVE = "serve"
 SHADOW = "shadow"
+NOISE = "noise"  # a second call to the primary, to measure how much it disagrees with itself
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class Exchange:
     finished: float | None = None
     fallback_from: str | None = None
     pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
+    mirrored: bool = False  # an answer a shadow copy will be compared with
     chunks: list[bytes] = field(default_factory=list)
     _usage: dict[str, Any] | None = None
     _usage_parsed: bool = False

@@ -18,6 +18,7 @@ from kvmigrate.proxy.errors import (
 )
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.proxy.headers import relayed_response_headers
+from kvmigrate.proxy.stream_check import SseCheck
 from kvmigrate.proxy.upstream import Upstream
 
 BUFFER_LIMIT = 8 * 1024 * 1024
@@ -59,8 +60,12 @@ async def open_response(upstream: Upstream, call: Call) -> aiohttp.ClientRespons
     raise AssertionError("unreachable")
 
 
+def is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return "text/event-stream" in response.headers.get("content-type", "")
+
+
 def should_stream(response: aiohttp.ClientResponse) -> bool:
-    if "text/event-stream" in response.headers.get("content-type", ""):
+    if is_event_stream(response):
         return True
     length = response.content_length
     return length is None or length > BUFFER_LIMIT
@@ -123,20 +128,29 @@ async def relay_stream(
     first_chunk: bytes,
     exchange: Exchange,
     extra_headers: list[tuple[str, str]],
+    check: SseCheck | None = None,
 ) -> web.StreamResponse:
-    """Relay the rest of a stream chunk by chunk. A break after bytes went out ends the
-    stream with an SSE error event, never a silent truncation."""
+    """Relay the rest of a stream chunk by chunk. A break after bytes went out, or a
+    candidate's malformed event, ends the stream with an SSE error event, never a silent
+    truncation."""
     client = web.StreamResponse(
         status=response.status,
         headers=relayed_response_headers(response.headers, extra_headers),
     )
-    is_sse = "text/event-stream" in response.headers.get("content-type", "")
+    is_sse = is_event_stream(response)
     await client.prepare(request)
     try:
         if first_chunk:
             await client.write(first_chunk)
         async for chunk in response.content.iter_any():
             exchange.chunks.append(chunk)
+            if check is not None and not check.feed(chunk):
+                exchange.error = "malformed_stream"
+                await _write_quietly(
+                    client,
+                    sse_error_event("The backend sent a malformed stream event.", exchange.error),
+                )
+                break
             await client.write(chunk)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = "client_disconnected"

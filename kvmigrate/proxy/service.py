@@ -13,15 +13,23 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies import Decision, RolloutSnapshot, conversation_key, decide, turn_index
+from kvmigrate.policies import (
+    Decision,
+    RolloutSnapshot,
+    conversation_key,
+    decide,
+    in_shadow_sample,
+    turn_index,
+)
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
-from kvmigrate.proxy.exchange import SERVE, SHADOW, Exchange
+from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange
 from kvmigrate.proxy.forward import (
     Call,
     UpstreamFailure,
     drain,
+    is_event_stream,
     open_response,
     read_first_chunk,
     read_whole,
@@ -32,8 +40,16 @@ from kvmigrate.proxy.forward import (
 from kvmigrate.proxy.headers import bearer_token, upstream_headers
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
-from kvmigrate.proxy.shadow import ShadowDispatcher
+from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
+from kvmigrate.proxy.stream_check import SseCheck, json_ok
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+
+
+def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
+    return UpstreamFailure(
+        kind,
+        ProxyError(502, f"Backend `{backend}` failed ({kind}).", "server_error", "upstream_error"),
+    )
 
 
 class RolloutSource(Protocol):
@@ -89,6 +105,7 @@ class ProxyService:
         self.addons.trigger("register_metrics", self.metrics.registry)
         self.upstreams = Upstreams(config)
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
+        self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.shadow = ShadowDispatcher(
             config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout
         )
@@ -109,12 +126,17 @@ class ProxyService:
         routed = await self._route(request, route, await self.read_body(request))
         serve = routed.decision.serve
         exchange = self._exchange(routed, serve, SERVE, started)
+        exchange.mirrored = routed.decision.shadow is not None
         try:
             return await self._answer(request, routed, exchange, started)
         finally:
             # After the client has its answer, so the copy cannot compete with it.
             if routed.decision.shadow is not None:
-                self._dispatch_shadow(request, routed, routed.decision.shadow, exchange.request_id)
+                self._dispatch_copy(
+                    request, routed, routed.decision.shadow, SHADOW, exchange.request_id
+                )
+                if self._wants_noise_sample(routed.conversation):
+                    self._dispatch_copy(request, routed, serve, NOISE, exchange.request_id)
 
     async def _route(self, request: web.Request, route: str, raw: bytes) -> Routed:
         body = parse_body(raw)
@@ -137,7 +159,7 @@ class ProxyService:
     ) -> web.StreamResponse:
         call_at = time.perf_counter()
         try:
-            response, first = await self._open(request, routed, exchange)
+            response, first, check = await self._open(request, routed, exchange)
         except UpstreamFailure as failure:
             exchange.error = failure.kind
             exchange.finished = time.perf_counter()
@@ -150,7 +172,7 @@ class ProxyService:
                 routed, fallback, SERVE, time.perf_counter(), fallback_from=exchange.backend
             )
             try:
-                response, first = await self._open(request, routed, exchange)
+                response, first, check = await self._open(request, routed, exchange)
             except UpstreamFailure as second:
                 exchange.error = second.kind
                 exchange.finished = time.perf_counter()
@@ -167,40 +189,38 @@ class ProxyService:
         if first is None:
             client = await send_buffered(request, response, exchange.chunks[0], extra)
         else:
-            client = await relay_stream(request, response, first, exchange, extra)
+            client = await relay_stream(request, response, first, exchange, extra, check)
         self.addons.exchange_done(exchange)
         return client
 
     async def _open(
         self, request: web.Request, routed: Routed, exchange: Exchange
-    ) -> tuple[aiohttp.ClientResponse, bytes | None]:
+    ) -> tuple[aiohttp.ClientResponse, bytes | None, SseCheck | None]:
         """Open the upstream response up to its first bytes. Returns the first chunk of a
-        stream, or None when the whole (small) body is already in `exchange.chunks`."""
+        stream (None when the whole small body is already in `exchange.chunks`), and the
+        check that the rest of a candidate's stream must pass."""
         upstream = self.upstreams[exchange.backend]
         call = self._call(request, routed, exchange.backend)
         exchange.request_body = call.body
         response = await open_response(upstream, call)
         exchange.status = response.status
-        if (
-            response.status >= 500
-            and routed.decision.fallback
-            and exchange.role == SERVE
-            and exchange.fallback_from is None
-        ):
+        # The candidate is checked; a failure before the first byte can still fall back.
+        checked = exchange.backend == self.rollout.current().candidate
+        can_fall_back = routed.decision.fallback is not None and exchange.fallback_from is None
+        if can_fall_back and (response.status >= 500 or response.status == 429):
             response.close()
-            raise UpstreamFailure(
-                f"http_{response.status}",
-                ProxyError(
-                    502,
-                    f"Backend `{exchange.backend}` answered {response.status}.",
-                    "server_error",
-                    "upstream_error",
-                ),
-            )
+            raise _candidate_failure(exchange.backend, f"http_{response.status}")
         if should_stream(response):
-            return response, await read_first_chunk(upstream, response, exchange)
-        await read_whole(upstream, response, exchange)
-        return response, None
+            first = await read_first_chunk(upstream, response, exchange)
+            check = SseCheck() if checked and is_event_stream(response) else None
+            if check is not None and not check.feed(first):
+                response.close()
+                raise _candidate_failure(exchange.backend, "malformed_stream")
+            return response, first, check
+        body = await read_whole(upstream, response, exchange)
+        if checked and response.status == 200 and not json_ok(body):
+            raise _candidate_failure(exchange.backend, "malformed_body")
+        return response, None, None
 
     def _call(self, request: web.Request, routed: Routed, backend: str) -> Call:
         upstream = self.upstreams[backend]
@@ -237,13 +257,24 @@ class ProxyService:
             fallback_from=fallback_from,
         )
 
-    def _dispatch_shadow(
-        self, request: web.Request, routed: Routed, backend: str, primary_id: str
+    def _wants_noise_sample(self, conversation: str) -> bool:
+        """A budgeted share of shadowed conversations also asks the primary a second time,
+        so parity can subtract how much the primary disagrees with itself."""
+        rollout = self.config.rollout
+        return (
+            in_shadow_sample(rollout.salt + "\x00noise", conversation, rollout.noise_sample)
+            and self.noise_budget.take()
+        )
+
+    def _dispatch_copy(
+        self, request: web.Request, routed: Routed, backend: str, role: str, primary_id: str
     ) -> None:
+        """A background copy of the request: to the candidate (shadow) or, for the noise
+        floor, once more to the primary. Never waited for, bounded, always accounted."""
         call = self._call(request, routed, backend)
 
         async def copy() -> None:
-            exchange = self._exchange(routed, backend, SHADOW, time.perf_counter())
+            exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
             exchange.request_body = call.body
             upstream = self.upstreams[backend]

@@ -9,12 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kvmigrate.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("kvmigrate.proxy.shadow")
+
+
+class RateBudget:
+    """A token bucket: at most `rate` per second on average, bursts up to one minute's worth.
+    Noise calls cost the primary's (hosted) tokens, so they are budgeted."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate * 60.0)
+        self._tokens = self.capacity if rate > 0 else 0.0
+        self._clock = clock
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
 
 class ShadowDispatcher:

@@ -12,8 +12,8 @@ from types import TracebackType
 import aiohttp
 
 from kvmigrate.config import BackendConfig, Config
-from kvmigrate.policies import bucket
 from kvmigrate.proxy.errors import bad_request
+from kvmigrate.proxy.replicas import LeasedResponse, ReplicaSet
 
 
 class Upstream:
@@ -22,6 +22,11 @@ class Upstream:
     def __init__(self, backend: BackendConfig) -> None:
         self.config = backend
         self.name = backend.name
+        key = backend.api_key
+        self.replicas = ReplicaSet(
+            backend.api_bases,
+            probe_headers={"Authorization": "Bearer " + key.reveal()} if key else None,
+        )
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -43,16 +48,19 @@ class Upstream:
                 auto_decompress=False,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("User-Agent",),
+                # In-flight load per replica, for bounded-load routing (see proxy.replicas).
+                response_class=LeasedResponse,
+                trace_configs=self.replicas.trace_configs(),
             )
         return self._session
 
     def url(self, suffix: str, conversation: str = "") -> str:
         """`api_base` of the conversation's replica, plus the checked path below /v1."""
-        bases = self.config.api_bases
-        base = bases[bucket(self.name, conversation) % len(bases)] if len(bases) > 1 else bases[0]
-        return base + "/" + safe_suffix(suffix)
+        checked = safe_suffix(suffix)
+        return self.replicas.pick(conversation) + "/" + checked
 
     async def close(self) -> None:
+        await self.replicas.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -52,8 +52,10 @@ class ChangeOutcome:
 
 
 def initial_state(config: Config) -> RolloutState:
+    """The state before any change: the config's. It has no time of its own (0), so the
+    gates look back over the whole window rather than from the moment it was read."""
     r = config.rollout
-    return RolloutState(mode=r.mode, percent=r.percent, updated_at=time.time(), updated_by="config")
+    return RolloutState(mode=r.mode, percent=r.percent, updated_at=0.0, updated_by="config")
 
 
 class RolloutController:

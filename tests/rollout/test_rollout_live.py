@@ -286,12 +286,13 @@ def traffic() -> Iterator[Callable[[BackgroundServer], None]]:
     threads: list[threading.Thread] = []
 
     def run(proxy: BackgroundServer) -> None:
+        offset = len(threads) * 1000
+
         def loop() -> None:
-            i = 0
+            i = offset
             while not stop.is_set():
                 served_by(proxy, f"steady conversation {i % 50}", turn_messages=i // 50 % 3)
                 i += 1
-                time.sleep(0.01)
 
         thread = threading.Thread(target=loop, daemon=True)
         thread.start()
@@ -338,11 +339,30 @@ def test_rollout_auto_walks_the_steps_through_the_gates(
     report = json.loads(result.stdout)
     events = json.loads(cli("rollout", "history", "--json", "--config", str(s.config_path)).stdout)
     if completes:
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 0, result.stdout + result.stderr
         assert report["completed"]
         assert report["reached"] == 100
         assert [e["to_percent"] for e in events] == [10, 50, 100]
         assert all(g["verdict"] == "passed" for e in events for g in e["gates"])
+        report = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvmigrate",
+                "report",
+                "--format",
+                "json",
+                "--since",
+                "all",
+                "--config",
+                str(s.config_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        timeline = json.loads(report.stdout)["timeline"]
+        assert [e["percent"] for e in timeline] == [10, 50, 100]
     else:
         assert result.returncode == 1
         assert "gates failed before 10%" in report["message"]

@@ -1,0 +1,61 @@
+"""Check whole conversations turn by turn (the offline path: datasets, exports, tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmigrate.cachecheck.compare import TokenCounter, Tokenize, TurnCheck, compare
+from kvmigrate.cachecheck.render import Rendering, answer_message, render_request
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    request: Mapping[str, Any]
+    response: Mapping[str, Any] | None = None  # the answer; None: read it from the next turn
+
+
+@dataclass(slots=True)
+class Conversation:
+    id: str
+    turns: list[Turn] = field(default_factory=list)
+
+
+def check_conversation(conversation: Conversation, counter: TokenCounter) -> list[TurnCheck]:
+    """One TurnCheck per turn; the first turn has nothing to reuse (expected 0)."""
+    checks: list[TurnCheck] = []
+    previous: Rendering | None = None
+    previous_turn: Turn | None = None
+    for number, turn in enumerate(conversation.turns, start=1):
+        actual = render_request(turn.request)
+        if previous is None or previous_turn is None:
+            tokens = counter.total(actual.segments)
+            checks.append(TurnCheck(conversation.id, number, 0, 0, 0, 0, tokens))
+        else:
+            expected = _expected(previous, previous_turn, turn)
+            checks.append(compare(expected, actual, counter, conversation.id, number))
+        previous, previous_turn = actual, turn
+    return checks
+
+
+def check_all(
+    conversations: Iterable[Conversation], tokenize: Tokenize | None = None
+) -> Iterator[tuple[Conversation, list[TurnCheck]]]:
+    for conversation in conversations:
+        # A counter per conversation: its memo holds this conversation's segments only.
+        yield conversation, check_conversation(conversation, TokenCounter(tokenize))
+
+
+def _expected(previous: Rendering, previous_turn: Turn, turn: Turn) -> Rendering:
+    """The previous prompt plus the answer it got. Without a recorded answer, the assistant
+    message this turn carries where the answer belongs stands in for it."""
+    answer = answer_message(previous_turn.response)
+    if answer is None:
+        messages = turn.request.get("messages")
+        at = previous.messages
+        if isinstance(messages, list) and at < len(messages):
+            candidate = messages[at]
+            if isinstance(candidate, Mapping) and candidate.get("role") == "assistant":
+                answer = dict(candidate)
+    return previous.extended([answer]) if answer is not None else previous

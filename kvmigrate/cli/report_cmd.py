@@ -1,0 +1,151 @@
+"""`kvmigrate report`: what the recorded traffic says, as text, md, json or html."""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.config import Config
+from kvmigrate.recorder.export import export_requests
+from kvmigrate.recorder.sqlite_store import sqlite_path
+from kvmigrate.recorder.store import RecordStore, StoreError, open_store
+from kvmigrate.report import RENDERERS, Prices, build_report
+from kvmigrate.report.timeline import rollout_timeline
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def parse_since(value: str, now: float) -> float:
+    """`24h`, `30m`, `7d`, `all`, or an ISO date/time (UTC unless it says otherwise)."""
+    text = value.strip().lower()
+    if text == "all":
+        return 0.0
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text)
+    if match:
+        return now - float(match.group(1)) * UNITS[match.group(2)]
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: expected a duration like 24h, 30m, 7d, 'all', or an ISO date"
+        ) from None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=datetime.now().astimezone().tzinfo).timestamp()
+    return parsed.timestamp()
+
+
+def open_records(url: str) -> RecordStore | None:
+    """The records store, or None for a SQLite file nobody has written yet (a report on it
+    is empty, and creating the file as a side effect would only confuse)."""
+    try:
+        path = sqlite_path(url) if url.startswith("sqlite:") else None
+        if path is not None and path != ":memory:" and not Path(path).exists():
+            return None
+        return open_store(url)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        raise click.ClickException(f"cannot open the records database: {exc}") from None
+
+
+@click.command("report")
+@config_option
+@click.option("--since", default="24h", show_default=True, help="24h, 30m, 7d, all, or a date.")
+@click.option("--format", "fmt", type=click.Choice(sorted(RENDERERS)), default="text")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option(
+    "--export-requests",
+    type=click.Path(dir_okay=False),
+    help="Also write the recorded request bodies as OpenAI Batch-style JSONL (for replay).",
+)
+@click.option("--max-turn", default=10, show_default=True, help="Turns beyond share one row.")
+@click.option("--input-price", default=2.50, show_default=True, help="Hosted $ per 1M input.")
+@click.option("--cached-input-price", default=1.25, show_default=True, help="$ per 1M cached.")
+@click.option("--output-price", default=10.00, show_default=True, help="$ per 1M output.")
+@click.option("--gpu-hour-price", default=3.50, show_default=True, help="$ per GPU-hour.")
+@click.option(
+    "--gpu-tokens-per-s",
+    type=float,
+    default=None,
+    help="Output tokens/s one GPU sustains (from `kvmigrate bench`); default: the observed peak.",
+)
+@click.option("--min-gpus", default=1, show_default=True, help="GPUs kept running at least.")
+def report(
+    config_path: str,
+    since: str,
+    fmt: str,
+    out: str | None,
+    export_requests: str | None,
+    max_turn: int,
+    input_price: float,
+    cached_input_price: float,
+    output_price: float,
+    gpu_hour_price: float,
+    gpu_tokens_per_s: float | None,
+    min_gpus: int,
+) -> None:
+    """Summarise recorded traffic: TTFT by turn, cache hits, errors, coverage and cost."""
+    config = load_or_exit(config_path)
+    now = time.time()
+    start = parse_since(since, now)
+    prices = Prices(
+        input_per_m=input_price,
+        cached_input_per_m=cached_input_price,
+        output_per_m=output_price,
+        gpu_per_hour=gpu_hour_price,
+        gpu_tokens_per_s=gpu_tokens_per_s,
+        min_gpus=min_gpus,
+    )
+    with ExitStack() as stack:
+        store = open_records(config.record.db)
+        if store is not None:
+            stack.enter_context(store)
+        text = _render(config, store, start, now, prices, fmt, max_turn)
+        if export_requests:
+            _export(store, start, now, export_requests, config)
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+def _render(
+    config: Config,
+    store: RecordStore | None,
+    since: float,
+    until: float,
+    prices: Prices,
+    fmt: str,
+    max_turn: int,
+) -> str:
+    r = config.rollout
+    built = build_report(
+        store,
+        since,
+        until,
+        primary=r.primary,
+        candidate=r.candidate,
+        prices=prices,
+        timeline=rollout_timeline(config, since, until),
+        database=config.record.db,
+        max_turn=max_turn,
+    )
+    return RENDERERS[fmt](built)
+
+
+def _export(
+    store: RecordStore | None, since: float, until: float, path: str, config: Config
+) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        count = export_requests(store, since, until, out) if store is not None else 0
+    hint = ""
+    if count == 0 and config.record.content == "none":
+        hint = " (record.content is `none`: no request bodies are kept)"
+    click.echo(f"exported {count} requests to {path}{hint}", err=True)

@@ -1,0 +1,118 @@
+"""`kvmigrate parity` output: a table for people, JSON for CI, and the threshold verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from kvmigrate.parity.noise import CONCLUSIVE, ComparatorParity
+from kvmigrate.parity.offline import OfflineReport
+
+PASSED, FAILED, INCONCLUSIVE_EXIT = 0, 1, 3
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    name: str  # report_only, passed, failed, inconclusive
+    exit_code: int
+    line: str
+
+
+def verdict(report: OfflineReport, min_score: float | None) -> Verdict:
+    """Without a threshold there is nothing to fail. With one, the overall noise-adjusted
+    parity and every conclusive comparator's must reach it; a report that cannot conclude
+    fails with its own exit code, never a pass."""
+    parity = report.parity
+    if min_score is None:
+        return Verdict("report_only", PASSED, "no --min-score given: report only")
+    if parity.status != CONCLUSIVE or parity.parity is None:
+        return Verdict("inconclusive", INCONCLUSIVE_EXIT, f"INCONCLUSIVE: {parity.reason}")
+    below = [
+        c.name
+        for c in parity.comparators
+        if c.status == CONCLUSIVE and c.parity is not None and c.parity < min_score
+    ]
+    if parity.parity < min_score or below:
+        names = ", ".join(below) or "overall"
+        return Verdict(
+            "failed", FAILED, f"FAILED: parity {parity.parity:.3f} < {min_score:g} ({names})"
+        )
+    return Verdict("passed", PASSED, f"PASSED: parity {parity.parity:.3f} >= {min_score:g}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}"
+
+
+def _row(c: ComparatorParity) -> str:
+    interval = (
+        f"[{_signed(c.excess_low)}, {_signed(c.excess_high)}]" if c.excess is not None else ""
+    )
+    parity = "-" if c.parity is None else f"{c.parity:.3f}"
+    noise = f"{_pct(c.noise_rate)} ({c.noise_n})"
+    return (
+        f"{c.name:<14}{c.candidate_n:>6} {_pct(c.candidate_rate):>9} {noise:>14} "
+        f"{_signed(c.excess):>7} {interval:<16} {parity:>7}  {c.status}"
+    )
+
+
+def render_text(report: OfflineReport, result: Verdict) -> str:
+    p = report.parity
+    lines = [
+        f"requests: {report.requests} ({report.skipped} skipped); "
+        f"scored pairs: {p.candidate_pairs} candidate, {p.noise_pairs} noise",
+    ]
+    for role, kinds in report.errors.items():
+        if kinds:
+            detail = ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
+            lines.append(f"{role} errors: {sum(kinds.values())} ({detail})")
+    for reason, count in sorted(report.skip_reasons.items()):
+        lines.append(f"skipped {count}: {reason}")
+    lines += [
+        "",
+        f"{'comparator':<14}{'pairs':>6} {'disagree':>9} {'noise (n)':>14} {'excess':>7} "
+        f"{'95% CI':<16} {'parity':>7}  status",
+    ]
+    lines += [_row(c) for c in p.comparators]
+    lines.append("")
+    if p.parity is not None:
+        lines.append(
+            f"noise-adjusted parity {p.parity:.3f} "
+            f"[{p.parity_low or 0.0:.3f}, {p.parity_high or 0.0:.3f}] ({p.reason})"
+        )
+    else:
+        lines.append(f"noise-adjusted parity: {p.status} ({p.reason})")
+    if p.raw_agreement is not None:
+        noise = "-" if p.noise_agreement is None else f"{p.noise_agreement:.3f}"
+        lines.append(f"raw agreement {p.raw_agreement:.3f}; primary self-agreement {noise}")
+    lines.append(result.line)
+    lines += _worst_lines(report)
+    return "\n".join(lines)
+
+
+def _worst_lines(report: OfflineReport) -> list[str]:
+    if not report.worst:
+        return []
+    lines = ["", "worst examples (redacted):"]
+    for name, examples in report.worst.items():
+        for e in examples:
+            lines.append(f"  {name}  {e.id}  score {e.score:.2f}  {e.detail}")
+            lines.append(f"      request:   {e.request}")
+            lines.append(f"      primary:   {e.primary}")
+            lines.append(f"      candidate: {e.candidate}")
+    return lines
+
+
+def render_json(report: OfflineReport, result: Verdict, min_score: float | None) -> str:
+    data = {
+        **report.to_dict(),
+        "min_score": min_score,
+        "verdict": result.name,
+        "exit_code": result.exit_code,
+    }
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()

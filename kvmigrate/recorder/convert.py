@@ -1,0 +1,182 @@
+"""Turn a finished Exchange into a Record: all the parsing, done on the writer thread."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+
+from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
+from kvmigrate.recorder.record import Record
+from kvmigrate.recorder.redact import Redactor
+from kvmigrate.wire.assemble import assemble
+
+CONTENT_POLICIES = ("none", "redacted", "full")
+# Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
+TEXT_ROUTES = frozenset({"chat/completions", "completions", "responses"})
+
+
+class ExchangeLike(Protocol):
+    """What the recorder reads of `kvmigrate.proxy.exchange.Exchange`."""
+
+    request_id: str
+    route: str
+    backend: str
+    role: str
+    model: str
+    served_model: str
+    conversation: str
+    turn: int
+    stream: bool
+    started: float
+    request_body: bytes
+    status: int | None
+    error: str | None
+    first_byte: float | None
+    finished: float | None
+    fallback_from: str | None
+    pair_id: str | None
+    chunks: list[bytes]
+
+
+def to_record(
+    exchange: ExchangeLike,
+    ts: float,
+    content: str,
+    source: str,
+    redactor: Redactor | None = None,
+    mirrored: ExchangeLike | None = None,
+) -> Record:
+    """`ts` is the wall-clock time the call started (the Exchange keeps monotonic times).
+    Pass one `redactor` per writer thread to reuse its memo across records. `mirrored` is
+    the primary answer a shadow copy or noise call mirrors: the pair is scored for parity."""
+    redactor = redactor or Redactor()
+    x = exchange
+    body = b"".join(x.chunks)
+    response = assemble(x.route, body) if x.route in TEXT_ROUTES else _json_object(body)
+    usage = _usage(response)
+    tokens = token_counts(usage)
+    error = x.error
+    if error is None and x.status is not None and x.status >= 400:
+        error = f"http_{x.status}"
+    request_json = response_json = None
+    if content != "none":
+        request_json = _dump(_json_object(x.request_body), content, redactor)
+        if x.route in TEXT_ROUTES:
+            response_json = _dump(response, content, redactor)
+    names = tool_call_names(response)
+    return Record(
+        request_id=x.request_id,
+        ts=ts,
+        route=x.route,
+        backend=x.backend,
+        role=x.role,
+        model=x.model,
+        served_model=x.served_model,
+        conversation=x.conversation,
+        turn=x.turn,
+        stream=x.stream,
+        status=x.status,
+        error=error,
+        ttft_ms=None if x.first_byte is None else (x.first_byte - x.started) * 1000,
+        latency_ms=None if x.finished is None else (x.finished - x.started) * 1000,
+        prompt_tokens=tokens.get("prompt"),
+        cached_tokens=tokens.get("cached"),
+        completion_tokens=tokens.get("completion"),
+        finish_reason=finish_reason(response),
+        tool_calls=orjson.dumps(names).decode() if names else None,
+        fallback_from=x.fallback_from,
+        pair_id=x.pair_id,
+        source=source,
+        content=content,
+        request_json=request_json,
+        response_json=response_json,
+        **_parity(x, mirrored),
+    )
+
+
+def _parity(exchange: ExchangeLike, mirrored: ExchangeLike | None) -> dict[str, Any]:
+    if mirrored is None or exchange.route not in TEXT_ROUTES:
+        return {}
+    kind = NOISE_KIND if exchange.role == "noise" else CANDIDATE_KIND
+    scored = parity_fields(kind, mirrored, exchange)
+    return {
+        "parity_kind": scored.kind,
+        "parity_score": scored.score,
+        "parity_applicable": scored.applicable,
+        "parity_disagree": scored.disagree,
+        "parity_tool_agree": scored.tool_agree,
+        "parity_json_valid": scored.json_valid,
+    }
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    if not body:
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _dump(value: dict[str, Any] | None, content: str, redactor: Redactor) -> str | None:
+    if value is None:
+        return None
+    return orjson.dumps(redactor(value) if content == "redacted" else value).decode()
+
+
+def _usage(response: dict[str, Any] | None) -> dict[str, Any]:
+    if response is None:
+        return {}
+    usage = response.get("usage")
+    if usage is None and isinstance(response.get("response"), dict):
+        usage = response["response"].get("usage")
+    return usage if isinstance(usage, dict) else {}
+
+
+def token_counts(usage: dict[str, Any]) -> dict[str, int]:
+    """prompt, completion and cached tokens from Chat- or Responses-style usage."""
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+    counts = {
+        "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
+        "completion": usage.get("completion_tokens", usage.get("output_tokens")),
+        "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
+    }
+    return {
+        k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    }
+
+
+def finish_reason(response: dict[str, Any] | None) -> str | None:
+    if response is None:
+        return None
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    if response.get("object") == "response":
+        details = response.get("incomplete_details")
+        if isinstance(details, dict) and isinstance(details.get("reason"), str):
+            return str(details["reason"])
+        status = response.get("status")
+        return status if isinstance(status, str) else None
+    return None
+
+
+def tool_call_names(response: dict[str, Any] | None) -> list[str]:
+    """The names of the tools an answer calls, in order (chat choices or Responses output)."""
+    if response is None:
+        return []
+    names: list[str] = []
+    for choice in response.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        for call in (message or {}).get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                names.append(function["name"])
+    for item in response.get("output") or ():
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind in ("function_call", "custom_tool_call") and isinstance(item.get("name"), str):
+            names.append(item["name"])
+    return names

@@ -1,0 +1,52 @@
+"""Export recorded requests as OpenAI Batch-style JSONL, the input of an offline replay."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import orjson
+
+from kvmigrate.recorder.convert import TEXT_ROUTES
+from kvmigrate.recorder.store import RecordStore
+
+PAGE = 1000
+
+
+def recorded_requests(store: RecordStore, since: float, until: float) -> Iterator[dict[str, Any]]:
+    """One line per served call with stored content, oldest first:
+    `{"custom_id", "method", "url", "body", "metadata"}` (the OpenAI Batch input shape).
+
+    Only serve calls: a shadow copy is the same request again. The body's `model` is the
+    client's model name (the stored body carries the backend's), so a replay routes it as
+    the client did."""
+    routes = sorted(TEXT_ROUTES)
+    sql = (
+        "SELECT request_id, route, model, conversation, turn, backend, request_json FROM records "
+        "WHERE ts >= ? AND ts < ? AND role = 'serve' AND request_json IS NOT NULL "
+        f"AND route IN ({', '.join('?' for _ in routes)}) ORDER BY ts, request_id LIMIT ? OFFSET ?"
+    )
+    offset = 0
+    while True:
+        page = store.query(sql, (since, until, *routes, PAGE, offset))
+        for request_id, route, model, conversation, turn, backend, request_json in page:
+            body = orjson.loads(request_json)
+            body["model"] = model
+            yield {
+                "custom_id": request_id,
+                "method": "POST",
+                "url": f"/v1/{route}",
+                "body": body,
+                "metadata": {"conversation": conversation, "turn": turn, "backend": backend},
+            }
+        if len(page) < PAGE:
+            return
+        offset += PAGE
+
+
+def export_requests(store: RecordStore, since: float, until: float, out: TextIO) -> int:
+    count = 0
+    for line in recorded_requests(store, since, until):
+        out.write(orjson.dumps(line).decode() + "\n")
+        count += 1
+    return count

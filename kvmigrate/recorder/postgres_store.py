@@ -1,0 +1,61 @@
+"""Records in PostgreSQL: one database for every proxy replica (psycopg 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from kvmigrate.recorder.store import Cursor, RecordStore
+
+# An arbitrary constant: the advisory lock key that serialises migrations across replicas.
+_MIGRATION_LOCK = 0x6B766D6967726174
+
+
+class PostgresStore(RecordStore):
+    dialect = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                self._conn.close()
+            # Autocommit, with explicit transaction blocks: nothing stays open between batches.
+            self._conn = psycopg.connect(
+                self.url.replace("postgres://", "postgresql://", 1),
+                autocommit=True,
+                connect_timeout=10,
+                application_name="kvmigrate-recorder",
+            )
+        return self._conn
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", "%s")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Cursor]:
+        conn = self._connect()
+        with conn.transaction(), conn.cursor() as cursor:
+            yield cursor
+
+    def _lock_schema(self, cursor: Cursor) -> None:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+
+    def columns(self, table: str) -> set[str]:
+        rows = self.query(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = ? AND table_schema = current_schema()",
+            (table,),
+        )
+        return {row[0] for row in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()

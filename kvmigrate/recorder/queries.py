@@ -1,0 +1,111 @@
+"""Read-side queries over the records that other parts need (rollout gates, the report)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
+from kvmigrate.policies.window import BackendWindow
+from kvmigrate.recorder.percentile import percentile
+from kvmigrate.recorder.store import RecordStore, open_store
+
+# Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic.
+MODEL_TRAFFIC = "route <> 'other'"
+# A client that hung up is not the backend's failure; neither is a 4xx.
+NOT_BACKEND_ERRORS = frozenset({"client_disconnected"})
+
+
+def is_backend_error(status: int | None, error: str | None) -> bool:
+    """Transport errors and 5xx answers; a 4xx is the client's fault."""
+    if status is not None and status >= 500:
+        return True
+    return error is not None and not error.startswith("http_") and error not in NOT_BACKEND_ERRORS
+
+
+@dataclass
+class _Tally:
+    requests: int = 0
+    errors: int = 0
+    conversations: set[str] = field(default_factory=set)
+    ttfts: list[float] = field(default_factory=list)
+    parity_flags: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
+
+
+def window_stats(
+    store_or_url: RecordStore | str,
+    since: float,
+    until: float | None = None,
+    roles: Sequence[str] | None = None,
+    min_noise_samples: int = 20,
+) -> dict[str, BackendWindow]:
+    """Per backend figures over records that started in [since, until) (Unix seconds).
+
+    Serve and shadow calls both count for the backend that made them, unless `roles`
+    narrows it: in shadow mode the candidate only ever answers shadow copies, and its
+    TTFT there is exactly the figure a promotion gate needs. A request counts when it
+    reached a verdict (a status or a transport error). `parity` is the noise-adjusted
+    figure: the backend's scored copies against the primary's own disagreement with itself
+    (noise calls), None until enough noise pairs are in."""
+    with ExitStack() as stack:
+        store = store_or_url
+        if isinstance(store, str):
+            store = stack.enter_context(open_store(store))
+        rows = store.query(*_window_sql(since, until, roles))
+    tallies: dict[str, _Tally] = {}
+    noise: list[tuple[str | None, str | None, str | None]] = []
+    for backend, conversation, status, error, ttft_ms, kind, applicable, disagree in rows:
+        tally = tallies.setdefault(backend, _Tally())
+        if kind == NOISE_KIND:
+            noise.append((kind, applicable, disagree))
+        elif kind is not None:
+            tally.parity_flags.append((kind, applicable, disagree))
+        if status is None and error is None:
+            continue
+        tally.requests += 1
+        tally.conversations.add(conversation)
+        tally.errors += is_backend_error(status, error)
+        if ttft_ms is not None:
+            tally.ttfts.append(ttft_ms / 1000.0)
+    return {
+        backend: _window(backend, t, noise, min_noise_samples)
+        for backend, t in sorted(tallies.items())
+    }
+
+
+def _window_sql(
+    since: float, until: float | None, roles: Sequence[str] | None
+) -> tuple[str, list[Any]]:
+    sql = (
+        "SELECT backend, conversation, status, error, ttft_ms, parity_kind, parity_applicable, "
+        f"parity_disagree FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC}"
+    )
+    params: list[Any] = [since, time.time() + 1e9 if until is None else until]
+    if roles:
+        sql += f" AND role IN ({', '.join('?' for _ in roles)})"
+        params.extend(roles)
+    return sql, params
+
+
+def _window(
+    backend: str,
+    t: _Tally,
+    noise: list[tuple[str | None, str | None, str | None]],
+    min_noise_samples: int,
+) -> BackendWindow:
+    parity, samples = None, 0
+    if t.parity_flags:
+        parity, samples, _ = noise_adjusted([*t.parity_flags, *noise], min_noise_samples)
+    return BackendWindow(
+        backend=backend,
+        requests=t.requests,
+        conversations=len(t.conversations),
+        errors=t.errors,
+        ttft_p50=percentile(t.ttfts, 50),
+        ttft_p95=percentile(t.ttfts, 95),
+        parity=parity,
+        parity_samples=samples,
+    )

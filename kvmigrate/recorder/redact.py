@@ -1,0 +1,143 @@
+"""Scrub personal data and secrets from recorded text (`record.content: redacted`).
+
+Heuristic by nature: it aims to catch the common shapes (emails, phone numbers, card
+numbers that pass the Luhn check, API keys and bearer tokens, long hex or base64 secrets)
+while leaving code, dates, versions and ordinary numbers readable for parity review.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+EMAIL = "[EMAIL]"
+PHONE = "[PHONE]"
+CARD = "[CARD]"
+SECRET = "[SECRET]"
+
+_SECRET_PATTERNS = (
+    # OpenAI-style and similar vendor keys: sk-..., sk-proj-..., rk-..., pk_live_...
+    re.compile(r"\b(?:sk|rk|pk)[-_](?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]{16,}"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat|xox[abprs]|glpat)[-_][A-Za-z0-9_-]{10,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
+    re.compile(r"\b[0-9a-fA-F]{32,}\b"),
+)
+# Long base64-like runs count as secrets only if they mix letters and digits: a long
+# identifier in code (all letters) should stay readable.
+_BASE64ISH = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_PHONE = re.compile(r"(?<![\w+.-])\+?\(?\d[\d \t().-]{5,}\d(?![\w.-]|-\d)")
+# Prefilters: a token of 16+ secret-ish characters; a run of digits long enough to matter.
+_MAYBE_SECRET = re.compile(r"[A-Za-z0-9+/_-]{16,}|(?i:bearer)")
+_DIGIT_RUN = re.compile(r"\d[\d \t().-]{5,}\d")
+_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}")
+_DOTTED_PHONE = re.compile(r"\d{3}\.\d{3}\.\d{4}")
+
+# Values under these keys are structure, not content: redacting them would break replay.
+STRUCTURAL_KEYS = frozenset(
+    {
+        "role",
+        "type",
+        "model",
+        "id",
+        "tool_call_id",
+        "call_id",
+        "finish_reason",
+        "object",
+        "tool_choice",
+        "response_format",
+        "status",
+        "name",
+        "detail",
+        "format",
+    }
+)
+
+
+def luhn_ok(digits: str) -> bool:
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = int(char)
+        if position % 2 == 1:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def _card(match: re.Match[str]) -> str:
+    digits = re.sub(r"\D", "", match.group())
+    return CARD if luhn_ok(digits) else match.group()
+
+
+def _phone(match: re.Match[str]) -> str:
+    text = match.group().strip()
+    digits = sum(c.isdigit() for c in text)
+    if text.isdigit():
+        # A bare run of digits is a number (an id, an amount) unless it is as long as a
+        # full national or international number.
+        return PHONE if 10 <= digits <= 15 else text
+    if not 7 <= digits <= 15 or _DATE.fullmatch(text):
+        return text
+    if re.fullmatch(r"[\d.]+", text):
+        # Dots alone: versions and IP addresses, except the 415.555.0132 shape.
+        return PHONE if _DOTTED_PHONE.fullmatch(text) else text
+    return PHONE
+
+
+def _base64ish(match: re.Match[str]) -> str:
+    text = match.group()
+    has_digit = any(c.isdigit() for c in text)
+    has_alpha = any(c.isalpha() for c in text)
+    return SECRET if has_digit and has_alpha else text
+
+
+def redact_text(text: str) -> str:
+    # Cheap guards first: most prose has no '@', no long token and no digit run, and the
+    # regex passes are the recorder's main cost.
+    if _MAYBE_SECRET.search(text):
+        for pattern in _SECRET_PATTERNS:
+            text = pattern.sub(SECRET, text)
+        text = _BASE64ISH.sub(_base64ish, text)
+    if "@" in text:
+        text = _EMAIL.sub(EMAIL, text)
+    if _DIGIT_RUN.search(text):
+        text = _CARD.sub(_card, text)
+        text = _PHONE.sub(_phone, text)
+    return text
+
+
+class Redactor:
+    """`redact` with a memo of recent strings. An agent resends its whole history every
+    turn, so most strings of a request were already scrubbed on an earlier turn."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._memo: dict[str, str] = {}
+
+    def text(self, text: str) -> str:
+        if len(text) < 6:
+            return text
+        done = self._memo.get(text)
+        if done is None:
+            if len(self._memo) >= self.capacity:
+                self._memo.clear()  # crude, but bounded and O(1) amortised
+            done = self._memo[text] = redact_text(text)
+        return done
+
+    def __call__(self, value: Any, key: str | None = None) -> Any:
+        """A copy of a JSON value with every string scrubbed, except structural fields."""
+        if isinstance(value, str):
+            return value if key in STRUCTURAL_KEYS else self.text(value)
+        if isinstance(value, dict):
+            return {k: self(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(item, key) for item in value]
+        return value
+
+
+def redact(value: Any, key: str | None = None) -> Any:
+    """A copy of a JSON value with every string scrubbed, except structural fields."""
+    return Redactor(capacity=0)(value, key)

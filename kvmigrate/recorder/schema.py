@@ -1,0 +1,80 @@
+"""The records schema, changed only by named, append-only migrations.
+
+Each migration runs once per database, in order, and its name goes into the `migrations`
+table in the same transaction (as simonw/llm does). Never edit or reorder a migration that
+has shipped: append a new one. The SQL is written once for SQLite and PostgreSQL alike
+(`DOUBLE PRECISION`, `BIGINT`, `BOOLEAN` and `TEXT` mean the same to both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS migrations (
+    name TEXT PRIMARY KEY,
+    applied_at DOUBLE PRECISION NOT NULL
+)"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "m001_records",
+        (
+            """CREATE TABLE records (
+                request_id TEXT PRIMARY KEY,
+                ts DOUBLE PRECISION NOT NULL,
+                route TEXT NOT NULL,
+                backend TEXT NOT NULL,
+                role TEXT NOT NULL,
+                model TEXT NOT NULL,
+                served_model TEXT NOT NULL,
+                conversation TEXT NOT NULL,
+                turn BIGINT NOT NULL,
+                stream BOOLEAN NOT NULL,
+                status BIGINT,
+                error TEXT,
+                ttft_ms DOUBLE PRECISION,
+                latency_ms DOUBLE PRECISION,
+                prompt_tokens BIGINT,
+                cached_tokens BIGINT,
+                completion_tokens BIGINT,
+                finish_reason TEXT,
+                tool_calls TEXT,
+                fallback_from TEXT,
+                pair_id TEXT,
+                source TEXT NOT NULL,
+                content TEXT NOT NULL,
+                request_json TEXT,
+                response_json TEXT
+            )""",
+        ),
+    ),
+    Migration(
+        "m002_records_indexes",
+        (
+            "CREATE INDEX records_ts ON records (ts)",
+            "CREATE INDEX records_backend_ts ON records (backend, ts)",
+            "CREATE INDEX records_pair ON records (pair_id)",
+            "CREATE INDEX records_conversation ON records (conversation, turn)",
+        ),
+    ),
+    Migration(
+        "m003_parity",
+        (
+            # Set on a shadow copy (kind `candidate`) or a second primary call (`noise`),
+            # scored against the answer it mirrors; see kvmigrate.parity.recording.
+            "ALTER TABLE records ADD COLUMN parity_kind TEXT",
+            "ALTER TABLE records ADD COLUMN parity_score DOUBLE PRECISION",
+            "ALTER TABLE records ADD COLUMN parity_applicable TEXT",
+            "ALTER TABLE records ADD COLUMN parity_disagree TEXT",
+            "ALTER TABLE records ADD COLUMN parity_tool_agree DOUBLE PRECISION",
+            "ALTER TABLE records ADD COLUMN parity_json_valid DOUBLE PRECISION",
+        ),
+    ),
+)

@@ -1,0 +1,130 @@
+"""Where records live: one interface, a SQLite and a PostgreSQL implementation by URL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from kvmigrate.recorder.record import COLUMNS, Record
+from kvmigrate.recorder.schema import MIGRATIONS, MIGRATIONS_TABLE
+
+
+class StoreError(Exception):
+    """A records database URL that cannot be opened."""
+
+
+class Cursor(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+INSERT_SQL = (
+    f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+    " ON CONFLICT (request_id) DO NOTHING"
+)
+
+
+class RecordStore(ABC):
+    """A records database. Thread-safe: one connection, used by one thread at a time.
+
+    SQL is written with `?` placeholders; a store rewrites them for its driver."""
+
+    dialect: str = ""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Cursor]:
+        """A cursor inside one transaction, committed on exit, rolled back on error."""
+
+    @abstractmethod
+    def _lock_schema(self, cursor: Cursor) -> None:
+        """Serialise migrations between processes that open the database at once."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def sql(self, text: str) -> str:
+        return text
+
+    def migrate(self) -> list[str]:
+        """Apply the migrations this database lacks; returns their names."""
+        applied: list[str] = []
+        with self._lock, self._transaction() as cursor:
+            self._lock_schema(cursor)
+            cursor.execute(MIGRATIONS_TABLE)
+            cursor.execute("SELECT name FROM migrations")
+            done = {row[0] for row in cursor.fetchall()}
+            for migration in MIGRATIONS:
+                if migration.name in done:
+                    continue
+                for statement in migration.statements:
+                    cursor.execute(statement)
+                cursor.execute(
+                    self.sql("INSERT INTO migrations (name, applied_at) VALUES (?, ?)"),
+                    (migration.name, time.time()),
+                )
+                applied.append(migration.name)
+        return applied
+
+    def insert(self, records: Sequence[Record]) -> None:
+        """Write a batch in one transaction: all of it lands, or none (a crash mid-batch
+        rolls back). A request id already stored is skipped, so a retried batch is safe."""
+        if not records:
+            return
+        rows = [r.row() for r in records]
+        with self._lock, self._transaction() as cursor:
+            cursor.executemany(self.sql(INSERT_SQL), rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self.sql(sql), params)
+            return [tuple(row) for row in cursor.fetchall()]
+
+    def applied_migrations(self) -> list[str]:
+        return [row[0] for row in self.query("SELECT name FROM migrations ORDER BY name")]
+
+    @abstractmethod
+    def columns(self, table: str) -> set[str]: ...
+
+    def prune(self, before: float) -> int:
+        """Delete the records that started before `before` (Unix seconds)."""
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self.sql("DELETE FROM records WHERE ts < ?"), (before,))
+            return int(getattr(cursor, "rowcount", 0) or 0)
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def open_store(url: str, migrate: bool = True) -> RecordStore:
+    """The store for `sqlite:///relative.db`, `sqlite:////absolute.db` or `postgresql://...`."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    store: RecordStore
+    if scheme == "sqlite":
+        from kvmigrate.recorder.sqlite_store import SqliteStore
+
+        store = SqliteStore(url)
+    elif scheme in ("postgresql", "postgres"):
+        from kvmigrate.recorder.postgres_store import PostgresStore
+
+        store = PostgresStore(url)
+    else:
+        raise StoreError(f"unsupported records URL {url!r}: use sqlite:/// or postgresql://")
+    if migrate:
+        try:
+            store.migrate()
+        except BaseException:
+            store.close()
+            raise
+    return store

@@ -1,0 +1,197 @@
+"""The background writer: a bounded queue drained in batches by one thread.
+
+A thread, not an asyncio task, because sqlite3 and psycopg block: their I/O must never
+stall the proxy's event loop. The proxy side only ever calls `submit`, which never blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmigrate.recorder.record import Record
+from kvmigrate.recorder.store import RecordStore
+
+log = logging.getLogger("kvmigrate.recorder")
+
+_POLL_S = 0.1  # how often an idle writer looks at its stop flag
+
+
+@dataclass
+class WriterStats:
+    """Each counter has a single writer thread (the proxy's loop or the writer), so plain
+    integers suffice; readers may see a value one update old."""
+
+    written: int = 0
+    batches: int = 0
+    write_errors: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSettings:
+    queue_size: int = 10_000
+    batch_size: int = 500
+    flush_interval: float = 0.2  # the longest a record waits for its batch to fill
+    prune_every: float = 3600.0
+
+
+class RecordWriter:
+    """Converts queued items to records and writes them, off the caller's thread.
+
+    `open_store` is called on the writer thread, and again after a failure to open, so a
+    database that is down at start is picked up once it is back. `maintain` (pruning) runs
+    on the same thread every `prune_every` seconds."""
+
+    def __init__(
+        self,
+        open_store: Callable[[], RecordStore],
+        convert: Callable[[Any], Record],
+        settings: WriterSettings | None = None,
+        maintain: Callable[[RecordStore], None] | None = None,
+    ) -> None:
+        self.settings = settings or WriterSettings()
+        self.stats = WriterStats()
+        self._open_store = open_store
+        self._convert = convert
+        self._maintain = maintain
+        self._queue: queue.Queue[Any] = queue.Queue(self.settings.queue_size)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store: RecordStore | None = None
+        self._logged_error = False
+        self._next_maintenance = 0.0
+
+    def submit(self, item: Any) -> bool:
+        """Queue an item; never blocks. A full queue drops it and counts the drop."""
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.stats.drop("queue_full")
+            return False
+        return True
+
+    @property
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def start(self) -> None:
+        if self._thread is None:
+            # Daemon: a proxy killed without `done()` must still be able to exit.
+            self._thread = threading.Thread(
+                target=self._run, name="kvmigrate-recorder", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Write what is queued, then stop; blocks until done or `timeout`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("recorder: %d records still queued at shutdown", self.depth)
+        else:
+            self._drain_now()
+        alive = self._thread is not None and self._thread.is_alive()
+        if self._store is not None and not alive:
+            self._store.close()
+            self._store = None
+
+    def _drain_now(self) -> None:
+        while (batch := self._collect()) is not None:
+            self._write(batch)
+
+    def _run(self) -> None:
+        while True:
+            batch = self._collect()
+            if batch is None:
+                return
+            if batch:
+                self._write(batch)
+            self._maybe_maintain()
+
+    def _collect(self) -> list[Any] | None:
+        """The next batch; [] when idle; None once stopped and drained."""
+        try:
+            items = [self._queue.get(timeout=_POLL_S)]
+        except queue.Empty:
+            return None if self._stop.is_set() else []
+        deadline = time.monotonic() + self.settings.flush_interval
+        while len(items) < self.settings.batch_size:
+            try:
+                items.append(self._queue.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stop.is_set():
+                break
+            try:
+                # Short waits, so a stop request cuts a long flush interval short.
+                items.append(self._queue.get(timeout=min(remaining, _POLL_S)))
+            except queue.Empty:
+                continue
+        return items
+
+    def _write(self, items: Sequence[Any]) -> None:
+        records: list[Record] = []
+        for item in items:
+            try:
+                records.append(self._convert(item))
+            except Exception:
+                log.debug("recorder: cannot convert %r", item, exc_info=True)
+                self.stats.drop("invalid")
+        try:
+            store = self._store = self._store or self._open_store()
+            store.insert(records)
+        except Exception as exc:
+            # A full disk or a database that is down must never reach the proxy: count,
+            # drop this batch, and say so once (a log line per batch would flood).
+            self.stats.write_errors += 1
+            self.stats.drop("write_error", len(records))
+            self._log_error(exc)
+            self._reset_store()
+            return
+        self.stats.written += len(records)
+        self.stats.batches += 1
+
+    def _log_error(self, exc: Exception) -> None:
+        if self._logged_error:
+            log.debug("recorder: write failed again: %s", exc)
+            return
+        self._logged_error = True
+        log.error(
+            "recorder: writing records failed (%s: %s); dropping batches until it recovers, "
+            "see kvmigrate_recorder_write_errors_total",
+            type(exc).__name__,
+            exc,
+        )
+
+    def _reset_store(self) -> None:
+        """Reopen on the next batch: a broken connection should not stay broken."""
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:
+                log.debug("recorder: closing a failed store", exc_info=True)
+            self._store = None
+
+    def _maybe_maintain(self) -> None:
+        if self._maintain is None or time.monotonic() < self._next_maintenance:
+            return
+        self._next_maintenance = time.monotonic() + self.settings.prune_every
+        try:
+            store = self._store = self._store or self._open_store()
+            self._maintain(store)
+        except Exception as exc:
+            self.stats.write_errors += 1
+            self._log_error(exc)
+            self._reset_store()

@@ -1,0 +1,134 @@
+"""Aggregations over recorded rows: per backend, per turn, shadow coverage, latency CDF."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from kvmigrate.recorder.percentile import percentile
+from kvmigrate.recorder.queries import is_backend_error
+from kvmigrate.report.model import BackendSummary, CacheRow, Coverage, TurnRow
+from kvmigrate.report.rows import Row
+
+CDF_POINTS = 100
+
+
+def answered(row: Row) -> bool:
+    return row.status is not None or row.error is not None
+
+
+def backend_summaries(rows: Sequence[Row], order: Sequence[str]) -> list[BackendSummary]:
+    """Serve and shadow calls both count for the backend that made them."""
+    by_backend: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if answered(row):
+            by_backend[row.backend].append(row)
+    names = [b for b in order if b in by_backend] + sorted(set(by_backend) - set(order))
+    return [_summary(name, by_backend[name]) for name in names]
+
+
+def _summary(backend: str, rows: list[Row]) -> BackendSummary:
+    s = BackendSummary(backend)
+    s.serve = sum(r.role == "serve" for r in rows)
+    s.shadow = sum(r.role == "shadow" for r in rows)
+    s.conversations = len({r.conversation for r in rows})
+    s.errors = sum(is_backend_error(r.status, r.error) for r in rows)
+    s.error_rate = s.errors / len(rows) if rows else None
+    ttfts = [r.ttft_ms for r in rows if r.ttft_ms is not None]
+    latencies = [r.latency_ms for r in rows if r.latency_ms is not None]
+    s.ttft_p50_ms, s.ttft_p95_ms = percentile(ttfts, 50), percentile(ttfts, 95)
+    s.latency_p50_ms, s.latency_p95_ms = percentile(latencies, 50), percentile(latencies, 95)
+    s.prompt_tokens = sum(r.prompt_tokens or 0 for r in rows)
+    s.cached_tokens = sum(r.cached_tokens or 0 for r in rows)
+    s.completion_tokens = sum(r.completion_tokens or 0 for r in rows)
+    return s
+
+
+def shadow_coverage(rows: Sequence[Row], primary: str, candidate: str) -> Coverage:
+    served = [r for r in rows if r.role == "serve" and r.backend == primary and answered(r)]
+    mirrored_ids = {r.pair_id for r in rows if r.role == "shadow" and r.backend == candidate}
+    mirrored = [r for r in served if r.request_id in mirrored_ids]
+    conversations = {r.conversation for r in served}
+    mirrored_conversations = {r.conversation for r in mirrored}
+    return Coverage(
+        primary_requests=len(served),
+        mirrored_requests=len(mirrored),
+        request_ratio=len(mirrored) / len(served) if served else None,
+        primary_conversations=len(conversations),
+        mirrored_conversations=len(mirrored_conversations),
+        conversation_ratio=len(mirrored_conversations) / len(conversations)
+        if conversations
+        else None,
+    )
+
+
+def _turn_buckets(rows: Iterable[Row], max_turn: int) -> dict[int, list[Row]]:
+    buckets: dict[int, list[Row]] = defaultdict(list)
+    for row in rows:
+        if answered(row):
+            buckets[min(max(row.turn, 1), max_turn)].append(row)
+    return buckets
+
+
+def _label(turn: int, max_turn: int, top: int) -> str:
+    return f"{turn}+" if turn == max_turn and top > max_turn else str(turn)
+
+
+def ttft_by_turn(
+    rows: Sequence[Row], primary: str, candidate: str, max_turn: int = 10
+) -> list[TurnRow]:
+    """The seed's table for real traffic: turns beyond `max_turn` share its last row."""
+    top = max((r.turn for r in rows), default=0)
+    buckets = _turn_buckets(rows, max_turn)
+    table = []
+    for turn in sorted(buckets):
+        p = [r.ttft_ms for r in buckets[turn] if r.backend == primary and r.ttft_ms is not None]
+        c = [r.ttft_ms for r in buckets[turn] if r.backend == candidate and r.ttft_ms is not None]
+        p50, p95 = percentile(p, 50), percentile(p, 95)
+        c50, c95 = percentile(c, 50), percentile(c, 95)
+        label = _label(turn, max_turn, top)
+        reductions = _reduction(p50, c50), _reduction(p95, c95)
+        table.append(TurnRow(label, len(p), p50, p95, len(c), c50, c95, *reductions))
+    return table
+
+
+def _reduction(primary: float | None, candidate: float | None) -> float | None:
+    if primary is None or candidate is None or primary <= 0:
+        return None
+    return (primary - candidate) / primary * 100.0
+
+
+def cache_by_turn(
+    rows: Sequence[Row], backends: Sequence[str], max_turn: int = 10
+) -> list[CacheRow]:
+    top = max((r.turn for r in rows), default=0)
+    buckets = _turn_buckets(rows, max_turn)
+    table = []
+    for turn in sorted(buckets):
+        hit: dict[str, float | None] = {}
+        for backend in backends:
+            used = [r for r in buckets[turn] if r.backend == backend and r.prompt_tokens]
+            prompt = sum(r.prompt_tokens or 0 for r in used)
+            hit[backend] = sum(r.cached_tokens or 0 for r in used) / prompt if prompt else None
+        table.append(CacheRow(_label(turn, max_turn, top), hit))
+    return table
+
+
+def latency_cdf(
+    rows: Sequence[Row], backends: Sequence[str]
+) -> dict[str, list[tuple[float, float]]]:
+    """Per backend, (latency ms, share of calls at or below it), at most CDF_POINTS points."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for backend in backends:
+        values = sorted(
+            r.latency_ms for r in rows if r.backend == backend and r.latency_ms is not None
+        )
+        if not values:
+            continue
+        n = len(values)
+        step = max(1, n // CDF_POINTS)
+        indexes = list(range(step - 1, n, step))
+        if indexes[-1] != n - 1:
+            indexes.append(n - 1)
+        out[backend] = [(round(values[i], 3), round((i + 1) / n, 4)) for i in indexes]
+    return out

@@ -1,0 +1,89 @@
+"""Build a Report from a records database over a time window."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from kvmigrate.recorder.store import RecordStore
+from kvmigrate.report.aggregate import (
+    backend_summaries,
+    cache_by_turn,
+    latency_cdf,
+    shadow_coverage,
+    ttft_by_turn,
+)
+from kvmigrate.report.cost import project_cost
+from kvmigrate.report.model import Prices, Report, TimelineEvent
+from kvmigrate.report.parity import parity_summary
+from kvmigrate.report.rows import fetch_rows
+
+TINY = 20  # fewer answered calls than this: say the figures are anecdotes
+
+
+def build_report(
+    store: RecordStore | None,
+    since: float,
+    until: float | None = None,
+    primary: str = "hosted",
+    candidate: str = "vllm",
+    prices: Prices | None = None,
+    timeline: Sequence[TimelineEvent] = (),
+    database: str = "",
+    max_turn: int = 10,
+) -> Report:
+    """`store` None stands for a database that does not exist yet: an empty report."""
+    until = time.time() if until is None else until
+    report = Report(
+        generated_at=time.time(),
+        since=since,
+        until=until,
+        database=safe_url(database or (store.url if store else "")),
+        primary=primary,
+        candidate=candidate,
+        timeline=sorted(timeline, key=lambda e: e.ts),
+    )
+    recorded, _ = fetch_rows(store, since, until) if store is not None else ([], False)
+    # Noise calls (the primary asked twice, for parity) are not client traffic: they count
+    # for parity only, never for latency, cache or cost figures.
+    rows = [r for r in recorded if r.role != "noise"]
+    report.cost = project_cost(rows, candidate, prices or Prices())
+    report.records = len(recorded)
+    if not rows:
+        report.notes.append("No records in this window: nothing to report yet.")
+        return report
+    report.first_ts, report.last_ts = rows[0].ts, rows[-1].ts
+    report.backends = backend_summaries(rows, (primary, candidate))
+    names = [b.backend for b in report.backends]
+    report.coverage = shadow_coverage(rows, primary, candidate)
+    report.ttft_by_turn = ttft_by_turn(rows, primary, candidate, max_turn)
+    report.cache_by_turn = cache_by_turn(rows, names, max_turn)
+    report.latency_cdf = latency_cdf(rows, names)
+    report.parity = parity_summary(recorded, store)
+    report.notes.extend(_notes(report))
+    return report
+
+
+def _notes(report: Report) -> list[str]:
+    notes = []
+    calls = sum(b.requests for b in report.backends)
+    if calls < TINY:
+        notes.append(f"Only {calls} recorded calls: treat every figure below as anecdotal.")
+    if report.cost.hosted_monthly_usd is not None and report.cost.basis_s < 3600:
+        span = f"{report.cost.basis_s:.0f} s"
+        notes.append(f"The cost projection scales {span} of traffic to a month: an estimate only.")
+    names = {b.backend for b in report.backends}
+    for name, role in ((report.primary, "primary"), (report.candidate, "candidate")):
+        if name not in names:
+            notes.append(f"No traffic from the {role} `{name}` in this window.")
+    return notes
+
+
+def safe_url(url: str) -> str:
+    """The database URL without its password, fit to print in a report."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

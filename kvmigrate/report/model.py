@@ -1,0 +1,158 @@
+"""The report as plain data: what the aggregation computes and every renderer reads.
+
+Every figure that may be missing (no records, no usage, no candidate traffic) is None,
+never NaN: renderers show "—" and JSON shows null."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    """One step of the rollout (a mode or percent change, a rollback, a gate verdict).
+
+    The report takes a list of these from the caller: `kvmigrate report` fills it from the
+    rollout store once that exposes its audit trail."""
+
+    ts: float
+    kind: str  # e.g. "shadow", "split", "promote", "rollback", "gate"
+    detail: str = ""
+    percent: float | None = None  # the candidate's share of conversations after the event
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Hosted prices in $ per 1M tokens, against self-hosted GPUs in $ per GPU-hour.
+
+    `gpu_tokens_per_s` is the output tokens per second one GPU sustains for this traffic
+    (from `kvmigrate bench`); None uses the candidate's observed peak rate, which only
+    bounds the capacity from below and so overstates the GPUs needed."""
+
+    input_per_m: float = 2.50
+    cached_input_per_m: float = 1.25
+    output_per_m: float = 10.00
+    gpu_per_hour: float = 3.50
+    gpu_tokens_per_s: float | None = None
+    min_gpus: int = 1
+
+
+@dataclass(slots=True)
+class BackendSummary:
+    backend: str
+    serve: int = 0
+    shadow: int = 0
+    conversations: int = 0
+    errors: int = 0
+    error_rate: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p95_ms: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def requests(self) -> int:
+        return self.serve + self.shadow
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """TTFT at one turn number: primary against candidate (ms), and the candidate's gain."""
+
+    turn: str  # "1", "2", ... and "N+" for the last, open-ended bucket
+    primary_n: int
+    primary_p50_ms: float | None
+    primary_p95_ms: float | None
+    candidate_n: int
+    candidate_p50_ms: float | None
+    candidate_p95_ms: float | None
+    reduction_p50_pct: float | None  # (primary - candidate) / primary; > 0: candidate faster
+    reduction_p95_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRow:
+    """cached / prompt tokens at one turn number, per backend (None: no usage reported)."""
+
+    turn: str
+    hit: dict[str, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How much of the primary's served traffic the candidate also saw as shadow copies."""
+
+    primary_requests: int = 0
+    mirrored_requests: int = 0
+    request_ratio: float | None = None
+    primary_conversations: int = 0
+    mirrored_conversations: int = 0
+    conversation_ratio: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CostProjection:
+    basis_s: float = 0.0  # the traffic span the monthly figures scale from
+    monthly_requests: float | None = None
+    monthly_input_tokens: float | None = None
+    monthly_cached_tokens: float | None = None
+    monthly_output_tokens: float | None = None
+    hosted_monthly_usd: float | None = None
+    demand_tokens_per_s: float | None = None
+    gpu_tokens_per_s: float | None = None
+    throughput_source: str = ""
+    gpus: int | None = None
+    self_hosted_monthly_usd: float | None = None
+    savings_monthly_usd: float | None = None
+    prices: Prices = field(default_factory=Prices)
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    request_id: str
+    conversation: str
+    turn: int
+    score: float
+    excerpt: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParitySummary:
+    scored: bool = False  # False until the parity engine adds its columns and scores pairs
+    samples: int = 0
+    mean: float | None = None
+    tool_agreement: float | None = None
+    json_validity: float | None = None
+    histogram: tuple[int, ...] = ()  # counts of scores in ten bins over [0, 1]
+    worst: tuple[Divergence, ...] = ()
+    noise_adjusted: float | None = None  # None while too few noise pairs are in
+    noise_pairs: int = 0
+
+
+@dataclass(slots=True)
+class Report:
+    generated_at: float
+    since: float
+    until: float
+    database: str
+    primary: str
+    candidate: str
+    records: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+    backends: list[BackendSummary] = field(default_factory=list)
+    coverage: Coverage = field(default_factory=Coverage)
+    ttft_by_turn: list[TurnRow] = field(default_factory=list)
+    cache_by_turn: list[CacheRow] = field(default_factory=list)
+    latency_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    cost: CostProjection = field(default_factory=CostProjection)
+    parity: ParitySummary = field(default_factory=ParitySummary)
+    timeline: list[TimelineEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.records == 0

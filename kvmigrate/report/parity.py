@@ -1,0 +1,67 @@
+"""The parity section: "not yet scored" until shadow copies have been scored.
+
+A shadow copy's record carries its pair score against the primary answer it mirrored
+(`parity_kind` = candidate), and a noise call's record its score against the same answer
+(`parity_kind` = noise). The headline is the noise-adjusted figure: the candidate's
+disagreement beyond the primary's disagreement with itself; without enough noise pairs it
+says so (inconclusive) instead of inventing a figure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
+from kvmigrate.recorder.store import RecordStore
+from kvmigrate.report.model import Divergence, ParitySummary
+from kvmigrate.report.rows import Row
+
+BINS = 10
+WORST = 5
+EXCERPT_CHARS = 160
+
+
+def parity_summary(rows: Sequence[Row], store: RecordStore | None = None) -> ParitySummary:
+    scored = [r for r in rows if r.parity_score is not None and r.parity_kind != NOISE_KIND]
+    if not scored:
+        return ParitySummary()
+    flags = [
+        (r.parity_kind, r.parity_applicable, r.parity_disagree)
+        for r in rows
+        if r.parity_kind is not None
+    ]
+    adjusted, _, noise_pairs = noise_adjusted(flags)
+    scores = [float(r.parity_score or 0.0) for r in scored]
+    histogram = [0] * BINS
+    for score in scores:
+        histogram[min(int(max(score, 0.0) * BINS), BINS - 1)] += 1
+    worst = sorted(scored, key=lambda r: float(r.parity_score or 0.0))[:WORST]
+    return ParitySummary(
+        scored=True,
+        samples=len(scores),
+        mean=sum(scores) / len(scores),
+        tool_agreement=_mean([r.parity_tool_agree for r in scored]),
+        json_validity=_mean([r.parity_json_valid for r in scored]),
+        histogram=tuple(histogram),
+        worst=tuple(_divergence(r, store) for r in worst),
+        noise_adjusted=adjusted,
+        noise_pairs=noise_pairs,
+    )
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _divergence(row: Row, store: RecordStore | None) -> Divergence:
+    """The excerpt comes from the stored (already redacted, or full by choice) response."""
+    excerpt = ""
+    if store is not None:
+        found = store.query(
+            "SELECT response_json FROM records WHERE request_id = ?", (row.request_id,)
+        )
+        if found and found[0][0]:
+            excerpt = str(found[0][0])[:EXCERPT_CHARS]
+    return Divergence(
+        row.request_id, row.conversation, row.turn, float(row.parity_score or 0.0), excerpt
+    )

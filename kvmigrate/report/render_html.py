@@ -1,0 +1,165 @@
+"""The report as one self-contained HTML file: inline CSS, inline SVG charts, works offline."""
+
+from __future__ import annotations
+
+import time
+from html import escape
+
+from kvmigrate.report import fmt
+from kvmigrate.report.model import Report
+from kvmigrate.report.svg import PALETTE, Axis, Series, bar_chart, line_chart, placeholder
+from kvmigrate.report.tables import NOT_SCORED, Table, report_tables, summary_lines
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 1340px; color: #222; }
+h1 { margin-bottom: .2rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; }
+ul.summary { color: #444; } .note { color: #666; font-style: italic; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(640px, 1fr)); gap: 1rem; }
+svg.chart { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; }
+svg .title { font-weight: 600; font-size: 14px; } svg .tick { font-size: 11px; fill: #555; }
+svg .label, svg .legend { font-size: 12px; fill: #333; }
+svg .grid { stroke: #eee; } svg .axis { stroke: #999; }
+svg .empty { fill: #fafafa; stroke: #ddd; stroke-dasharray: 4 4; }
+svg .placeholder { fill: #888; font-size: 14px; }
+svg circle.pt:hover { r: 5; }
+table { border-collapse: collapse; margin: .5rem 0 1rem; }
+th, td { padding: .25rem .6rem; border-bottom: 1px solid #eee; text-align: right; }
+th:first-child, td:first-child { text-align: left; } th { background: #f6f6f6; }
+"""
+
+# The only script: it marks the page as rendered, so a headless check can tell a page whose
+# charts were parsed from one that failed (no library, nothing fetched).
+SCRIPT = (
+    'document.body.dataset.charts = String(document.querySelectorAll("svg.chart").length);'
+    'document.body.dataset.ready = "1";'
+)
+
+
+def render_html(report: Report) -> str:
+    body = [
+        "<h1>kvmigrate report</h1>",
+        '<ul class="summary">',
+        *(f"<li>{escape(line)}</li>" for line in summary_lines(report)),
+        "</ul>",
+        '<h2>Charts</h2><div class="charts">',
+        *charts(report),
+        "</div>",
+        *(_table(t) for t in report_tables(report)),
+        f'<p class="note">Generated {escape(fmt.when(report.generated_at))}.</p>',
+    ]
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            "<title>kvmigrate report</title>",
+            f"<style>{STYLE}</style></head><body>",
+            *body,
+            f"<script>{SCRIPT}</script>",
+            "</body></html>",
+        ]
+    )
+
+
+def charts(report: Report) -> list[str]:
+    return [
+        ttft_chart(report),
+        cdf_chart(report),
+        cache_chart(report),
+        parity_chart(report),
+        timeline_chart(report),
+    ]
+
+
+def _colors(report: Report) -> dict[str, str]:
+    names = [report.primary, report.candidate]
+    names += [b.backend for b in report.backends if b.backend not in names]
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+
+
+def _turn_axis(rows: list[str]) -> Axis:
+    return Axis(
+        "turn", lambda v: rows[int(v) - 1] if 1 <= v <= len(rows) else "", _turn_ticks(rows)
+    )
+
+
+def _turn_ticks(rows: list[str]) -> list[tuple[float, str]]:
+    return [(i + 1.0, label) for i, label in enumerate(rows)]
+
+
+def ttft_chart(report: Report) -> str:
+    turns = report.ttft_by_turn
+    color = _colors(report)
+    series = []
+    for name, side in ((report.primary, "primary"), (report.candidate, "candidate")):
+        for stat, dashed in (("p50", False), ("p95", True)):
+            values = [getattr(t, f"{side}_{stat}_ms") for t in turns]
+            points = [(i + 1.0, float(v)) for i, v in enumerate(values) if v is not None]
+            series.append(Series(f"{name} {stat}", points, color[name], dashed))
+    labels = [t.turn for t in turns]
+    y = Axis("TTFT (ms)", lambda v: f"{v:,.0f}")
+    return line_chart("ttft-by-turn", "TTFT by turn", series, _turn_axis(labels), y)
+
+
+def cdf_chart(report: Report) -> str:
+    color = _colors(report)
+    series = [
+        Series(name, [(ms, share * 100) for ms, share in points], color.get(name, PALETTE[-1]))
+        for name, points in report.latency_cdf.items()
+    ]
+    x = Axis("total latency (ms)", lambda v: f"{v:,.0f}")
+    y = Axis("calls at or below (%)", lambda v: f"{v:.0f}%", top=100.0)
+    return line_chart("latency-cdf", "Latency CDF", series, x, y)
+
+
+def cache_chart(report: Report) -> str:
+    rows = report.cache_by_turn
+    color = _colors(report)
+    series = []
+    for b in report.backends:
+        points = [
+            (i + 1.0, hit * 100)
+            for i, r in enumerate(rows)
+            if (hit := r.hit.get(b.backend)) is not None
+        ]
+        series.append(Series(b.backend, points, color.get(b.backend, PALETTE[-1])))
+    y = Axis("cached / prompt tokens (%)", lambda v: f"{v:.0f}%", top=100.0)
+    axis = _turn_axis([r.turn for r in rows])
+    return line_chart("cache-by-turn", "Prefix cache hit by turn", series, axis, y)
+
+
+def parity_chart(report: Report) -> str:
+    p = report.parity
+    if not p.scored:
+        return placeholder("parity-distribution", "Parity distribution", NOT_SCORED)
+    labels = [f"{i / 10:.1f}" for i in range(len(p.histogram))]
+    y = Axis("scored pairs", lambda v: f"{v:g}")
+    title = "Parity distribution"
+    return bar_chart("parity-distribution", title, labels, list(p.histogram), y, "agreement score")
+
+
+def timeline_chart(report: Report) -> str:
+    events = [e for e in report.timeline if e.percent is not None]
+    title = "Rollout timeline"
+    if not events:
+        return placeholder("rollout-timeline", title, "No rollout events in this window.")
+    start = events[0].ts
+    points = [(e.ts - start, float(e.percent or 0.0)) for e in events]
+    end = max(report.until, events[-1].ts) - start
+    if end > points[-1][0]:
+        points.append((end, points[-1][1]))  # hold the last level until the window's end
+    x = Axis("time (UTC)", lambda v: time.strftime("%m-%d %H:%M", time.gmtime(start + v)))
+    y = Axis("candidate share (%)", lambda v: f"{v:.0f}%", top=100.0)
+    series = [Series(report.candidate, points, _colors(report)[report.candidate])]
+    return line_chart("rollout-timeline", title, series, x, y, step=True)
+
+
+def _table(table: Table) -> str:
+    head = f"<h2>{escape(table.title)}</h2>"
+    if not table.rows:
+        return f'{head}<p class="note">{escape(table.note)}</p>'
+    cells = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
+    )
+    return f'{head}<table data-table="{escape(table.key)}"><tr>{cells}</tr>{rows}</table>'

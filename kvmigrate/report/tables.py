@@ -1,0 +1,196 @@
+"""The report's sections as tables of formatted cells, shared by the text, md and html views."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvmigrate.report import fmt
+from kvmigrate.report.model import Report
+
+NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    key: str
+    title: str
+    headers: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]] = field(default_factory=list)
+    note: str = ""  # shown instead of the table when it has no rows
+
+
+def summary_lines(report: Report) -> list[str]:
+    lines = [
+        f"Window: {fmt.when(report.since)} .. {fmt.when(report.until)}",
+        f"Records: {report.records:,} calls from {report.database or 'no database'}",
+        f"Primary: {report.primary}   Candidate: {report.candidate}",
+    ]
+    return lines + list(report.notes)
+
+
+def report_tables(report: Report) -> list[Table]:
+    return [
+        headline(report),
+        coverage(report),
+        ttft_by_turn(report),
+        cache_by_turn(report),
+        cost(report),
+        parity(report),
+        timeline(report),
+    ]
+
+
+def headline(report: Report) -> Table:
+    headers: tuple[str, ...] = (
+        "backend",
+        "serve",
+        "shadow",
+        "conversations",
+        "errors",
+        "error rate",
+    )
+    headers += ("TTFT p50", "TTFT p95", "latency p50", "latency p95", "cache hit")
+    rows = [
+        (
+            b.backend,
+            fmt.number(b.serve),
+            fmt.number(b.shadow),
+            fmt.number(b.conversations),
+            fmt.number(b.errors),
+            fmt.pct(b.error_rate),
+            fmt.ms(b.ttft_p50_ms),
+            fmt.ms(b.ttft_p95_ms),
+            fmt.ms(b.latency_p50_ms),
+            fmt.ms(b.latency_p95_ms),
+            fmt.pct(b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None),
+        )
+        for b in report.backends
+    ]
+    return Table("headline", "Headline", headers, rows, "No calls recorded in this window.")
+
+
+def coverage(report: Report) -> Table:
+    c = report.coverage
+    rows = []
+    if c.primary_requests:
+        rows = [
+            (
+                "requests",
+                f"{c.mirrored_requests:,} of {c.primary_requests:,}",
+                fmt.pct(c.request_ratio),
+            ),
+            (
+                "conversations",
+                f"{c.mirrored_conversations:,} of {c.primary_conversations:,}",
+                fmt.pct(c.conversation_ratio),
+            ),
+        ]
+    note = f"No calls served by the primary `{report.primary}` in this window."
+    title = f"Shadow coverage (primary calls mirrored to {report.candidate})"
+    return Table("coverage", title, ("unit", "mirrored", "share"), rows, note)
+
+
+def ttft_by_turn(report: Report) -> Table:
+    p, c = report.primary, report.candidate
+    headers: tuple[str, ...] = (
+        "turn",
+        f"{p} n",
+        f"{p} p50",
+        f"{p} p95",
+        f"{c} n",
+        f"{c} p50",
+        f"{c} p95",
+    )
+    headers += ("reduction p50", "reduction p95")
+    rows = [
+        (
+            t.turn,
+            fmt.number(t.primary_n),
+            fmt.ms(t.primary_p50_ms),
+            fmt.ms(t.primary_p95_ms),
+            fmt.number(t.candidate_n),
+            fmt.ms(t.candidate_p50_ms),
+            fmt.ms(t.candidate_p95_ms),
+            fmt.pct(t.reduction_p50_pct, ratio=False, signed=True),
+            fmt.pct(t.reduction_p95_pct, ratio=False, signed=True),
+        )
+        for t in report.ttft_by_turn
+    ]
+    title = "TTFT by turn (reduction > 0: the candidate is faster)"
+    return Table("ttft_by_turn", title, headers, rows, "No timed calls in this window.")
+
+
+def cache_by_turn(report: Report) -> Table:
+    names = [b.backend for b in report.backends]
+    rows = [(r.turn, *(fmt.pct(r.hit.get(n)) for n in names)) for r in report.cache_by_turn]
+    title = "Prefix cache hit by turn (cached / prompt tokens)"
+    return Table("cache_by_turn", title, ("turn", *names), rows, "No token usage recorded.")
+
+
+def cost(report: Report) -> Table:
+    k, p = report.cost, report.cost.prices
+    if k.hosted_monthly_usd is None:
+        return Table("cost", "Cost projection", (), [], "No successful served calls to price.")
+    rows = [
+        ("traffic basis", fmt.duration(k.basis_s)),
+        ("requests / month", fmt.number(k.monthly_requests)),
+        (
+            "input tokens / month (of which cached)",
+            f"{fmt.number(k.monthly_input_tokens)} ({fmt.number(k.monthly_cached_tokens)})",
+        ),
+        ("output tokens / month", fmt.number(k.monthly_output_tokens)),
+        (
+            "hosted prices per 1M tokens (input / cached / output)",
+            " / ".join(fmt.usd(v) for v in (p.input_per_m, p.cached_input_per_m, p.output_per_m)),
+        ),
+        ("hosted cost / month", fmt.usd(k.hosted_monthly_usd)),
+        ("output demand (tokens/s, average)", fmt.number(k.demand_tokens_per_s, 2)),
+        (
+            "GPU throughput (output tokens/s per GPU)",
+            f"{fmt.number(k.gpu_tokens_per_s, 1)} ({k.throughput_source})",
+        ),
+        ("GPUs needed", fmt.number(k.gpus)),
+        (
+            "self-hosted cost / month",
+            f"{fmt.usd(k.self_hosted_monthly_usd)} at {fmt.usd(p.gpu_per_hour)}/GPU-hour",
+        ),
+        ("monthly savings (hosted - self-hosted)", fmt.usd(k.savings_monthly_usd)),
+    ]
+    return Table(
+        "cost", "Cost projection (30 days at the observed traffic)", ("item", "value"), rows
+    )
+
+
+def parity(report: Report) -> Table:
+    s = report.parity
+    if not s.scored:
+        return Table("parity", "Parity", (), [], NOT_SCORED)
+    adjusted = (
+        fmt.pct(s.noise_adjusted)
+        if s.noise_adjusted is not None
+        else f"inconclusive ({s.noise_pairs} noise pairs so far)"
+    )
+    rows = [
+        ("scored pairs", fmt.number(s.samples)),
+        ("noise-adjusted parity", adjusted),
+        ("primary-vs-primary noise pairs", fmt.number(s.noise_pairs)),
+        ("mean pair score (raw, before noise)", fmt.pct(s.mean)),
+        ("tool-call agreement", fmt.pct(s.tool_agreement)),
+        ("JSON validity", fmt.pct(s.json_validity)),
+    ]
+    rows += [
+        (f"worst: {d.conversation} turn {d.turn} ({fmt.pct(d.score)})", d.excerpt or fmt.MISSING)
+        for d in s.worst
+    ]
+    return Table("parity", "Parity", ("item", "value"), rows)
+
+
+def timeline(report: Report) -> Table:
+    rows = [
+        (fmt.when(e.ts), e.kind, fmt.pct(e.percent, ratio=False), e.detail) for e in report.timeline
+    ]
+    note = "No rollout events in this window."
+    return Table(
+        "timeline", "Rollout timeline", ("time", "event", "candidate %", "detail"), rows, note
+    )

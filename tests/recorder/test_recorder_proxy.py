@@ -1,0 +1,161 @@
+"""The recorder behind a real proxy in front of emulated backends: what lands in the DB."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from recorder_support import (
+    HOSTED_MODEL,
+    WEATHER_TOOL,
+    Backends,
+    recorder_config,
+    start_recording_proxy,
+    wait_until,
+)
+
+from kvmigrate.recorder import open_store
+from kvmigrate.recorder.sqlite_store import SqliteStore
+
+
+def _conversation(client, session: str, turns: int, stream: bool = False) -> None:  # type: ignore[no-untyped-def]
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hi, I am jane.roe@example.com, card 4111 1111 1111 1111."},
+    ]
+    for _ in range(turns):
+        kwargs = {"stream_options": {"include_usage": True}} if stream else {}
+        result = client.chat.completions.create(
+            model=HOSTED_MODEL, messages=messages, max_tokens=12, stream=stream,
+            extra_headers={"X-Session-ID": session}, **kwargs,
+        )  # fmt: skip
+        text = (
+            "".join(c.choices[0].delta.content or "" for c in result if c.choices)
+            if stream
+            else result.choices[0].message.content
+        )
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "go on"}]
+
+
+def test_serve_and_shadow_calls_are_recorded_with_pairs_turns_and_tokens(
+    backends: Backends, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path}/records.db"
+    proxy = start_recording_proxy(recorder_config(backends.hosted.url, backends.vllm.url, db))
+    client = proxy.client()
+    _conversation(client, "conv-a", 3)
+    _conversation(client, "conv-b", 2, stream=True)
+    wait_until(lambda: proxy.recorder.stats.written + proxy.recorder.queue_depth >= 10)
+    proxy.stop()
+
+    with open_store(db) as store:
+        rows = store.query(
+            "SELECT request_id, role, backend, conversation, turn, status, error, ttft_ms, "
+            "latency_ms, prompt_tokens, cached_tokens, completion_tokens, finish_reason, pair_id, "
+            "request_json, response_json, stream FROM records ORDER BY ts"
+        )
+    serve = [r for r in rows if r[1] == "serve"]
+    shadow = [r for r in rows if r[1] == "shadow"]
+    assert len(serve) == 5
+    assert len(shadow) == 5
+    assert {r[2] for r in serve} == {"hosted"}
+    assert {r[2] for r in shadow} == {"vllm"}
+    # Each shadow copy points at the primary answer it mirrors.
+    assert {r[13] for r in shadow} == {r[0] for r in serve}
+    assert sorted((r[3], r[4]) for r in serve) == [
+        ("conv-a", 1), ("conv-a", 2), ("conv-a", 3), ("conv-b", 1), ("conv-b", 2)
+    ]  # fmt: skip
+    for r in rows:
+        assert r[5] == 200
+        assert r[6] is None
+        assert 0 < r[7] <= r[8]
+        assert r[9] > 0
+        assert r[11] > 0
+        assert r[12] == "length"
+    # The emulated vLLM caches the prefix: later turns of a conversation hit it.
+    assert any(r[10] > 0 for r in shadow if r[4] > 1)
+    # Redacted by default: the email and the card never reach the disk.
+    for r in rows:
+        assert "jane.roe@example.com" not in r[14]
+        assert "4111 1111" not in r[14]
+        assert "[EMAIL]" in r[14]
+        assert "[CARD]" in r[14]
+    # A streamed answer is stored reassembled into the non-streamed shape.
+    streamed = [r for r in serve if r[16]]
+    assert streamed
+    for r in streamed:
+        response = json.loads(r[15])
+        assert response["object"] == "chat.completion"
+        assert response["choices"][0]["message"]["content"]
+        assert response["usage"]["completion_tokens"] == r[11]
+
+
+def test_tool_call_names_are_recorded_from_streams_and_bodies(
+    backends: Backends, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path}/records.db"
+    proxy = start_recording_proxy(recorder_config(backends.hosted.url, backends.vllm.url, db))
+    client = proxy.client()
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    for stream in (False, True):
+        result = client.chat.completions.create(
+            model=HOSTED_MODEL, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
+            stream=stream, max_tokens=30,
+        )  # fmt: skip
+        if stream:
+            list(result)
+    wait_until(lambda: proxy.recorder.stats.written + proxy.recorder.queue_depth >= 4)
+    proxy.stop()
+    with open_store(db) as store:
+        rows = store.query("SELECT role, stream, tool_calls, finish_reason FROM records")
+    assert len(rows) == 4
+    for _role, _stream, tools, finish in rows:
+        assert json.loads(tools) == ["get_weather"]
+        assert finish == "tool_calls"
+
+
+@pytest.mark.parametrize("content", ["none", "full"])
+def test_content_policy(backends: Backends, tmp_path: Path, content: str) -> None:
+    db = f"sqlite:///{tmp_path}/records.db"
+    config = recorder_config(backends.hosted.url, backends.vllm.url, db, content=content)
+    proxy = start_recording_proxy(config)
+    _conversation(proxy.client(), "conv", 1)
+    proxy.stop()
+    with open_store(db) as store:
+        rows = store.query(
+            "SELECT content, request_json, response_json, prompt_tokens FROM records"
+        )
+    assert len(rows) == 2
+    for policy, request, response, prompt in rows:
+        assert policy == content
+        assert prompt > 0
+        if content == "none":
+            assert request is None
+            assert response is None
+        else:
+            assert "jane.roe@example.com" in request
+            assert json.loads(response)["choices"]
+
+
+def test_metrics_and_flush_on_shutdown(backends: Backends, tmp_path: Path) -> None:
+    """A long flush interval holds the batch open: `done()` at shutdown must still write it."""
+    db = f"sqlite:///{tmp_path}/records.db"
+    config = recorder_config(backends.hosted.url, backends.vllm.url, db)
+    proxy = start_recording_proxy(config, flush_interval=60.0)
+    _conversation(proxy.client(), "conv", 2)
+    import urllib.request
+
+    def metrics() -> str:
+        return urllib.request.urlopen(proxy.url + "/metrics", timeout=5).read().decode()
+
+    wait_until(lambda: "kvmigrate_recorder_queue_depth" in metrics())
+    text = metrics()
+    assert "kvmigrate_records_written_total 0.0" in text
+    assert 'kvmigrate_records_dropped_total{reason="queue_full"} 0.0' in text
+    assert "kvmigrate_recorder_write_errors_total 0.0" in text
+    proxy.stop()
+    assert proxy.recorder.stats.written == 4
+    with SqliteStore(db) as store:
+        assert store.query("SELECT count(*) FROM records") == [(4,)]
+        assert store.integrity_check() == "ok"

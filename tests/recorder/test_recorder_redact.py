@@ -1,0 +1,65 @@
+"""Redaction: personal data and secrets scrubbed, structure and ordinary text kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmigrate.recorder.redact import Redactor, luhn_ok, redact, redact_text
+
+
+@pytest.mark.parametrize(
+    ("text", "marker"),
+    [
+        ("write to john.doe+x@example.co.uk today", "[EMAIL]"),
+        ("call +1 415-555-0132", "[PHONE]"),
+        ("call (415) 555-0132", "[PHONE]"),
+        ("call 415.555.0132", "[PHONE]"),
+        ("call +44 20 7946 0958", "[PHONE]"),
+        ("pay with 4111 1111 1111 1111", "[CARD]"),
+        ("pay with 5500-0000-0000-0004", "[CARD]"),
+        ("key sk-proj-abcDEF1234567890abcdef", "[SECRET]"),
+        ("Authorization: Bearer abc.def-ghi_jkl12345", "[SECRET]"),
+        ("aws AKIAIOSFODNN7EXAMPLE", "[SECRET]"),
+        ("token 0123456789abcdef0123456789abcdef", "[SECRET]"),
+        ("blob dGhpcyBpcyBhIHNlY3JldCB2YWx1ZSAxMjM0NTY3ODkw==", "[SECRET]"),
+    ],
+)
+def test_scrubbed(text: str, marker: str) -> None:
+    assert marker in redact_text(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "on 2024-01-15, version 1.2.3, 1234567 items, order 42, pi 3.14159265",
+        "ip 192.168.1.1 and between 10-20 items in 2023 and 2024",
+        "card-like but not Luhn: 4111 1111 1111 1112",
+        "def very_long_identifier_name_without_digits_here(): pass",
+    ],
+)
+def test_kept(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_luhn() -> None:
+    assert luhn_ok("4111111111111111")
+    assert not luhn_ok("4111111111111112")
+
+
+def test_structure_is_kept_and_strings_scrubbed() -> None:
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "I am a@b.io"}]},
+            {"role": "assistant", "tool_calls": [{"id": "call_1234567890abcdef1234567890", "type": "function",
+              "function": {"name": "email", "arguments": '{"to": "a@b.io"}'}}]},
+        ],
+    }  # fmt: skip
+    out = redact(body)
+    assert out["model"] == "gpt-4o-mini"
+    assert out["messages"][0]["content"][0] == {"type": "text", "text": "I am [EMAIL]"}
+    call = out["messages"][1]["tool_calls"][0]
+    assert call["id"] == "call_1234567890abcdef1234567890"
+    assert call["function"]["name"] == "email"
+    assert call["function"]["arguments"] == '{"to": "[EMAIL]"}'
+    assert Redactor()(body) == out

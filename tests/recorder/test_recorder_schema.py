@@ -1,0 +1,54 @@
+"""Named, append-only migrations on SQLite and PostgreSQL, safe when replicas start at once."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from kvmigrate.recorder import open_store
+from kvmigrate.recorder.schema import MIGRATIONS
+
+
+def test_migrations_are_recorded_by_name_and_run_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/r.db"
+    with open_store(url, migrate=False) as store:
+        assert store.migrate() == [m.name for m in MIGRATIONS]
+        assert store.migrate() == []
+        assert store.applied_migrations() == [m.name for m in MIGRATIONS]
+    conn = sqlite3.connect(tmp_path / "r.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+
+
+def test_a_database_at_an_older_schema_gets_only_the_new_migrations(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+    )
+    for statement in MIGRATIONS[0].statements:
+        conn.execute(statement)
+    conn.execute("INSERT INTO migrations VALUES (?, 0)", (MIGRATIONS[0].name,))
+    conn.commit()
+    conn.close()
+    with open_store(f"sqlite:///{path}", migrate=False) as store:
+        assert store.migrate() == [m.name for m in MIGRATIONS[1:]]
+
+
+def test_postgres_replicas_migrating_at_once_apply_each_migration_once(pg_url: str) -> None:
+    applied: list[list[str]] = []
+
+    def open_one() -> None:
+        with open_store(pg_url, migrate=False) as store:
+            applied.append(store.migrate())
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(name for names in applied for name in names) == sorted(m.name for m in MIGRATIONS)
+    with open_store(pg_url) as store:
+        assert store.applied_migrations() == [m.name for m in MIGRATIONS]
+        assert "pair_id" in store.columns("records")

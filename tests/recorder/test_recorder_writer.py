@@ -1,0 +1,124 @@
+"""The writer's contract: never block the caller, count every drop, survive a failing disk."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kvmigrate.recorder import Record, RecorderAddon, WriterSettings, open_store
+from kvmigrate.recorder.store import RecordStore
+from kvmigrate.recorder.writer import RecordWriter
+
+
+def _record(i: int) -> Record:
+    return Record(
+        request_id=f"req_{i}", ts=time.time(), route="chat/completions", backend="hosted",
+        role="serve", model="m", served_model="m", conversation=f"c{i % 7}", turn=1, stream=False,
+        status=200, ttft_ms=1.0, latency_ms=2.0,
+    )  # fmt: skip
+
+
+class _Blocked(RecordStore):
+    """A store whose writes wait on an event: the queue behind it fills up."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__("blocked://")
+        self.release = release
+        self.rows = 0
+
+    def insert(self, records: object) -> None:
+        self.release.wait(10)
+        self.rows += len(records)  # type: ignore[arg-type]
+
+    def _transaction(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def _lock_schema(self, cursor: object) -> None:
+        raise NotImplementedError
+
+    def columns(self, table: str) -> set[str]:
+        return set()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_full_queue_drops_and_counts_without_blocking() -> None:
+    release = threading.Event()
+    store = _Blocked(release)
+    writer = RecordWriter(
+        lambda: store,
+        lambda i: _record(i),
+        WriterSettings(queue_size=10, batch_size=5, flush_interval=0),
+    )
+    writer.start()
+    started = time.perf_counter()
+    accepted = sum(writer.submit(i) for i in range(1000))
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.5  # 1000 submits against a stuck store: no waiting
+    assert writer.stats.dropped["queue_full"] == 1000 - accepted
+    assert 10 <= accepted <= 20  # the queue, plus at most the batch the writer holds
+    release.set()
+    writer.stop()
+    assert store.rows == accepted == writer.stats.written
+
+
+def test_a_failing_store_counts_errors_drops_batches_and_logs_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the database's folder should be")
+    recorder = RecorderAddon(
+        f"sqlite:///{blocker}/records.db",
+        settings=WriterSettings(batch_size=3, flush_interval=0.01),
+    )
+    recorder.start()
+    with caplog.at_level(logging.DEBUG, "kvmigrate.recorder"):
+        for i in range(3):
+            recorder._writer.submit(i)  # any item: the store fails first
+            time.sleep(0.2)
+        recorder.close()
+    assert recorder.stats.write_errors == 3
+    assert recorder.stats.written == 0
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "writing records failed" in errors[0].getMessage()
+
+
+def test_batches_hold_many_records_and_close_flushes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/r.db"
+    writer = RecordWriter(
+        lambda: open_store(url),
+        lambda i: _record(i),
+        WriterSettings(batch_size=200, flush_interval=0.5),
+    )
+    for i in range(1000):
+        writer.submit(i)
+    writer.start()
+    writer.stop()
+    assert writer.stats.written == 1000
+    assert writer.stats.batches <= 6  # batched, not one transaction per record
+    with open_store(url) as store:
+        assert store.query("SELECT count(*), count(DISTINCT conversation) FROM records") == [
+            (1000, 7)
+        ]
+
+
+def test_a_retried_batch_is_not_written_twice(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/r.db") as store:
+        batch = [_record(i) for i in range(10)]
+        store.insert(batch)
+        store.insert(batch)
+        assert store.query("SELECT count(*) FROM records") == [(10,)]
+
+
+def test_an_invalid_item_is_dropped_and_counted(tmp_path: Path) -> None:
+    recorder = RecorderAddon(f"sqlite:///{tmp_path}/r.db")
+    recorder.start()
+    recorder._writer.submit(("not an exchange", 0.0))
+    recorder.close()
+    assert recorder.stats.dropped == {"invalid": 1}

@@ -1,0 +1,248 @@
+"""The report over a real recorded session, rendered four ways; the HTML in real Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.proxy import build_proxy_app
+from kvmigrate.recorder import Record, build_recorder, open_store
+from kvmigrate.report import RENDERERS, Prices, TimelineEvent, build_report
+from kvmigrate.serving import BackgroundServer
+
+HOSTED_MODEL = "gpt-4o-mini"
+CONFIG = """
+backends:
+  hosted: {{api_base: "{hosted}/v1"}}
+  vllm: {{api_base: "{vllm}/v1"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout: {{mode: shadow, noise_sample: 1.0, noise_per_minute: 100000}}
+record: {{db: "sqlite:///{db}", content: redacted}}
+"""
+TURNS, CONVERSATIONS = 4, 8  # 32 pairs: enough noise pairs (20) for a verdict
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[Path]:
+    """A config whose records DB holds a shadowed multi-turn session through a real proxy."""
+    import openai
+
+    from kvmigrate.config import load_config
+
+    root = Path(tempfile.mkdtemp(prefix="kvmigrate-report-"))
+    hosted = BackgroundServer(
+        lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0.02))
+    )
+    vllm = BackgroundServer(lambda: build_app(EmulatorSettings(profile="vllm", time_scale=0.02)))
+    with hosted, vllm:
+        path = root / "config.yaml"
+        path.write_text(CONFIG.format(hosted=hosted.url, vllm=vllm.url, db=root / "records.db"))
+        config = load_config(path)
+        recorder = build_recorder(config)
+        with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
+            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-x", max_retries=0)
+            for conv in range(CONVERSATIONS):
+                messages = [
+                    {"role": "system", "content": "You are an agent. " * 100},
+                    {"role": "user", "content": f"Task {conv}: write to ann@example.com"},
+                ]
+                for _ in range(TURNS):
+                    answer = client.chat.completions.create(
+                        model=HOSTED_MODEL, messages=messages, max_tokens=8,
+                        extra_headers={"X-Session-ID": f"conv-{conv}"},
+                    )  # fmt: skip
+                    messages += [
+                        {"role": "assistant", "content": answer.choices[0].message.content},
+                        {"role": "user", "content": "continue " * 20},
+                    ]
+            client.close()
+            deadline = time.monotonic() + 10
+            while (
+                recorder.stats.written < 3 * TURNS * CONVERSATIONS and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+    yield path
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvmigrate", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_json_report_holds_the_recorded_figures(recorded: Path) -> None:
+    proc = _cli("report", "--config", str(recorded), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    # Each turn: the answer, its shadow copy, and a noise call (noise_sample 1.0).
+    assert data["records"] == 3 * TURNS * CONVERSATIONS
+    backends = {b["backend"]: b for b in data["backends"]}
+    assert backends["hosted"]["serve"] == backends["vllm"]["shadow"] == TURNS * CONVERSATIONS
+    assert backends["hosted"]["conversations"] == CONVERSATIONS
+    assert data["coverage"]["request_ratio"] == 1.0
+    assert [row["turn"] for row in data["ttft_by_turn"]] == ["1", "2", "3", "4"]
+    for row in data["ttft_by_turn"]:
+        assert row["primary_n"] == row["candidate_n"] == CONVERSATIONS
+        assert row["primary_p50_ms"] > 0
+        assert row["candidate_p50_ms"] > 0
+        expected = (row["primary_p50_ms"] - row["candidate_p50_ms"]) / row["primary_p50_ms"] * 100
+        assert row["reduction_p50_pct"] == pytest.approx(expected)
+    # The emulated vLLM caches each conversation's prefix: later turns hit more.
+    hits = [row["hit"]["vllm"] for row in data["cache_by_turn"]]
+    assert hits[-1] > hits[0] > 0
+    assert data["parity"]["scored"] is True
+    assert data["parity"]["samples"] == data["parity"]["noise_pairs"] == TURNS * CONVERSATIONS
+    assert 0 <= data["parity"]["noise_adjusted"] <= 1
+    assert data["cost"]["hosted_monthly_usd"] > 0
+    assert data["cost"]["gpus"] >= 1
+    assert "NaN" not in proc.stdout
+
+
+def test_text_and_md_reports(recorded: Path) -> None:
+    text = _cli("report", "--config", str(recorded)).stdout
+    assert "TTFT by turn" in text
+    assert "noise-adjusted parity" in text
+    assert "NaN" not in text
+    md = _cli("report", "--config", str(recorded), "--format", "md", "--since", "1h").stdout
+    assert "| turn | hosted n | hosted p50" in md
+    assert "## Cost projection" in md
+
+
+def test_export_requests_as_batch_jsonl(recorded: Path, tmp_path: Path) -> None:
+    out = tmp_path / "requests.jsonl"
+    proc = _cli(
+        "report",
+        "--config",
+        str(recorded),
+        "--export-requests",
+        str(out),
+        "--out",
+        str(tmp_path / "r.txt"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == TURNS * CONVERSATIONS  # serve calls only: a shadow is a duplicate
+    first = lines[0]
+    assert first["url"] == "/v1/chat/completions"
+    assert first["method"] == "POST"
+    assert first["body"]["model"] == HOSTED_MODEL  # the client's name, not the backend's
+    assert "[EMAIL]" in json.dumps(first["body"])
+    assert "ann@example.com" not in out.read_text()
+    assert {line["metadata"]["turn"] for line in lines} == {1, 2, 3, 4}
+
+
+def test_empty_and_missing_databases_say_so(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        CONFIG.format(
+            hosted="http://127.0.0.1:9", vllm="http://127.0.0.1:9", db=tmp_path / "none.db"
+        )
+    )
+    for fmt in RENDERERS:
+        proc = _cli("report", "--config", str(config), "--format", fmt)
+        assert proc.returncode == 0, proc.stderr
+        assert "NaN" not in proc.stdout
+        if fmt != "json":
+            assert "No records in this window" in proc.stdout
+    assert not (tmp_path / "none.db").exists()
+    with open_store(f"sqlite:///{tmp_path / 'empty.db'}") as store:
+        report = build_report(store, since=0)
+        assert report.empty
+        assert "No records" in report.notes[0]
+        # One lonely failed call: tiny, and every missing figure is a dash, not NaN.
+        store.insert(
+            [
+                Record(
+                    "r1",
+                    time.time(),
+                    "chat/completions",
+                    "vllm",
+                    "shadow",
+                    "m",
+                    "m",
+                    "c",
+                    1,
+                    False,
+                    None,
+                    "connect_error",
+                )
+            ]
+        )
+        tiny = build_report(store, since=0)
+    for render in RENDERERS.values():
+        out = render(tiny)
+        assert "NaN" not in out
+        assert "nan" not in out.replace("Nan", "")
+    assert any("anecdotal" in note for note in tiny.notes)
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        if found := shutil.which(name):
+            return found
+    pytest.fail("Chromium is not installed: apt-get install -y chromium (scripts/test.sh)")
+
+
+def test_html_renders_in_headless_chromium_with_the_right_data(
+    recorded: Path, tmp_path: Path
+) -> None:
+    page = tmp_path / "report.html"
+    assert (
+        _cli("report", "--config", str(recorded), "--format", "html", "--out", str(page)).returncode
+        == 0
+    )
+    html = page.read_text()
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # offline
+    events = [
+        TimelineEvent(time.time() - 600, "shadow", percent=0.0),
+        TimelineEvent(time.time() - 300, "split", "step 1", 10.0),
+    ]
+    with open_store(f"sqlite:///{recorded.parent / 'records.db'}") as store:
+        with_timeline = build_report(store, since=0, prices=Prices(), timeline=events)
+    (tmp_path / "timeline.html").write_text(RENDERERS["html"](with_timeline))
+    for name in ("report.html", "timeline.html"):
+        dom, log = _headless(tmp_path / name, tmp_path)
+        assert 'data-ready="1"' in dom
+        assert 'data-charts="5"' in dom
+        assert ":CONSOLE" not in log, log  # Chromium logs every console message and error so
+        for chart in (
+            "ttft-by-turn",
+            "latency-cdf",
+            "cache-by-turn",
+            "parity-distribution",
+            "rollout-timeline",
+        ):
+            assert f'data-chart="{chart}"' in dom
+    dom, _ = _headless(tmp_path / "report.html", tmp_path)
+    data = json.loads(_cli("report", "--config", str(recorded), "--format", "json").stdout)
+    for row_index, row in enumerate(data["ttft_by_turn"], start=1):
+        expected = (
+            f'data-series="vllm p50" data-x="{row_index}" data-y="{row["candidate_p50_ms"]:g}"'
+        )
+        assert expected in dom
+    assert "not yet scored" not in dom
+    timeline_dom, _ = _headless(tmp_path / "timeline.html", tmp_path)
+    assert 'data-series="vllm" data-x="300" data-y="10"' in timeline_dom
+
+
+def _headless(page: Path, tmp: Path) -> tuple[str, str]:
+    profile = tempfile.mkdtemp(dir=tmp)
+    proc = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+         "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, proc.stderr
