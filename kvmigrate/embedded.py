@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+import yaml
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -28,18 +31,24 @@ class EmulatedBackends:
 
 
 @contextmanager
-def emulated_backends(time_scale: float = 1.0) -> Iterator[EmulatedBackends]:
-    """Start both emulators on free loopback ports for as long as the block runs."""
+def emulated_backends(
+    time_scale: float = 1.0, broken_tool_calls: float = 0.0
+) -> Iterator[EmulatedBackends]:
+    """Start both emulators on free loopback ports for as long as the block runs. They
+    answer alike (one answer family) up to sampling noise, as a good candidate would;
+    `broken_tool_calls` makes the candidate's tool calls come out broken."""
+    settings = [
+        EmulatorSettings(profile="hosted", time_scale=time_scale, answer_family="embedded"),
+        EmulatorSettings(
+            profile="vllm",
+            time_scale=time_scale,
+            answer_family="embedded",
+            broken_tool_calls=broken_tool_calls,
+        ),
+    ]
     with ExitStack() as stack:
         servers = [
-            stack.enter_context(
-                BackgroundServer(
-                    lambda profile=profile: build_app(
-                        EmulatorSettings(profile=profile, time_scale=time_scale)
-                    )
-                )
-            )
-            for profile in ("hosted", "vllm")
+            stack.enter_context(BackgroundServer(lambda s=s: build_app(s))) for s in settings
         ]
         yield EmulatedBackends(servers[0].url + "/v1", servers[1].url + "/v1")
 
@@ -51,22 +60,28 @@ def embedded_config(
     mode: str = "shadow",
     percent: float = 0,
     state_dir: str = ".kvmigrate",
+    candidate_model: str = VLLM_MODEL,
+    rollout: dict[str, Any] | None = None,
 ) -> Config:
-    """The config the embedded default runs with: shadow everything to the emulated vLLM."""
-    text = f"""
-server: {{host: "{host}", port: {port}, admin_key: "{EMBEDDED_ADMIN_KEY}"}}
-backends:
-  hosted: {{api_base: "{backends.hosted_url}"}}
-  vllm: {{api_base: "{backends.vllm_url}"}}
-models:
-  - {{model_name: {HOSTED_MODEL}, hosted: {HOSTED_MODEL}, vllm: {VLLM_MODEL}}}
-  - {{model_name: {EMBEDDING_MODEL}, hosted: {EMBEDDING_MODEL}}}
-rollout:
-  mode: {mode}
-  percent: {percent}
-  shadow_sample: 1.0
-  state: "sqlite:///{state_dir}/state.db"
-record:
-  db: "sqlite:///{state_dir}/records.db"
-"""
-    return parse_config(text, source="<embedded default>", env={})
+    """The config the embedded default runs with: shadow everything to the emulated vLLM.
+    `rollout` overrides keys of the rollout section (gates for a demo, say)."""
+    data: dict[str, Any] = {
+        "server": {"host": host, "port": port, "admin_key": EMBEDDED_ADMIN_KEY},
+        "backends": {
+            "hosted": {"api_base": backends.hosted_url},
+            "vllm": {"api_base": backends.vllm_url},
+        },
+        "models": [
+            {"model_name": HOSTED_MODEL, "hosted": HOSTED_MODEL, "vllm": candidate_model},
+            {"model_name": EMBEDDING_MODEL, "hosted": EMBEDDING_MODEL},
+        ],
+        "rollout": {
+            "mode": mode,
+            "percent": percent,
+            "shadow_sample": 1.0,
+            "state": f"sqlite:///{state_dir}/state.db",
+            **(rollout or {}),
+        },
+        "record": {"db": f"sqlite:///{state_dir}/records.db"},
+    }
+    return parse_config(yaml.safe_dump(data, sort_keys=False), source="<embedded default>", env={})

@@ -31,11 +31,21 @@ def test_readme_opens_with_two_commands_and_ci_runs_the_second() -> None:
     commands = readme_commands()
     assert len(commands) == 2
     install_and_run, install_and_test = commands
-    assert "kvmigrate proxy --emulated" in install_and_run
+    assert install_and_run.endswith("kvmigrate demo")
     assert install_and_test == "bash scripts/test.sh"
     assert "pytest" in (ROOT / "scripts" / "test.sh").read_text()
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert any(line.split("#")[0].strip() == install_and_test for line in ci_lines)
+
+
+def test_cli_reference_is_current() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "cli_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, "docs/cli.md is stale: run python scripts/cli_reference.py"
 
 
 def test_help_lists_only_working_commands() -> None:
@@ -45,6 +55,7 @@ def test_help_lists_only_working_commands() -> None:
     listed = set(re.findall(r"^  (\w+)", out.split("Commands:")[1], re.M))
     assert listed == {
         "config",
+        "demo",
         "emulate",
         "proxy",
         "rollout",

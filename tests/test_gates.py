@@ -113,3 +113,85 @@ def test_rollback_tolerates_a_primary_that_fails_as_much() -> None:
     bad_primary = w("hosted", requests=100, errors=30)
     candidate = w("vllm", requests=100, errors=35)
     assert rollback_reason(bad_primary, candidate, RollbackConfig()) is None
+
+
+@pytest.mark.parametrize(
+    ("calls", "invalid", "trigger"),
+    [(20, 2, False), (20, 10, True), (3, 3, False)],  # 10% ok, 50% not, too few to judge
+)
+def test_broken_tool_calls_trigger_rollback(calls: int, invalid: int, trigger: bool) -> None:
+    candidate = BackendWindow(
+        "vllm", requests=100, conversations=20, tool_calls=calls, invalid_tool_calls=invalid
+    )
+    reason = rollback_reason(PRIMARY, candidate, RollbackConfig())
+    assert (reason is not None) == trigger
+    if trigger:
+        assert reason is not None
+        assert "tool calls are broken" in reason
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "tool_calls": [
+                                {"function": {"name": "search", "arguments": '{"q": "x"}'}}
+                            ]
+                        }
+                    }
+                ]
+            },
+            (1, 0),
+        ),
+        (
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "tool_calls": [
+                                {"function": {"name": "search_call", "arguments": '{"q": "x"}'}}
+                            ]
+                        }
+                    }
+                ]
+            },
+            (1, 1),
+        ),
+        (
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "tool_calls": [
+                                {"function": {"name": "search", "arguments": '{"q": "x'}}
+                            ]
+                        }
+                    }
+                ]
+            },
+            (1, 1),
+        ),
+        (
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "tool_calls": [{"function": {"name": "search", "arguments": "[1]"}}]
+                        }
+                    }
+                ]
+            },
+            (1, 1),
+        ),
+        ({"choices": [{"message": {"content": "hi"}}]}, (0, 0)),
+    ],
+)
+def test_invalid_tool_call_table(response: dict[str, object], expected: tuple[int, int]) -> None:
+    from kvmigrate.policies.tool_calls import invalid_tool_calls
+
+    request = {"tools": [{"type": "function", "function": {"name": "search"}}]}
+    assert invalid_tool_calls(request, response) == expected

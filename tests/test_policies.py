@@ -138,7 +138,8 @@ def test_shadow_sample_is_independent_of_split() -> None:
         (snapshot("shadow", 0, 1.0), False, Decision("hosted")),
         (snapshot("split", 100), True, Decision("vllm", fallback="hosted")),
         (snapshot("split", 100, fallback=False), True, Decision("vllm")),
-        (snapshot("split", 0), True, Decision("hosted")),
+        (snapshot("split", 0), True, Decision("hosted", shadow="vllm")),
+        (snapshot("split", 0, shadow_sample=0.0), True, Decision("hosted")),
         (snapshot("split", 100), False, Decision("hosted")),
     ],
 )
@@ -157,13 +158,14 @@ def test_decide_is_sticky_for_a_conversation() -> None:
     ("pin", "snap", "epoch", "expected"),
     [
         (None, snapshot("split", 50), 0, Decision("vllm", fallback="hosted")),
-        (("hosted", 0, 1e12), snapshot("split", 50), 0, Decision("hosted")),
+        (("hosted", 0, 1e12), snapshot("split", 50), 0, Decision("hosted", shadow="vllm")),
+        (("hosted", 0, 1e12), snapshot("split", 50, shadow_sample=0), 0, Decision("hosted")),
         (("vllm", 0, 1e12), snapshot("split", 10), 0, Decision("vllm", fallback="hosted")),
         # after a rollback (epoch 1) a candidate pin no longer holds
-        (("vllm", 0, 1e12), snapshot("split", 10), 1, Decision("hosted")),
-        (None, snapshot("split", 10), 0, Decision("hosted")),
+        (("vllm", 0, 1e12), snapshot("split", 10), 1, Decision("hosted", shadow="vllm")),
+        (None, snapshot("split", 10), 0, Decision("hosted", shadow="vllm")),
         # a candidate pin does not hold at 0%
-        (("vllm", 0, 1e12), snapshot("split", 0), 0, Decision("hosted")),
+        (("vllm", 0, 1e12), snapshot("split", 0), 0, Decision("hosted", shadow="vllm")),
         # expired pins and shadow mode are ignored
         (("hosted", 0, 1.0), snapshot("split", 50), 0, Decision("vllm", fallback="hosted")),
         (("vllm", 0, 1e12), snapshot("shadow", 0), 0, Decision("hosted", shadow="vllm")),
@@ -178,4 +180,4 @@ def test_pins(
     key = next(f"c{i}" for i in range(10_000) if 1000 <= bucket("salt", f"c{i}") < 5000)
     base = decide(key, snap, True)
     view = PinView(*pin) if pin else None
-    assert pinned_decision(base, view, snap, epoch, now=1000.0) == expected
+    assert pinned_decision(base, view, snap, epoch, now=1000.0, conversation=key) == expected

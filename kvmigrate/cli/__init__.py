@@ -8,6 +8,7 @@ from kvmigrate import __version__
 from kvmigrate.cli.bench_cmd import bench
 from kvmigrate.cli.cachecheck_cmd import cachecheck
 from kvmigrate.cli.config_cmd import config_group
+from kvmigrate.cli.demo_cmd import demo
 from kvmigrate.cli.doctor_cmd import doctor
 from kvmigrate.cli.emulate import emulate
 from kvmigrate.cli.parity_cmd import parity
@@ -27,6 +28,7 @@ def main() -> None:
 main.add_command(bench)
 main.add_command(cachecheck)
 main.add_command(config_group)
+main.add_command(demo)
 main.add_command(doctor)
 main.add_command(emulate)
 main.add_command(parity)

@@ -211,6 +211,10 @@ def _auto_rollback(s: Section) -> RollbackConfig:
         ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 1.0),
         ttft_p95_ms=s.optional_number("ttft_p95_ms", d.ttft_p95_ms, 0.0),
         ttft_floor_ms=s.number("ttft_floor_ms", d.ttft_floor_ms, 0.0),
+        max_invalid_tool_call_rate=s.number(
+            "max_invalid_tool_call_rate", d.max_invalid_tool_call_rate, 0.0, 1.0
+        ),
+        min_tool_calls=s.integer("min_tool_calls", d.min_tool_calls, 1),
     )
     s.finish()
     return rollback

@@ -36,10 +36,12 @@ def decide(
     primary, candidate = snapshot.primary, snapshot.candidate
     if not candidate_serves_model:
         return Decision(serve=primary)
-    if snapshot.mode == "split":
-        if in_candidate_share(snapshot.salt, conversation, snapshot.percent):
-            return Decision(serve=candidate, fallback=primary if snapshot.fallback else None)
-        return Decision(serve=primary)
+    if snapshot.mode == "split" and in_candidate_share(
+        snapshot.salt, conversation, snapshot.percent
+    ):
+        return Decision(serve=candidate, fallback=primary if snapshot.fallback else None)
+    # The primary's conversations stay mirrored in split mode too, so parity and TTFT
+    # evidence keeps coming for the next step's gates (shadow_sample sets the cost).
     if in_shadow_sample(snapshot.salt, conversation, snapshot.shadow_sample):
         return Decision(serve=primary, shadow=candidate)
     return Decision(serve=primary)

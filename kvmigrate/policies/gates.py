@@ -202,6 +202,8 @@ class RollbackConfig:
     ttft_p95_ms: ... or above this absolute value (None: not used).
     ttft_floor_ms: the ratio trigger needs the candidate's p95 above this too, so a 4x jump
         from 2 ms to 8 ms pulls nothing out.
+    max_invalid_tool_call_rate / min_tool_calls: the share of the candidate's tool calls that
+        name an unoffered tool or carry broken JSON arguments (a misconfigured tool parser).
     """
 
     enabled: bool = True
@@ -212,6 +214,8 @@ class RollbackConfig:
     ttft_p95_factor: float = 4.0
     ttft_p95_ms: float | None = None
     ttft_floor_ms: float = 250.0
+    max_invalid_tool_call_rate: float = 0.2
+    min_tool_calls: int = 5
 
 
 def rollback_reason(
@@ -226,6 +230,14 @@ def rollback_reason(
             f"candidate error rate {candidate.error_rate:.1%} over {error_limit:.1%} "
             f"({candidate.errors}/{candidate.requests} in {config.window_seconds:g}s)"
         )
+    if candidate.tool_calls >= config.min_tool_calls:
+        rate = candidate.invalid_tool_calls / candidate.tool_calls
+        if rate > config.max_invalid_tool_call_rate:
+            return (
+                f"{rate:.0%} of the candidate's tool calls are broken "
+                f"({candidate.invalid_tool_calls}/{candidate.tool_calls}: unknown tool or "
+                "invalid JSON arguments)"
+            )
     p95 = candidate.ttft_p95
     if p95 is not None and config.ttft_p95_ms is not None and p95 * 1000 > config.ttft_p95_ms:
         return f"candidate TTFT p95 {p95 * 1000:.0f} ms over {config.ttft_p95_ms:g} ms"

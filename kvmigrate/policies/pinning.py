@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvmigrate.policies.decision import Decision, RolloutSnapshot
+from kvmigrate.policies.split import in_shadow_sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,13 +22,19 @@ class PinView:
 
 
 def pinned_decision(
-    decision: Decision, pin: PinView | None, snapshot: RolloutSnapshot, epoch: int, now: float
+    decision: Decision,
+    pin: PinView | None,
+    snapshot: RolloutSnapshot,
+    epoch: int,
+    now: float,
+    conversation: str = "",
 ) -> Decision:
     """The decision once the conversation's pin, if it still holds, is applied."""
     if pin is None or snapshot.mode != "split" or pin.expires_at < now:
         return decision
     if pin.backend == snapshot.primary:
-        return Decision(serve=snapshot.primary)
+        mirrored = in_shadow_sample(snapshot.salt, conversation, snapshot.shadow_sample)
+        return Decision(serve=snapshot.primary, shadow=snapshot.candidate if mirrored else None)
     if pin.backend == snapshot.candidate and pin.epoch == epoch and snapshot.percent > 0:
         return Decision(
             serve=snapshot.candidate, fallback=snapshot.primary if snapshot.fallback else None

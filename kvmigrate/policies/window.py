@@ -13,7 +13,8 @@ class BackendWindow:
     error); `errors` counts transport errors and 5xx answers (a 4xx is the client's fault,
     and counted neither way for gates). TTFT figures are in seconds and None when no
     request of the window had one. `parity` is the noise-adjusted agreement in [0, 1] once
-    the parity engine scores pairs, else None.
+    the parity engine scores pairs, else None. `tool_calls` / `invalid_tool_calls`: calls
+    in the backend's answers, and those naming an unoffered tool or with broken arguments.
     """
 
     backend: str
@@ -24,6 +25,8 @@ class BackendWindow:
     ttft_p95: float | None = None
     parity: float | None = None
     parity_samples: int = 0
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
 
     @property
     def error_rate(self) -> float:

@@ -41,7 +41,11 @@ class Exchange:
 
     @property
     def ttft(self) -> float | None:
-        return None if self.first_byte is None else self.first_byte - self.started
+        """Time to the first streamed byte. A non-streamed answer arrives whole, so its
+        first byte is its last: that is latency, not TTFT, and is not reported as one."""
+        if not self.stream or self.first_byte is None:
+            return None
+        return self.first_byte - self.started
 
     @property
     def duration(self) -> float | None:

@@ -78,7 +78,8 @@ def to_record(
         stream=x.stream,
         status=x.status,
         error=error,
-        ttft_ms=None if x.first_byte is None else (x.first_byte - x.started) * 1000,
+        # A non-streamed answer arrives whole: its "first byte" is latency, not TTFT.
+        ttft_ms=None if x.first_byte is None or not x.stream else (x.first_byte - x.started) * 1000,
         latency_ms=None if x.finished is None else (x.finished - x.started) * 1000,
         prompt_tokens=tokens.get("prompt"),
         cached_tokens=tokens.get("cached"),

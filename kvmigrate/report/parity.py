@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import orjson
+
 from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report.model import Divergence, ParitySummary
@@ -61,7 +63,22 @@ def _divergence(row: Row, store: RecordStore | None) -> Divergence:
             "SELECT response_json FROM records WHERE request_id = ?", (row.request_id,)
         )
         if found and found[0][0]:
-            excerpt = str(found[0][0])[:EXCERPT_CHARS]
+            excerpt = _readable(str(found[0][0]))[:EXCERPT_CHARS]
     return Divergence(
         row.request_id, row.conversation, row.turn, float(row.parity_score or 0.0), excerpt
     )
+
+
+def _readable(response_json: str) -> str:
+    """What the model said, not the envelope: its text, or the tool calls it made."""
+    try:
+        response = orjson.loads(response_json)
+        message = response["choices"][0]["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return response_json
+    calls = message.get("tool_calls") or []
+    if calls:
+        return "tool calls: " + "; ".join(
+            f"{c['function']['name']}({c['function'].get('arguments', '')})" for c in calls
+        )
+    return str(message.get("content") or "")

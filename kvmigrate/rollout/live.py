@@ -69,7 +69,7 @@ class LiveRollout:
             pin = await self._remote_pin(conversation)
         if pin is not None:
             self._pins.move_to_end(conversation)
-            return pinned_decision(decision, pin, snapshot, self.state.epoch, now)
+            return pinned_decision(decision, pin, snapshot, self.state.epoch, now, conversation)
         if should_pin(decision, snapshot):
             self._remember(
                 Pin(conversation, decision.serve, self.state.epoch, now + rollout.pin_ttl_seconds)

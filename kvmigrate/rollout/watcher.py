@@ -15,15 +15,18 @@ import socket
 import time
 from collections import deque
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.policies.gates import rollback_reason
+from kvmigrate.policies.tool_calls import invalid_tool_calls
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.rollout.controller import RolloutController, RolloutError
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.rollout.store import StoreError
+from kvmigrate.wire.assemble import assemble
 
 log = logging.getLogger("kvmigrate.rollout")
 
@@ -31,18 +34,25 @@ MAX_SAMPLES = 50_000
 
 
 class RollingWindow:
-    """(time, failed, ttft) of recent upstream calls of one backend."""
+    """(time, failed, ttft) of recent upstream calls of one backend, and (time, tool calls,
+    invalid ones) of its answers to requests that offered tools."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.samples: deque[tuple[float, bool, float | None]] = deque(maxlen=MAX_SAMPLES)
+        self.tools: deque[tuple[float, int, int]] = deque(maxlen=MAX_SAMPLES)
 
     def add(self, at: float, failed: bool, ttft: float | None) -> None:
         self.samples.append((at, failed, ttft))
 
+    def clear(self) -> None:
+        self.samples.clear()
+        self.tools.clear()
+
     def summary(self, since: float) -> BackendWindow:
-        while self.samples and self.samples[0][0] < since:
-            self.samples.popleft()
+        for samples in (self.samples, self.tools):
+            while samples and samples[0][0] < since:
+                samples.popleft()
         ttfts = sorted(t for _, _, t in self.samples if t is not None)
         errors = sum(1 for _, failed, _ in self.samples if failed)
         return BackendWindow(
@@ -51,6 +61,8 @@ class RollingWindow:
             errors=errors,
             ttft_p50=ttfts[len(ttfts) // 2] if ttfts else None,
             ttft_p95=ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.95))] if ttfts else None,
+            tool_calls=sum(total for _, total, _ in self.tools),
+            invalid_tool_calls=sum(bad for _, _, bad in self.tools),
         )
 
 
@@ -67,6 +79,8 @@ class RollbackWatcher:
             rollout.candidate: RollingWindow(rollout.candidate),
         }
         self.actor = f"auto-rollback@{socket.gethostname()}"
+        self._candidate = rollout.candidate
+        self._unchecked: deque[Exchange] = deque(maxlen=2_000)
         self._task: asyncio.Task[None] | None = None
         self._counter: Counter | None = None
         live.on_change(self._state_changed)
@@ -78,6 +92,13 @@ class RollbackWatcher:
 
     def exchange_done(self, exchange: Exchange) -> None:
         window = self.windows.get(exchange.backend)
+        if (
+            window is not None
+            and exchange.backend == self._candidate
+            and exchange.route == "chat/completions"
+            and b'"tools"' in exchange.request_body
+        ):
+            self._unchecked.append(exchange)  # parsed off the response path, once a second
         if window is not None:
             failed = (exchange.error is not None and exchange.error != "client_disconnected") or (
                 exchange.status is not None and exchange.status >= 500
@@ -96,14 +117,32 @@ class RollbackWatcher:
     def _state_changed(self, state: RolloutState) -> None:
         # Evidence gathered under the old state says nothing about the new one.
         for window in self.windows.values():
-            window.samples.clear()
+            window.clear()
+        self._unchecked.clear()
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
+            if self._unchecked:
+                await asyncio.to_thread(self.check_tool_calls)
             reason = self.check()
             if reason is not None:
                 await self._roll_back(reason)
+
+    def check_tool_calls(self) -> None:
+        """Count the candidate's broken tool calls (unknown tool, invalid JSON arguments)."""
+        window = self.windows[self._candidate]
+        while self._unchecked:
+            exchange = self._unchecked.popleft()
+            response = assemble(exchange.route, exchange.body())
+            try:
+                request = orjson.loads(exchange.request_body)
+            except orjson.JSONDecodeError:
+                continue
+            if response is not None and isinstance(request, dict):
+                total, invalid = invalid_tool_calls(request, response)
+                if total:
+                    window.tools.append((exchange.started, total, invalid))
 
     def check(self) -> str | None:
         state = self.live.state

@@ -1,0 +1,65 @@
+"""`kvmigrate demo`: the whole migration, end to end, with no GPU and no keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kvmigrate.demo import DemoSettings, run_demo
+
+
+@click.command("demo")
+@click.option("--conversations", type=click.IntRange(1, 1000), default=24, show_default=True)
+@click.option("--turns", type=click.IntRange(1, 50), default=6, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0, 10),
+    default=1.0,
+    show_default=True,
+    help="Multiply the emulators' latencies (1: real time; TTFT figures scale).",
+)
+@click.option(
+    "--bad-candidate",
+    is_flag=True,
+    help="The candidate returns broken tool calls: watch the gate refuse it and "
+    "auto-rollback pull it out after an override.",
+)
+@click.option(
+    "--vllm",
+    "real_vllm",
+    is_flag=True,
+    help="Use a real vLLM (CPU build, tiny model) as the candidate.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML report.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the state and records here (default: a temporary directory).",
+)
+def demo(
+    conversations: int,
+    turns: int,
+    concurrency: int,
+    time_scale: float,
+    bad_candidate: bool,
+    real_vllm: bool,
+    out: Path,
+    workdir: Path | None,
+) -> None:
+    """Shadow agent traffic to an emulated vLLM, report, and roll out 10% -> 50% -> 100%
+    through the gates, all on this machine."""
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    settings = DemoSettings(
+        conversations, turns, concurrency, time_scale, bad_candidate, real_vllm, out, workdir
+    )
+    if not run_demo(settings, click.echo):
+        raise SystemExit(1)

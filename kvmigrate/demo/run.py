@@ -1,0 +1,196 @@
+"""`kvmigrate demo`: the whole migration in two minutes, on emulated backends.
+
+1. Shadow: agents talk to the emulated hosted API through the proxy; every request is
+   mirrored to the emulated vLLM (prefix caching on), and a share is asked twice of the
+   primary to measure its own noise. The shadow report follows.
+2. Rollout: 10% -> 50% -> 100%, each step checked by the gates over recorded traffic.
+   With a bad candidate (broken tool calls) the parity gate refuses; an operator override
+   then shows auto-rollback pulling the candidate out by itself.
+3. The HTML report, with the rollout timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvmigrate.config import Config
+from kvmigrate.demo.agent import drive
+from kvmigrate.embedded import HOSTED_MODEL, EmulatedBackends, embedded_config, emulated_backends
+from kvmigrate.policies.gates import GateResult
+from kvmigrate.recorder.store import open_store as open_records
+from kvmigrate.report import RENDERERS, build_report
+from kvmigrate.report.timeline import rollout_timeline
+from kvmigrate.rollout.controller import GatesRefused, RolloutController
+from kvmigrate.runtime import build_app, open_controller
+from kvmigrate.serving import BackgroundServer
+
+Echo = Callable[[str], None]
+# Gates sized for a demo's few dozen conversations; production defaults are stricter.
+DEMO_ROLLOUT: dict[str, Any] = {
+    "noise_sample": 1.0,
+    "noise_per_minute": 100_000,
+    "gates": {
+        "min_conversations": 8,
+        "min_requests": 30,
+        "min_parity": 0.8,
+        "min_parity_samples": 20,
+    },
+    "auto_rollback": {"window_seconds": 60, "min_requests": 10},
+}
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    conversations: int = 24
+    turns: int = 6
+    concurrency: int = 8
+    time_scale: float = 1.0
+    bad_candidate: bool = False
+    real_vllm: bool = False
+    out: Path = Path("report.html")
+    workdir: Path | None = None
+
+
+def run_demo(settings: DemoSettings, echo: Echo) -> bool:
+    """Run the demo; True when the rollout went as it should (complete, or the bad
+    candidate refused and rolled back)."""
+    with ExitStack() as stack:
+        workdir = settings.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="kvmigrate-demo-"))
+        )
+        config = stack.enter_context(_backends_and_config(settings, workdir, echo))
+        proxy = stack.enter_context(BackgroundServer(lambda: build_app(config, poll_interval=0.1)))
+        controller = open_controller(config)
+        stack.callback(controller.store.close)
+        base_url = proxy.url + "/v1"
+        started = time.time()
+        echo(f"proxy on {base_url} (shadow mode); state and records in {workdir}\n")
+        _phase(
+            f"1. Shadow: {settings.conversations} agent conversations of {settings.turns} "
+            "turns, mirrored to the candidate",
+            echo,
+        )
+        _traffic(base_url, settings, settings.conversations, 0, echo)
+        echo(_report(config, "text", started))
+        _phase("2. Rollout 10% -> 50% -> 100%, checked by the gates", echo)
+        ok = _walk(controller, base_url, settings, echo)
+        _phase("3. Report", echo)
+        settings.out.write_text(_report(config, "html", started), encoding="utf-8")
+        echo(f"wrote {settings.out.resolve()}")
+        return ok
+
+
+@contextmanager
+def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> Iterator[Config]:
+    broken = 1.0 if settings.bad_candidate else 0.0
+    with emulated_backends(settings.time_scale, broken_tool_calls=broken) as emulated:
+        if not settings.real_vllm:
+            yield embedded_config(emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT)
+            return
+        from kvmigrate.testbed.tiny_model import ensure_tiny_model
+        from kvmigrate.testbed.vllm_server import VllmServer
+        from kvmigrate.testbed.vllm_venv import ensure_vllm_venv
+
+        echo("starting a real vLLM (CPU build, tiny model; about 30 s) ...")
+        python = ensure_vllm_venv(log=echo)
+        with VllmServer(
+            ensure_tiny_model("tiny", python), served_model_name="tiny", python=python
+        ) as vllm:
+            backends = EmulatedBackends(emulated.hosted_url, vllm.base_url)
+            yield embedded_config(
+                backends, state_dir=str(workdir), candidate_model="tiny", rollout=DEMO_ROLLOUT
+            )
+
+
+def _traffic(
+    base_url: str, settings: DemoSettings, conversations: int, first: int, echo: Echo
+) -> None:
+    with click.progressbar(length=conversations, label="  conversations", file=sys.stderr) as bar:
+        failed = asyncio.run(
+            drive(
+                base_url,
+                HOSTED_MODEL,
+                conversations,
+                settings.turns,
+                settings.concurrency,
+                bar.update,
+                first,
+            )
+        )
+    if failed:
+        echo(f"  {failed} calls failed (as the client saw them)")
+    time.sleep(1.5)  # the shadow copies finish and the recorder flushes
+
+
+def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo) -> bool:
+    # Enough traffic at each step for the next step's gates, with a margin.
+    gates = controller.config.rollout.gates
+    bake = max(gates.min_conversations, -(-gates.min_requests // settings.turns)) + 2
+    for number, step in enumerate(controller.config.rollout.steps):
+        try:
+            outcome = controller.set_percent(step, reason="demo", actor="demo")
+        except GatesRefused as refused:
+            echo(f"promotion to {step:g}% REFUSED by the gates:")
+            echo(_gates(refused.results))
+            return settings.bad_candidate and _show_auto_rollback(
+                controller, base_url, settings, echo
+            )
+        echo(f"promoted to {step:g}% (version {outcome.state.version}):")
+        echo(_gates(outcome.gates))
+        _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
+    echo("rollout complete: the candidate serves every conversation")
+    return not settings.bad_candidate
+
+
+def _show_auto_rollback(
+    controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo
+) -> bool:
+    echo("\nAn operator forces 10% anyway (recorded as an override) ...")
+    controller.set_percent(
+        10, reason="demo: override to show auto-rollback", actor="demo", force=True
+    )
+    time.sleep(0.3)
+    _traffic(base_url, settings, settings.conversations, 5000, echo)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and controller.store.read().percent > 0:
+        time.sleep(0.2)
+    last = controller.store.history(1)[-1]
+    if last.action != "auto-rollback":
+        echo("the candidate was NOT rolled back")
+        return False
+    echo(f"auto-rollback: {last.from_percent:g}% -> {last.to_percent:g}%: {last.reason}")
+    return True
+
+
+def _gates(results: list[GateResult]) -> str:
+    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
+    return "\n".join(f"  {marks[r.verdict.value]}  {r.name:<11} {r.detail}" for r in results)
+
+
+def _report(config: Config, fmt: str, since: float) -> str:
+    with open_records(config.record.db) as store:
+        now = time.time()
+        report = build_report(
+            store,
+            since,
+            now + 1,
+            primary=config.rollout.primary,
+            candidate=config.rollout.candidate,
+            timeline=rollout_timeline(config, since, now + 1),
+            database=config.record.db,
+        )
+    return RENDERERS[fmt](report)
+
+
+def _phase(title: str, echo: Echo) -> None:
+    echo(f"\n{title}\n{'=' * len(title)}")

@@ -1,0 +1,73 @@
+"""`kvmigrate demo` end to end, as the README's first command runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvmigrate",
+            "demo",
+            "--conversations",
+            "18",
+            "--turns",
+            "4",
+            "--time-scale",
+            "0.3",
+            "--out",
+            str(tmp_path / "report.html"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    return proc, time.monotonic() - start
+
+
+def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
+    proc, elapsed = run_demo(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "TTFT by turn" in out
+    assert "Prefix cache hit by turn" in out
+    assert "noise-adjusted parity" in out
+    assert "Cost projection" in out
+    for step in ("10%", "50%", "100%"):
+        assert f"promoted to {step}" in out
+    assert "rollout complete" in out
+    html = (tmp_path / "report.html").read_text()
+    assert html.count('class="chart') >= 5
+    assert elapsed < 120, f"the demo took {elapsed:.0f}s"
+
+
+def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
+    proc, _ = run_demo(tmp_path, "--bad-candidate")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "promotion to 10% REFUSED" in proc.stdout
+    assert "FAIL  parity" in proc.stdout
+    assert "auto-rollback: 10% -> 0%" in proc.stdout
+    assert "tool calls are broken" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["--conversations", "0"], ["--time-scale", "-1"]])
+def test_bad_options_are_refused(args: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvmigrate", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
