@@ -123,6 +123,12 @@ _SECONDS = click.FloatRange(min=0.0)
     help="Share of word choices that vary between unseeded calls (times the request temperature).",
 )
 @click.option(
+    "--azure",
+    is_flag=True,
+    help="hosted: also serve Azure OpenAI's URL shape (/openai/deployments/{deployment}/..."
+    "?api-version=..., `api-key` header).",
+)
+@click.option(
     "--answer-family",
     default="",
     help="Emulators with the same family answer a prompt alike, up to --noise (a candidate "
@@ -194,6 +200,7 @@ def emulate(
     hosted_cache_ttl: float,
     no_prompt_tokens_details: bool,
     noise: float,
+    azure: bool,
     answer_family: str,
     broken_tool_calls: float,
     seed: int,
@@ -256,6 +263,7 @@ def emulate(
         noise=noise,
         broken_tool_calls=broken_tool_calls,
         answer_family=answer_family,
+        azure=azure,
         faults=faults,
         fault_seed=seed,
     )

@@ -24,6 +24,7 @@ from kvmigrate.policies.gates import GateConfig, RollbackConfig
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
 ROLLOUT_MODES = ("shadow", "split")
+BACKEND_TYPES = ("openai", "azure")
 CONTENT_POLICIES = ("none", "redacted", "full")
 
 
@@ -117,7 +118,11 @@ def _backend(name: str, s: Section) -> BackendConfig:
         connect_timeout=s.number("connect_timeout", 5.0, 0.001),
         read_timeout=s.number("read_timeout", 600.0, 0.001),
         max_connections=s.integer("max_connections", 1000, 1),
+        type=s.choice("type", "openai", BACKEND_TYPES),
+        api_version=s.string("api_version", None),
     )
+    if backend.type == "azure" and not backend.api_version:
+        raise s.error("api_version", "is required for an azure backend, e.g. 2024-10-21")
     s.finish()
     return backend
 

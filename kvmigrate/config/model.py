@@ -26,6 +26,8 @@ class BackendConfig:
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
     max_connections: int = 1000
+    type: str = "openai"  # "openai": any OpenAI-compatible API; "azure": Azure OpenAI
+    api_version: str | None = None  # azure: the api-version query parameter
 
     @property
     def api_base(self) -> str:

@@ -77,8 +77,15 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    key = request.app[BACKEND].settings.api_key
-    if key and request.path.startswith("/v1"):
+    settings = request.app[BACKEND].settings
+    key = settings.api_key
+    if settings.azure and request.path.startswith("/openai/"):
+        if not request.query.get("api-version"):
+            raise bad_request("Missing required query parameter 'api-version'.", "api-version")
+        # Azure OpenAI authenticates with the `api-key` header.
+        if key and request.headers.get("api-key", "") != key:
+            raise unauthorized(request.headers.get("api-key") or None)
+    elif key and request.path.startswith("/v1"):
         supplied = request.headers.get("Authorization", "")
         token = supplied[7:] if supplied.lower().startswith("bearer ") else ""
         if token != key:
@@ -114,9 +121,14 @@ async def _faults(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _read_json(request: web.Request) -> Any:
     try:
-        return json.loads(await request.read())
+        body = json.loads(await request.read())
     except (ValueError, UnicodeDecodeError):
         raise bad_request(_BAD_JSON) from None
+    deployment = request.match_info.get("deployment")
+    if deployment is not None and isinstance(body, dict):
+        # Azure OpenAI: the deployment in the URL names the model; `model` is ignored.
+        body["model"] = deployment
+    return body
 
 
 async def _deliver(
@@ -271,6 +283,12 @@ def build_app(settings: EmulatorSettings) -> web.Application:
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    if settings.azure:
+        # Azure OpenAI's URL shape: /openai/deployments/{deployment}/...?api-version=...
+        azure = "/openai/deployments/{deployment}"
+        app.router.add_post(f"{azure}/chat/completions", chat_completions)
+        app.router.add_post(f"{azure}/completions", completions)
+        app.router.add_post(f"{azure}/embeddings", embeddings)
     return app
 
 

@@ -118,6 +118,9 @@ class EmulatorSettings:
         when the request does not cut it shorter.
     embedding_dimensions: default embedding vector length.
     faults: random fault injection rates.
+    azure: hosted only: also serve Azure OpenAI's URL shape,
+        /openai/deployments/{deployment}/chat/completions?api-version=..., with the
+        `api-key` header; deployments are the served model names.
     answer_family: emulators with the same family answer a prompt alike (up to `noise`),
         as a candidate that matches the primary would; empty: each profile and model
         answers in its own way, as two different models do.
@@ -145,6 +148,7 @@ class EmulatorSettings:
     faults: FaultRates = field(default_factory=FaultRates)
     broken_tool_calls: float = 0.0
     answer_family: str = ""
+    azure: bool = False
     fault_seed: int = 0
 
     def __post_init__(self) -> None:

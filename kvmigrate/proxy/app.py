@@ -95,11 +95,10 @@ async def ready(service: ProxyService, _request: web.Request) -> web.Response:
 
 async def _probe(service: ProxyService, name: str) -> str:
     upstream = service.upstreams[name]
-    key = upstream.config.api_key
-    headers = {"Authorization": "Bearer " + key.reveal()} if key else {}
+    url, headers = upstream.probe()
     try:
         async with upstream.session.get(
-            upstream.url("models"), headers=headers, timeout=aiohttp.ClientTimeout(total=3)
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=3)
         ) as response:
             await response.read()
             # A 401 still proves the backend is up: the primary may expect client keys.

@@ -44,6 +44,7 @@ def upstream_headers(
     client: Mapping[str, str],
     backend_key: Secret | None,
     pass_client_credentials: bool,
+    key_header: str = "Authorization",
 ) -> dict[str, str]:
     """Headers for one upstream call.
 
@@ -63,7 +64,10 @@ def upstream_headers(
     if backend_key is not None:
         for name in [n for n in headers if n.lower() in ("authorization", "api-key", "x-api-key")]:
             del headers[name]
-        headers["Authorization"] = "Bearer " + backend_key.reveal()
+        if key_header.lower() == "api-key":
+            headers["api-key"] = backend_key.reveal()
+        else:
+            headers["Authorization"] = "Bearer " + backend_key.reveal()
     return headers
 
 

@@ -229,11 +229,13 @@ class ProxyService:
             request.headers,
             upstream.config.api_key,
             pass_client_credentials=is_primary and self.config.server.master_key is None,
+            key_header=upstream.key_header,
         )
-        url = upstream.url(routed.route, routed.conversation)
+        served = routed.served[backend]
+        url = upstream.url(routed.route, routed.conversation, deployment=served)
         if request.query_string:
-            url += "?" + request.query_string
-        return Call("POST", url, with_model(routed.body, routed.served[backend]), headers)
+            url += ("&" if "?" in url else "?") + request.query_string
+        return Call("POST", url, with_model(routed.body, served), headers)
 
     def _exchange(
         self,
@@ -332,6 +334,7 @@ class ProxyService:
             request.headers,
             upstream.config.api_key,
             pass_client_credentials=self.config.server.master_key is None,
+            key_header=upstream.key_header,
         )
         url = upstream.url(suffix)
         if request.query_string:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+from urllib.parse import quote
 
 import aiohttp
 
@@ -54,10 +55,33 @@ class Upstream:
             )
         return self._session
 
-    def url(self, suffix: str, conversation: str = "") -> str:
-        """`api_base` of the conversation's replica, plus the checked path below /v1."""
+    def url(self, suffix: str, conversation: str = "", deployment: str | None = None) -> str:
+        """`api_base` of the conversation's replica, plus the checked path below /v1.
+
+        Azure OpenAI names the deployment in the path and the API version in the query:
+        `{api_base}/openai/deployments/{deployment}/{suffix}?api-version=...`."""
         checked = safe_suffix(suffix)
-        return self.replicas.pick(conversation) + "/" + checked
+        base = self.replicas.pick(conversation)
+        if self.config.type == "azure" and deployment is not None:
+            return (
+                f"{base}/openai/deployments/{quote(deployment, safe='')}/{checked}"
+                f"?api-version={quote(self.config.api_version or '', safe='')}"
+            )
+        return base + "/" + checked
+
+    def probe(self) -> tuple[str, dict[str, str]]:
+        """URL and headers of a cheap readiness probe: the backend's model list."""
+        key = self.config.api_key
+        if self.config.type == "azure":
+            version = quote(self.config.api_version or "", safe="")
+            url = f"{self.config.api_base}/openai/models?api-version={version}"
+            return url, ({"api-key": key.reveal()} if key else {})
+        return self.url("models"), ({"Authorization": "Bearer " + key.reveal()} if key else {})
+
+    @property
+    def key_header(self) -> str:
+        """Where this backend expects its key: Azure OpenAI reads `api-key`."""
+        return "api-key" if self.config.type == "azure" else "Authorization"
 
     async def close(self) -> None:
         await self.replicas.close()
