@@ -78,7 +78,8 @@ def outcome_of(value: Outcome | Mapping[str, Any]) -> Outcome:
 
 
 def _is_error(data: Mapping[str, Any]) -> bool:
-    return "error" in data or data.get("object") == "error"
+    # A Responses API answer always carries `"error": null`; only a value means an error.
+    return data.get("error") is not None or data.get("object") == "error"
 
 
 @dataclass(frozen=True, slots=True)

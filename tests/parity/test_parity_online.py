@@ -173,3 +173,16 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
     )
     assert refused.returncode != 0
     assert "parity failed" in refused.stderr
+
+
+def test_a_null_error_field_is_not_an_error() -> None:
+    from kvmigrate.parity import score_exchange_pair
+
+    answer = (
+        b'{"id": "resp_1", "object": "response", "status": "completed", "error": null, '
+        b'"output": [{"type": "message", "role": "assistant", "content": '
+        b'[{"type": "output_text", "text": "hello there"}]}]}'
+    )
+    pair = score_exchange_pair("responses", b'{"input": "hi"}', answer, 200, answer, 200)
+    assert pair.scorable
+    assert pair.agree

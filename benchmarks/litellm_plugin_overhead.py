@@ -1,0 +1,210 @@
+"""What the kvmigrate plugin adds to LiteLLM's proxy: p50 latency, side by side, one run.
+
+Three LiteLLM proxy processes run at once against the same emulators (time_scale 0, so
+answers are immediate and only proxy overhead is left):
+  litellm     LiteLLM alone (no callbacks): the baseline
+  plugin      LiteLLM with the plugin, split mode at 0% (routing + recording)
+  +shadow     LiteLLM with the plugin in shadow mode (also copies every request to the
+              candidate emulator and scores it)
+Requests alternate between the processes one by one, so drift (CPU frequency, other load)
+hits all of them alike. Non-streamed chat completions, one at a time, keep-alive.
+Target: the plugin adds at most 1 ms p50 over LiteLLM alone.
+
+    python benchmarks/litellm_plugin_overhead.py [--requests 1000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+from kvmigrate.emulator.server import build_app
+from kvmigrate.emulator.settings import EmulatorSettings
+from kvmigrate.integrations.litellm_process import (
+    PLUGIN_CALLBACK,
+    LiteLLMProxy,
+    model_entry,
+    write_config,
+)
+from kvmigrate.serving import BackgroundServer
+
+MODEL = "gpt-4o-mini"
+CANDIDATE = "vllm-llama"
+VLLM_MODEL = "llama-3.1-8b"
+KEY = "sk-bench"
+
+
+def _kv_config(root: Path, name: str, mode: str, hosted: str, vllm: str) -> Path:
+    path = root / f"{name}.kvmigrate.yaml"
+    path.write_text(
+        f"""
+backends:
+  hosted: {{api_base: "{hosted}/v1"}}
+  vllm: {{api_base: "{vllm}/v1"}}
+models:
+  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: {CANDIDATE}}}
+rollout:
+  mode: {mode}
+  percent: 0
+  noise_sample: 0
+  state: sqlite:///{root}/{name}.state.db
+record:
+  db: sqlite:///{root}/{name}.records.db
+  content: redacted
+"""
+    )
+    return path
+
+
+def _request(connection: http.client.HTTPConnection, body: bytes) -> float:
+    started = time.perf_counter()
+    connection.request(
+        "POST",
+        "/v1/chat/completions",
+        body=body,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    response = connection.getresponse()
+    response.read()
+    elapsed = time.perf_counter() - started
+    if response.status != 200:
+        raise RuntimeError(f"HTTP {response.status}")
+    return elapsed
+
+
+def hook_cost(root: Path, hosted: str, vllm: str, n: int = 20_000) -> dict[str, float]:
+    """The plugin's own time per request, in-process: the pre-call hook (on the response
+    path) and the success hook (after the answer), p50 in microseconds."""
+    from datetime import datetime
+
+    from kvmigrate.config import load_config
+    from kvmigrate.integrations.litellm_plugin import KvmigrateRouter
+
+    config = load_config(_kv_config(root, "inproc", "split", hosted, vllm))
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi " * 40}}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 40},
+    }
+
+    async def run() -> dict[str, float]:
+        plugin = KvmigrateRouter(config)
+        pre: list[float] = []
+        post: list[float] = []
+        for i in range(n):
+            headers = {"x-session-id": f"s-{i}", "content-type": "application/json"}
+            body = {"model": MODEL, "messages": [{"role": "user", "content": f"q {i}"}]}
+            data = {
+                **body,
+                "metadata": {"headers": headers},
+                "litellm_call_id": f"c-{i}",
+                "proxy_server_request": {"headers": headers, "body": dict(body)},
+            }
+            t0 = time.perf_counter()
+            await plugin.async_pre_call_hook(None, None, data, "acompletion")
+            t1 = time.perf_counter()
+            now = datetime.now()
+            kwargs = {"litellm_call_id": f"c-{i}", "api_call_start_time": now}
+            await plugin.async_log_success_event(kwargs, answer, now, now)
+            t2 = time.perf_counter()
+            pre.append(t1 - t0)
+            post.append(t2 - t1)
+        await plugin.aclose()
+        return {
+            "pre_call_hook_p50_us": statistics.median(pre) * 1e6,
+            "success_hook_p50_us": statistics.median(post) * 1e6,
+        }
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=1000, help="measured requests per proxy")
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="kvm-litellm-") as tmp:
+        root = Path(tmp)
+        hosted = stack.enter_context(
+            BackgroundServer(lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0)))
+        )
+        vllm = stack.enter_context(
+            BackgroundServer(
+                lambda: build_app(
+                    EmulatorSettings(profile="vllm", time_scale=0, models=(VLLM_MODEL,))
+                )
+            )
+        )
+        models = [
+            model_entry(MODEL, MODEL, hosted.url + "/v1"),
+            model_entry(CANDIDATE, VLLM_MODEL, vllm.url + "/v1"),
+        ]
+        targets: dict[str, LiteLLMProxy] = {}
+        for name, mode in (("litellm", None), ("plugin", "split"), ("+shadow", "shadow")):
+            slug = name.strip("+")
+            callbacks = [PLUGIN_CALLBACK] if mode else None
+            config = write_config(root / f"{slug}.litellm.yaml", models, callbacks)
+            kv = _kv_config(root, slug, mode, hosted.url, vllm.url) if mode else None
+            targets[name] = stack.enter_context(LiteLLMProxy(config, kv, master_key=KEY))
+
+        connections = {
+            name: http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+            for name, proxy in targets.items()
+        }
+        times: dict[str, list[float]] = {name: [] for name in targets}
+        for i in range(args.warmup + args.requests):
+            body = json.dumps(
+                {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": f"hello {uuid.uuid4().hex[:8]}"}],
+                    "max_tokens": 16,
+                }
+            ).encode()
+            order = list(connections.items())
+            random.shuffle(order)  # no proxy always goes first
+            for name, connection in order:
+                elapsed = _request(connection, body)
+                if i >= args.warmup:
+                    times[name].append(elapsed)
+        for connection in connections.values():
+            connection.close()
+        in_process = hook_cost(root, hosted.url, vllm.url)
+
+    p50 = {name: statistics.median(values) * 1000 for name, values in times.items()}
+    p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in times.items()}
+    figures = {
+        "requests": args.requests,
+        "p50_ms": p50,
+        "p90_ms": p90,
+        "added_p50_ms": {name: p50[name] - p50["litellm"] for name in p50 if name != "litellm"},
+        "target_added_p50_ms": 1.0,
+        "in_process": in_process,
+    }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"{args.requests} non-streamed chat requests per proxy, interleaved")
+    for name in times:
+        added = "" if name == "litellm" else f"  added p50 {p50[name] - p50['litellm']:+.3f} ms"
+        print(f"  {name:<8} p50 {p50[name]:7.3f} ms  p90 {p90[name]:7.3f} ms{added}")
+    print(
+        "in-process, per request: pre-call hook (response path) "
+        f"p50 {in_process['pre_call_hook_p50_us']:.1f} us, "
+        f"success hook (after the answer) p50 {in_process['success_hook_p50_us']:.1f} us"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""kvmigrate inside LiteLLM's proxy: sticky split, shadow copies and records, as a callback.
+
+Load it from LiteLLM's `config.yaml`, with the kvmigrate config in `KVMIGRATE_CONFIG`:
+
+    litellm_settings:
+      callbacks: kvmigrate.integrations.litellm_plugin.proxy_handler_instance
+
+The kvmigrate config's `models:` map each client-facing model group to the LiteLLM model
+groups of the rollout's primary and candidate (`model_name: gpt-4o-mini, hosted:
+gpt-4o-mini, vllm: vllm-llama`); `rollout:` and `record:` apply as in kvmigrate's own proxy.
+
+- `async_pre_call_hook` keys the conversation (X-Session-ID, else `user`, else the prompt's
+  stable prefix), decides with the rollout snapshot that a background task keeps current
+  from kvmigrate's rollout store (`kvmigrate rollout --percent 50` steers LiteLLM within a
+  second), applies the conversation's pin, and rewrites `data["model"]` to the chosen group
+  (with the primary as a request-level fallback when the candidate serves).
+- the success and failure logging hooks record the answer to kvmigrate's recorder and then,
+  in shadow mode, copy the request to the candidate group (and, for a budgeted share, once
+  more to the primary for the noise floor); the recorder scores each copy against the answer.
+
+Every hook catches its own exceptions: the plugin can fail, LiteLLM's request cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import importlib
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from kvmigrate.config import Config, load_config
+from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
+from kvmigrate.integrations.litellm_request import (
+    call_id,
+    client_body,
+    model_group,
+    request_headers,
+    route_of,
+)
+from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
+from kvmigrate.policies import Decision, conversation_key, decide, in_shadow_sample, turn_index
+from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange
+from kvmigrate.proxy.shadow import RateBudget
+from kvmigrate.recorder.addon import RecorderAddon, build_recorder
+from kvmigrate.rollout.controller import initial_state
+from kvmigrate.rollout.live import LiveRollout
+from kvmigrate.rollout.store import open_store
+
+if TYPE_CHECKING:
+    _CustomLogger = object
+else:
+    try:
+        from litellm.integrations.custom_logger import CustomLogger as _CustomLogger
+    except ImportError:  # kvmigrate without the `litellm` extra: the class still works
+        _CustomLogger = object
+
+log = logging.getLogger("kvmigrate.integrations.litellm")
+
+CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
+BACKEND_HEADER = "x-kvmigrate-backend"
+METADATA_KEY = "kvmigrate_backend"
+# Requests routed but not yet finished; beyond this the oldest are forgotten (a client
+# that disconnects mid-stream may never produce a success or failure event).
+MAX_PENDING = 20_000
+
+
+@dataclass(slots=True)
+class Routed:
+    """What the pre-call hook decided for one request, kept until LiteLLM logs its end."""
+
+    route: str
+    model: str
+    conversation: str
+    turn: int
+    stream: bool
+    decision: Decision
+    served: dict[str, str]
+    body: dict[str, Any]
+
+
+class KvmigrateRouter(_CustomLogger):
+    """A LiteLLM `CustomLogger` applying kvmigrate's rollout (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: Config,
+        router: RouterLike | None = None,
+        record: bool = True,
+        poll_interval: float = 0.25,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self._router = router
+        self.store = open_store(config.rollout.state, initial_state(config))
+        self.live = LiveRollout(config, self.store, poll_interval=poll_interval)
+        self.recorder: RecorderAddon | None = build_recorder(config) if record else None
+        timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
+        self.shadows = ShadowCopies(
+            self._llm_router, self._record, config.rollout.shadow_max_concurrency, timeout
+        )
+        self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
+        self._pending: OrderedDict[str, Routed] = OrderedDict()
+        self._start: asyncio.Task[None] | None = None
+        self.hook_errors = 0
+        with contextlib.suppress(RuntimeError):  # inside LiteLLM's startup: start now
+            self._begin(asyncio.get_running_loop())
+        atexit.register(self.close)
+
+    # -- LiteLLM hooks ----------------------------------------------------------------------
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> dict[str, Any]:
+        try:
+            await self.route(data, call_type)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("kvmigrate: routing failed; LiteLLM routes this request itself")
+        return data
+
+    async def async_log_success_event(
+        self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        try:
+            self.finished(kwargs, response_obj, None, start_time, end_time)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("kvmigrate: recording a LiteLLM answer failed")
+
+    async def async_log_failure_event(
+        self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        try:
+            exc = kwargs.get("exception") or RuntimeError("LiteLLM call failed")
+            self.finished(kwargs, None, exc, start_time, end_time)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("kvmigrate: recording a LiteLLM failure failed")
+
+    async def async_post_call_response_headers_hook(
+        self,
+        data: dict[str, Any],
+        user_api_key_dict: Any,
+        response: Any,
+        request_headers: dict[str, str] | None = None,
+        litellm_call_info: dict[str, Any] | None = None,
+    ) -> dict[str, str] | None:
+        try:
+            for key in ("metadata", "litellm_metadata"):
+                meta = data.get(key)
+                if isinstance(meta, Mapping) and isinstance(meta.get(METADATA_KEY), str):
+                    return {BACKEND_HEADER: meta[METADATA_KEY]}
+        except Exception:
+            self.hook_errors += 1
+        return None
+
+    # -- routing ----------------------------------------------------------------------------
+
+    async def route(self, data: dict[str, Any], call_type: Any) -> Decision | None:
+        """Decide for one request and point `data["model"]` at the chosen model group."""
+        route = route_of(call_type)
+        model = data.get("model")
+        if route is None or not isinstance(model, str):
+            return None
+        model_route = self.config.route(model)
+        if model_route is None:
+            return None
+        await self._started()
+        body = client_body(data)
+        served = model_route.served
+        conversation = conversation_key(request_headers(data), body, model).value
+        snapshot = self.live.current()
+        if snapshot.primary not in served:
+            decision = Decision(serve=snapshot.candidate)
+        else:
+            decision = decide(conversation, snapshot, snapshot.candidate in served)
+        turn = turn_index(body)
+        decision = await self.live.resolve(conversation, turn, decision)
+        group = served.get(decision.serve)
+        if group is None:
+            return None
+        data["model"] = group
+        fallback = served.get(decision.fallback) if decision.fallback else None
+        if fallback is not None and "fallbacks" not in data:
+            data["fallbacks"] = [fallback]
+        for name in ("metadata", "litellm_metadata"):
+            meta = data.get(name)
+            if isinstance(meta, dict):
+                meta[METADATA_KEY] = decision.serve
+        key = call_id(data)
+        if key is not None:
+            stream = bool(body.get("stream"))
+            self._pending[key] = Routed(
+                route, model, conversation, turn, stream, decision, served, body
+            )
+            if len(self._pending) > MAX_PENDING:
+                self._pending.popitem(last=False)
+        return decision
+
+    # -- recording and copies ---------------------------------------------------------------
+
+    def finished(
+        self,
+        kwargs: Mapping[str, Any],
+        response_obj: Any,
+        exc: BaseException | None,
+        start_time: Any,
+        end_time: Any,
+    ) -> Exchange | None:
+        """Record a finished primary call, then start its copies."""
+        key = kwargs.get("litellm_call_id")
+        routed = self._pending.get(key) if isinstance(key, str) else None
+        if routed is None or not isinstance(key, str):
+            return None  # not routed by us: a copy, a health check, another route
+        decision = routed.decision
+        group = model_group(kwargs)
+        backend = decision.serve
+        fallback_from: str | None = None
+        if decision.fallback and group == routed.served.get(decision.fallback):
+            backend, fallback_from = decision.fallback, decision.serve
+        # A candidate failure that LiteLLM may still fall back from: keep the entry for the
+        # fallback's own event.
+        if exc is None or fallback_from is not None or decision.fallback is None:
+            self._pending.pop(key, None)
+        now_wall, now_perf = time.time(), time.perf_counter()
+        started = perf_time(kwargs.get("api_call_start_time") or start_time, now_wall, now_perf)
+        exchange = self._exchange(routed, backend, SERVE, "llm_" + key)
+        exchange.started = now_perf if started is None else started
+        exchange.finished = perf_time(end_time, now_wall, now_perf) or now_perf
+        exchange.fallback_from = fallback_from
+        exchange.request_body = orjson.dumps(routed.body)
+        if exc is None:
+            exchange.status = 200
+            exchange.first_byte = perf_time(kwargs.get("completion_start_time"), now_wall, now_perf)
+            logged = kwargs.get("standard_logging_object")
+            logged = logged if isinstance(logged, Mapping) else None
+            exchange.chunks.append(answer_bytes(response_obj, logged))
+        else:
+            exchange.status = error_status(exc)
+            exchange.error = error_kind(exc)
+        exchange.mirrored = decision.shadow is not None
+        self._record(exchange)
+        if decision.shadow is not None:
+            self._copy(routed, decision.shadow, SHADOW, exchange)
+            if self._wants_noise_sample(routed.conversation):
+                self._copy(routed, backend, NOISE, exchange)
+        return exchange
+
+    def _copy(self, routed: Routed, backend: str, role: str, primary: Exchange) -> None:
+        group = routed.served.get(backend)
+        if group is None:
+            return
+        exchange = self._exchange(routed, backend, role, copy_id())
+        exchange.pair_id = primary.request_id
+        exchange.request_body = primary.request_body
+        self.shadows.dispatch(exchange, group, routed.body)
+
+    def _wants_noise_sample(self, conversation: str) -> bool:
+        rollout = self.config.rollout
+        return (
+            in_shadow_sample(rollout.salt + "\x00noise", conversation, rollout.noise_sample)
+            and self.noise_budget.take()
+        )
+
+    def _exchange(self, routed: Routed, backend: str, role: str, request_id: str) -> Exchange:
+        return Exchange(
+            request_id=request_id,
+            route=routed.route,
+            backend=backend,
+            role=role,
+            model=routed.model,
+            served_model=routed.served.get(backend, ""),
+            conversation=routed.conversation,
+            turn=routed.turn,
+            stream=routed.stream,
+            started=time.perf_counter(),
+        )
+
+    def _record(self, exchange: Exchange) -> None:
+        if self.recorder is not None:
+            self.recorder.exchange_done(exchange)
+
+    def _llm_router(self) -> RouterLike | None:
+        if self._router is not None:
+            return self._router
+        try:
+            proxy_server = importlib.import_module("litellm.proxy.proxy_server")
+        except ImportError:
+            return None
+        router: RouterLike | None = getattr(proxy_server, "llm_router", None)
+        return router
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._start is None:
+            self._start = loop.create_task(self._run_start())
+
+    async def _run_start(self) -> None:
+        if self.recorder is not None:
+            self.recorder.start()
+        await self.live.running()
+
+    async def _started(self) -> None:
+        """Started once, on LiteLLM's loop: the first request waits for the first read of
+        the rollout store, every later one passes straight through."""
+        start = self._start
+        if start is None:
+            self._begin(asyncio.get_running_loop())
+            start = self._start
+            assert start is not None
+        if not start.done():
+            await asyncio.shield(start)
+
+    async def aclose(self) -> None:
+        """Stop watching the store, let copies finish briefly, flush the recorder."""
+        await self.shadows.close()
+        await self.live.done()
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Flush the recorder and close the store; safe to call more than once (atexit)."""
+        if self.recorder is not None:
+            self.recorder.close(timeout=10.0)
+        with contextlib.suppress(Exception):
+            self.store.close()
+
+
+def from_env(env: Mapping[str, str] | None = None) -> KvmigrateRouter:
+    """The plugin for the kvmigrate config at `$KVMIGRATE_CONFIG` (default ./config.yaml)."""
+    env = os.environ if env is None else env
+    return KvmigrateRouter(load_config(env.get(CONFIG_ENV_VAR) or "config.yaml", env))
+
+
+_instance: KvmigrateRouter | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # `proxy_handler_instance` is made on first access, i.e. when LiteLLM loads the
+    # callback, never on a plain import of this module (tests, type checks, tooling).
+    global _instance
+    if name == "proxy_handler_instance":
+        if _instance is None:
+            _instance = from_env()
+        return _instance
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,125 @@
+"""Copies of a LiteLLM request to another model group, in the background, always accounted.
+
+A copy goes through LiteLLM's own router (credentials, retries and deployments of the
+group stay LiteLLM's business), streams when the client streamed (so the candidate's TTFT
+is measured) and is read to the end. Copies start only after the primary answered, so they
+never compete with it; at the concurrency bound new copies are dropped and counted, never
+queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, sse_event
+from kvmigrate.proxy.exchange import Exchange
+
+log = logging.getLogger("kvmigrate.integrations.litellm")
+
+
+class RouterLike(Protocol):
+    """What the plugin calls on LiteLLM's `Router` (litellm.proxy.proxy_server.llm_router)."""
+
+    async def acompletion(self, **kwargs: Any) -> Any: ...
+
+    async def aresponses(self, **kwargs: Any) -> Any: ...
+
+
+RouterSource = Callable[[], RouterLike | None]
+Done = Callable[[Exchange], None]
+
+
+async def call_group(router: RouterLike, route: str, body: dict[str, Any]) -> Any:
+    if route == "responses":
+        return await router.aresponses(**body)
+    return await router.acompletion(**body)
+
+
+class ShadowCopies:
+    def __init__(
+        self, router: RouterSource, done: Done, max_concurrency: int, timeout: float
+    ) -> None:
+        self._router = router
+        self._done = done
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.started = 0
+        self.dropped: Counter[str] = Counter()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._tasks)
+
+    def dispatch(self, exchange: Exchange, group: str, body: dict[str, Any]) -> bool:
+        """Start a copy of `body` to `group`, recorded as `exchange` when it ends.
+        Never raises, never waits."""
+        if len(self._tasks) >= self.max_concurrency:
+            self.dropped["concurrency_limit"] += 1
+            return False
+        router = self._router()
+        if router is None:
+            self.dropped["no_router"] += 1
+            return False
+        task = asyncio.get_running_loop().create_task(self._run(router, exchange, group, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self.started += 1
+        return True
+
+    async def _run(
+        self, router: RouterLike, exchange: Exchange, group: str, body: dict[str, Any]
+    ) -> None:
+        try:
+            await asyncio.wait_for(self._copy(router, exchange, group, body), self.timeout)
+        except TimeoutError:
+            self.dropped["timeout"] += 1
+            exchange.error = exchange.error or "timeout"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed copy must never surface anywhere
+            self.dropped["error"] += 1
+            exchange.error = exchange.error or error_kind(exc)
+            exchange.status = exchange.status or error_status(exc)
+            log.debug("shadow copy to %s failed: %r", group, exc)
+        exchange.finished = exchange.finished or time.perf_counter()
+        try:
+            self._done(exchange)
+        except Exception:
+            log.exception("recording a shadow copy failed")
+
+    async def _copy(
+        self, router: RouterLike, exchange: Exchange, group: str, body: dict[str, Any]
+    ) -> None:
+        exchange.started = time.perf_counter()
+        result = await call_group(router, exchange.route, {**body, "model": group})
+        if hasattr(result, "__aiter__"):
+            async for event in result:
+                if exchange.first_byte is None:
+                    exchange.first_byte = time.perf_counter()
+                exchange.chunks.append(sse_event(event))
+            exchange.finished = time.perf_counter()
+        else:
+            exchange.first_byte = exchange.finished = time.perf_counter()
+            exchange.chunks.append(answer_bytes(result))
+        exchange.status = 200
+
+    async def close(self, grace: float = 1.0) -> None:
+        """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""
+        if not self._tasks:
+            return
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def copy_id() -> str:
+    return "req_" + os.urandom(12).hex()
