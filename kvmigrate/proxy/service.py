@@ -41,7 +41,7 @@ from kvmigrate.proxy.headers import bearer_token, upstream_headers
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
-from kvmigrate.proxy.stream_check import SseCheck, json_ok
+from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 
 
@@ -286,7 +286,16 @@ class ProxyService:
                 exchange.error = failure.kind
             else:
                 exchange.status = response.status
+                event_stream = is_event_stream(response)
                 await drain(response, exchange)
+                if (
+                    exchange.error is None
+                    and exchange.status == 200
+                    and backend == self.rollout.current().candidate
+                ):
+                    # The same checks as in split mode, so shadow evidence counts a
+                    # candidate that answers garbage as failing, not as healthy.
+                    exchange.error = malformed_kind(exchange.body(), event_stream)
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 

@@ -51,3 +51,11 @@ def json_ok(body: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
+
+
+def malformed_kind(body: bytes, event_stream: bool) -> str | None:
+    """The error class of a whole answer that does not parse, or None when it does."""
+    if event_stream:
+        check = SseCheck()
+        return None if check.feed(body + b"\n") else "malformed_stream"
+    return None if json_ok(body) else "malformed_body"
