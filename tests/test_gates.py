@@ -195,3 +195,47 @@ def test_invalid_tool_call_table(response: dict[str, object], expected: tuple[in
 
     request = {"tools": [{"type": "function", "function": {"name": "search"}}]}
     assert invalid_tool_calls(request, response) == expected
+
+
+@pytest.mark.parametrize(
+    ("candidate", "primary", "trigger"),
+    [
+        # 4x of a millisecond is scheduling noise, not a blow-up: under the 250 ms floor
+        (
+            BackendWindow("vllm", 100, ttft_p95=0.02),
+            BackendWindow("hosted", 100, ttft_p95=0.002),
+            False,
+        ),
+        (
+            BackendWindow("vllm", 100, ttft_p95=1.2),
+            BackendWindow("hosted", 100, ttft_p95=0.2),
+            True,
+        ),
+        # nothing streamed: total latency is judged instead
+        (
+            BackendWindow("vllm", 100, latency_p95=3.0),
+            BackendWindow("hosted", 100, latency_p95=0.5),
+            True,
+        ),
+        (
+            BackendWindow("vllm", 100, latency_p95=0.6),
+            BackendWindow("hosted", 100, latency_p95=0.5),
+            False,
+        ),
+    ],
+)
+def test_rollback_ttft_floor_and_latency_fallback(
+    candidate: BackendWindow, primary: BackendWindow, trigger: bool
+) -> None:
+    assert (rollback_reason(primary, candidate, RollbackConfig()) is not None) == trigger
+
+
+def test_ttft_gate_uses_latency_when_nothing_streamed() -> None:
+    candidate = w("vllm", p95=None)
+    candidate = BackendWindow(
+        candidate.backend, candidate.requests, candidate.conversations, latency_p95=0.4
+    )
+    primary = BackendWindow("hosted", 200, 40, latency_p95=0.9)
+    gate = evaluate_gates(primary, candidate, GateConfig())[2]
+    assert gate.verdict is Verdict.PASSED
+    assert "latency p95 (nothing streamed)" in gate.detail

@@ -123,47 +123,57 @@ def _error_gate(primary: BackendWindow, candidate: BackendWindow, config: GateCo
 
 
 def _ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConfig) -> GateResult:
+    # Streamed answers give TTFT; when the window has none (clients that do not stream),
+    # total latency is the figure a user waits for, and is compared the same way.
+    measure, cand, prim = "TTFT p95", candidate.ttft_p95, primary.ttft_p95
+    if cand is None and candidate.latency_p95 is not None:
+        measure, cand, prim = (
+            "latency p95 (nothing streamed)",
+            candidate.latency_p95,
+            primary.latency_p95,
+        )
     figures: dict[str, Any] = {
-        "candidate_ttft_p95_ms": _ms(candidate.ttft_p95),
-        "primary_ttft_p95_ms": _ms(primary.ttft_p95),
+        "measure": measure,
+        "candidate_p95_ms": _ms(cand),
+        "primary_p95_ms": _ms(prim),
         "slo_ms": config.ttft_p95_slo_ms,
         "factor": config.ttft_p95_factor,
     }
-    if candidate.ttft_p95 is None or candidate.requests < config.min_requests:
+    if cand is None or candidate.requests < config.min_requests:
         return GateResult("ttft_p95", Verdict.INCONCLUSIVE, "too few candidate TTFTs", figures)
-    ms = candidate.ttft_p95 * 1000
+    ms = cand * 1000
     if ms <= config.ttft_p95_floor_ms:
         return GateResult(
             "ttft_p95",
             Verdict.PASSED,
-            f"candidate p95 {ms:.0f} ms, under the {config.ttft_p95_floor_ms:g} ms floor",
+            f"candidate {measure} {ms:.0f} ms, under the {config.ttft_p95_floor_ms:g} ms floor",
             figures,
         )
     if config.ttft_p95_slo_ms is not None and ms <= config.ttft_p95_slo_ms:
         return GateResult(
             "ttft_p95",
             Verdict.PASSED,
-            f"candidate p95 {ms:.0f} ms within the {config.ttft_p95_slo_ms:g} ms SLO",
+            f"candidate {measure} {ms:.0f} ms within the {config.ttft_p95_slo_ms:g} ms SLO",
             figures,
         )
-    if primary.ttft_p95 is None:
+    if prim is None:
         if config.ttft_p95_slo_ms is not None:
             return GateResult(
                 "ttft_p95",
                 Verdict.FAILED,
-                f"candidate p95 {ms:.0f} ms over the {config.ttft_p95_slo_ms:g} ms SLO",
+                f"candidate {measure} {ms:.0f} ms over the {config.ttft_p95_slo_ms:g} ms SLO",
                 figures,
             )
         return GateResult(
-            "ttft_p95", Verdict.INCONCLUSIVE, "no primary TTFT to compare with", figures
+            "ttft_p95", Verdict.INCONCLUSIVE, "no primary figure to compare with", figures
         )
-    limit = primary.ttft_p95 * 1000 * config.ttft_p95_factor
+    limit = prim * 1000 * config.ttft_p95_factor
     verdict = Verdict.PASSED if ms <= limit else Verdict.FAILED
     return GateResult(
         "ttft_p95",
         verdict,
-        f"candidate p95 {ms:.0f} ms vs {limit:.0f} ms "
-        f"({config.ttft_p95_factor:g} x primary {primary.ttft_p95 * 1000:.0f} ms)",
+        f"candidate {measure} {ms:.0f} ms vs {limit:.0f} ms "
+        f"({config.ttft_p95_factor:g} x primary {prim * 1000:.0f} ms)",
         figures,
     )
 
@@ -238,17 +248,19 @@ def rollback_reason(
                 f"({candidate.invalid_tool_calls}/{candidate.tool_calls}: unknown tool or "
                 "invalid JSON arguments)"
             )
-    p95 = candidate.ttft_p95
-    if p95 is not None and config.ttft_p95_ms is not None and p95 * 1000 > config.ttft_p95_ms:
-        return f"candidate TTFT p95 {p95 * 1000:.0f} ms over {config.ttft_p95_ms:g} ms"
-    if (
-        p95 is not None
-        and primary.ttft_p95 is not None
-        and p95 > primary.ttft_p95 * config.ttft_p95_factor
-    ):
+    # Streamed answers give TTFT; clients that never stream are judged on total latency.
+    measure, p95, base = "TTFT", candidate.ttft_p95, primary.ttft_p95
+    if p95 is None:
+        measure, p95, base = "latency", candidate.latency_p95, primary.latency_p95
+    if p95 is None:
+        return None
+    ms = p95 * 1000
+    if config.ttft_p95_ms is not None and ms > config.ttft_p95_ms:
+        return f"candidate {measure} p95 {ms:.0f} ms over {config.ttft_p95_ms:g} ms"
+    if base is not None and ms > config.ttft_floor_ms and p95 > base * config.ttft_p95_factor:
         return (
-            f"candidate TTFT p95 {p95 * 1000:.0f} ms over {config.ttft_p95_factor:g} x "
-            f"primary {primary.ttft_p95 * 1000:.0f} ms"
+            f"candidate {measure} p95 {ms:.0f} ms over {config.ttft_p95_factor:g} x "
+            f"primary {base * 1000:.0f} ms"
         )
     return None
 

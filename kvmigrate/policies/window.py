@@ -15,6 +15,8 @@ class BackendWindow:
     request of the window had one. `parity` is the noise-adjusted agreement in [0, 1] once
     the parity engine scores pairs, else None. `tool_calls` / `invalid_tool_calls`: calls
     in the backend's answers, and those naming an unoffered tool or with broken arguments.
+    `latency_p95`: total latency, what the TTFT gate compares when nothing was streamed (a
+    non-streamed answer has no observable TTFT).
     """
 
     backend: str
@@ -27,6 +29,7 @@ class BackendWindow:
     parity_samples: int = 0
     tool_calls: int = 0
     invalid_tool_calls: int = 0
+    latency_p95: float | None = None
 
     @property
     def error_rate(self) -> float:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from kvmigrate.config import Config
@@ -43,6 +44,20 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+
+
+def with_usage(call: Call, body: RequestBody) -> Call:
+    """A streamed copy asks for the usage chunk even when the client did not: nobody reads
+    the copy but us, and its token counts (cached tokens above all) are the evidence."""
+    options = body.data.get("stream_options")
+    if not body.stream or (isinstance(options, dict) and options.get("include_usage")):
+        return call
+    data = orjson.loads(call.body)
+    data["stream_options"] = {
+        **(options if isinstance(options, dict) else {}),
+        "include_usage": True,
+    }
+    return Call(call.method, call.url, orjson.dumps(data), call.headers)
 
 
 def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
@@ -273,7 +288,7 @@ class ProxyService:
     ) -> None:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted."""
-        call = self._call(request, routed, backend)
+        call = with_usage(self._call(request, routed, backend), routed.body)
 
         async def copy() -> None:
             exchange = self._exchange(routed, backend, role, time.perf_counter())

@@ -32,6 +32,7 @@ class _Tally:
     errors: int = 0
     conversations: set[str] = field(default_factory=set)
     ttfts: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
     parity_flags: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
 
 
@@ -57,7 +58,17 @@ def window_stats(
         rows = store.query(*_window_sql(since, until, roles))
     tallies: dict[str, _Tally] = {}
     noise: list[tuple[str | None, str | None, str | None]] = []
-    for backend, conversation, status, error, ttft_ms, kind, applicable, disagree in rows:
+    for (
+        backend,
+        conversation,
+        status,
+        error,
+        ttft_ms,
+        latency_ms,
+        kind,
+        applicable,
+        disagree,
+    ) in rows:
         tally = tallies.setdefault(backend, _Tally())
         if kind == NOISE_KIND:
             noise.append((kind, applicable, disagree))
@@ -70,6 +81,8 @@ def window_stats(
         tally.errors += is_backend_error(status, error)
         if ttft_ms is not None:
             tally.ttfts.append(ttft_ms / 1000.0)
+        if latency_ms is not None:
+            tally.latencies.append(latency_ms / 1000.0)
     return {
         backend: _window(backend, t, noise, min_noise_samples)
         for backend, t in sorted(tallies.items())
@@ -80,7 +93,8 @@ def _window_sql(
     since: float, until: float | None, roles: Sequence[str] | None
 ) -> tuple[str, list[Any]]:
     sql = (
-        "SELECT backend, conversation, status, error, ttft_ms, parity_kind, parity_applicable, "
+        "SELECT backend, conversation, status, error, ttft_ms, latency_ms, parity_kind, "
+        "parity_applicable, "
         f"parity_disagree FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC}"
     )
     params: list[Any] = [since, time.time() + 1e9 if until is None else until]
@@ -108,4 +122,5 @@ def _window(
         ttft_p95=percentile(t.ttfts, 95),
         parity=parity,
         parity_samples=samples,
+        latency_p95=percentile(t.latencies, 95),
     )

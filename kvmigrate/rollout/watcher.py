@@ -39,11 +39,15 @@ class RollingWindow:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.samples: deque[tuple[float, bool, float | None]] = deque(maxlen=MAX_SAMPLES)
+        self.samples: deque[tuple[float, bool, float | None, float | None]] = deque(
+            maxlen=MAX_SAMPLES
+        )
         self.tools: deque[tuple[float, int, int]] = deque(maxlen=MAX_SAMPLES)
 
-    def add(self, at: float, failed: bool, ttft: float | None) -> None:
-        self.samples.append((at, failed, ttft))
+    def add(
+        self, at: float, failed: bool, ttft: float | None, duration: float | None = None
+    ) -> None:
+        self.samples.append((at, failed, ttft, duration))
 
     def clear(self) -> None:
         self.samples.clear()
@@ -53,14 +57,16 @@ class RollingWindow:
         for samples in (self.samples, self.tools):
             while samples and samples[0][0] < since:
                 samples.popleft()
-        ttfts = sorted(t for _, _, t in self.samples if t is not None)
-        errors = sum(1 for _, failed, _ in self.samples if failed)
+        ttfts = sorted(t for _, _, t, _ in self.samples if t is not None)
+        durations = sorted(d for _, _, _, d in self.samples if d is not None)
+        errors = sum(1 for _, failed, _, _ in self.samples if failed)
         return BackendWindow(
             self.name,
             requests=len(self.samples),
             errors=errors,
             ttft_p50=ttfts[len(ttfts) // 2] if ttfts else None,
             ttft_p95=ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.95))] if ttfts else None,
+            latency_p95=_p95(durations),
             tool_calls=sum(total for _, total, _ in self.tools),
             invalid_tool_calls=sum(bad for _, _, bad in self.tools),
         )
@@ -103,7 +109,7 @@ class RollbackWatcher:
             failed = (exchange.error is not None and exchange.error != "client_disconnected") or (
                 exchange.status is not None and exchange.status >= 500
             )
-            window.add(exchange.started, failed, exchange.ttft)
+            window.add(exchange.started, failed, exchange.ttft, exchange.duration)
 
     async def running(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -175,3 +181,7 @@ class RollbackWatcher:
             outcome.event.to_percent,
         )
         self._state_changed(outcome.state)
+
+
+def _p95(values: list[float]) -> float | None:
+    return values[min(len(values) - 1, int(len(values) * 0.95))] if values else None

@@ -46,6 +46,11 @@ def test_metrics_are_prometheus_text(make_proxy: ProxyFactory) -> None:
     proxy.client().chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
     )
+    # TTFT is observed on streamed answers only.
+    stream = proxy.client().chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    assert list(stream)
     status, content_type, body = get(proxy.url + "/metrics")
     assert status == 200
     assert content_type.startswith("text/plain")

@@ -69,7 +69,11 @@ def test_serve_and_shadow_calls_are_recorded_with_pairs_turns_and_tokens(
     for r in rows:
         assert r[5] == 200
         assert r[6] is None
-        assert 0 < r[7] <= r[8]
+        if r[16]:  # streamed: TTFT is the first byte, within the latency
+            assert 0 < r[7] <= r[8]
+        else:  # a non-streamed answer arrives whole: no TTFT, only latency
+            assert r[7] is None
+            assert r[8] > 0
         assert r[9] > 0
         assert r[11] > 0
         assert r[12] == "length"

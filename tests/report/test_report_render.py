@@ -57,12 +57,15 @@ def recorded() -> Iterator[Path]:
                     {"role": "user", "content": f"Task {conv}: write to ann@example.com"},
                 ]
                 for _ in range(TURNS):
-                    answer = client.chat.completions.create(
-                        model=HOSTED_MODEL, messages=messages, max_tokens=8,
+                    # Streamed, as agents do: TTFT is observed on streamed answers only.
+                    stream = client.chat.completions.create(
+                        model=HOSTED_MODEL, messages=messages, max_tokens=8, stream=True,
+                        stream_options={"include_usage": True},
                         extra_headers={"X-Session-ID": f"conv-{conv}"},
                     )  # fmt: skip
+                    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
                     messages += [
-                        {"role": "assistant", "content": answer.choices[0].message.content},
+                        {"role": "assistant", "content": text},
                         {"role": "user", "content": "continue " * 20},
                     ]
             client.close()
