@@ -4,6 +4,7 @@ One run measures, against the same upstream stub:
   direct        the stub itself (the baseline every figure is relative to)
   kvmigrate     the proxy in shadow mode with shadow_sample 0 (nothing mirrored)
   kv+shadow     the proxy mirroring every request to the candidate (same stub)
+  kv+full       kv+shadow plus the recorder and the cache-buster detector, as deployed
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
 
 The proxy under test is pinned to core 0; the stub and this load generator to core 1.
@@ -104,7 +105,11 @@ def process(
                 proc.wait()
 
 
-def kvmigrate_config(path: Path, port: int, stub: str, shadow_sample: float) -> None:
+def kvmigrate_config(path: Path, port: int, stub: str, shadow_sample: float, full: bool) -> None:
+    """`full`: the recorder and the cache-buster detector on, as deployed by default; else
+    forwarding alone, which is what the latency targets are about."""
+    flag = "true" if full else "false"
+    tmp = path.parent
     path.write_text(f"""
 server: {{host: 127.0.0.1, port: {port}}}
 backends:
@@ -113,7 +118,14 @@ backends:
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: llama}}
   - {{model_name: slow-stream, hosted: slow-stream, vllm: slow-stream}}
-rollout: {{mode: shadow, shadow_sample: {shadow_sample}, shadow_max_concurrency: 256}}
+rollout:
+  mode: shadow
+  shadow_sample: {shadow_sample}
+  shadow_max_concurrency: 256
+  noise_sample: 0
+  state: "sqlite:///{tmp}/{path.stem}-state.db"
+record: {{enabled: {flag}, db: "sqlite:///{tmp}/{path.stem}-records.db"}}
+cachecheck: {{enabled: {flag}}}
 """)
 
 
@@ -244,7 +256,7 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
         )
 
     figures: dict[str, float] = {}
-    for target in ("kvmigrate", "kv+shadow", "litellm"):
+    for target in ("kvmigrate", "kv+shadow", "kv+full", "litellm"):
         for mode in ("plain", "stream"):
             for c in (1, 16, 64):
                 base, res = get("direct", mode, c), get(target, mode, c)
@@ -252,11 +264,12 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                     figures[f"{target}.{mode}.c{c}.added_p50_ms"] = res.pct(0.5) - base.pct(0.5)
                     figures[f"{target}.{mode}.c{c}.added_p99_ms"] = res.pct(0.99) - base.pct(0.99)
                     figures[f"{target}.{mode}.c{c}.rps"] = res.rps
-    for mode in ("plain", "stream"):
-        for c in (16, 64):
-            kv, lite = get("kvmigrate", mode, c), get("litellm", mode, c)
-            if kv and lite and lite.rps:
-                figures[f"throughput_ratio.{mode}.c{c}"] = kv.rps / lite.rps
+    for target in ("kvmigrate", "kv+full"):
+        for mode in ("plain", "stream"):
+            for c in (16, 64):
+                kv, lite = get(target, mode, c), get("litellm", mode, c)
+                if kv and lite and lite.rps:
+                    figures[f"throughput_ratio.{target}.{mode}.c{c}"] = kv.rps / lite.rps
     kv1, sh1 = get("kvmigrate", "plain", 1), get("kv+shadow", "plain", 1)
     if kv1 and sh1:
         figures["shadow_extra_p50_ms"] = sh1.pct(0.5) - kv1.pct(0.5)
@@ -280,7 +293,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("taskset"):
         os.sched_setaffinity(0, {1})
-    stub_port, kv_port, shadow_port, lite_port = (free_port() for _ in range(4))
+    stub_port, kv_port, shadow_port, full_port, lite_port = (free_port() for _ in range(5))
     stub = f"http://127.0.0.1:{stub_port}"
     results: list[Result] = []
     memory = None
@@ -293,9 +306,13 @@ def main() -> None:
     ):
         print("direct (stub)", flush=True)
         results += run_target("direct", stub, "sk-stub", args)
-        for name, port, sample in (("kvmigrate", kv_port, 0.0), ("kv+shadow", shadow_port, 1.0)):
-            cfg = Path(tmp) / f"{name}.yaml"
-            kvmigrate_config(cfg, port, stub, sample)
+        for name, port, sample, full in (
+            ("kvmigrate", kv_port, 0.0, False),
+            ("kv+shadow", shadow_port, 1.0, False),
+            ("kv+full", full_port, 1.0, True),
+        ):
+            cfg = Path(tmp) / f"{name.replace('+', '-')}.yaml"
+            kvmigrate_config(cfg, port, stub, sample, full)
             argv = pinned(0, [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(cfg)])
             with process(argv, port) as proc:
                 print(name, flush=True)

@@ -43,7 +43,7 @@ def build_app(
     controller = open_controller(config)
     live = LiveRollout(config, controller.store, poll_interval=poll_interval)
     addons: list[object] = [live, RollbackWatcher(live, controller)]
-    if record:
+    if record and config.record.enabled:
         from kvmigrate.recorder.addon import build_recorder
 
         addons.append(build_recorder(config))

@@ -242,6 +242,7 @@ def _steps(s: Section) -> tuple[float, ...]:
 def _record(s: Section) -> RecordConfig:
     defaults = RecordConfig()
     record = RecordConfig(
+        enabled=s.boolean("enabled", defaults.enabled),
         db=s.string("db", defaults.db),
         content=s.choice("content", defaults.content, CONTENT_POLICIES),
         retention_days=s.integer("retention_days", defaults.retention_days, 1),

@@ -68,6 +68,7 @@ class RolloutConfig:
 
 @dataclass(frozen=True, slots=True)
 class RecordConfig:
+    enabled: bool = True
     db: str = "sqlite:///.kvmigrate/records.db"
     content: str = "redacted"
     retention_days: int = 30
