@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.policies.gates import render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.controller import GatesRefused, RolloutError
@@ -209,13 +210,6 @@ def rollback(
     click.echo(
         f"rolled back: {event['from_percent']:g}% -> {event['to_percent']:g}% "
         f"(version {event['version']})"
-    )
-
-
-def render_gates(gates: list[dict[str, Any]]) -> str:
-    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
-    return "\n".join(
-        f"  {marks.get(g['verdict'], '?'):4}  {g['name']:<11} {g['detail']}" for g in gates
     )
 
 

@@ -10,7 +10,7 @@ from kvmigrate.config.model import (
     RolloutConfig,
     ServerConfig,
 )
-from kvmigrate.config.secret import Secret
+from kvmigrate.config.secret import Secret, safe_url
 
 __all__ = [
     "BackendConfig",
@@ -24,4 +24,5 @@ __all__ = [
     "default_config_path",
     "load_config",
     "parse_config",
+    "safe_url",
 ]

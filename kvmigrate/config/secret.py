@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from urllib.parse import urlsplit, urlunsplit
 
 
 class Secret:
@@ -30,3 +31,12 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(("Secret", self._value))
+
+
+def safe_url(url: str) -> str:
+    """A store URL without its password, fit for logs, errors and reports."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

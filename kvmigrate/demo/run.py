@@ -26,7 +26,7 @@ import click
 from kvmigrate.config import Config
 from kvmigrate.demo.agent import drive
 from kvmigrate.embedded import HOSTED_MODEL, EmulatedBackends, embedded_config, emulated_backends
-from kvmigrate.policies.gates import GateResult
+from kvmigrate.policies.gates import render_gates
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, build_report
 from kvmigrate.report.timeline import rollout_timeline
@@ -135,18 +135,20 @@ def _traffic(
 def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo) -> bool:
     # Enough traffic at each step for the next step's gates, with a margin.
     gates = controller.config.rollout.gates
-    bake = max(gates.min_conversations, -(-gates.min_requests // settings.turns)) + 2
+    # Twice what the gates need: at 50% half the conversations are served by the candidate
+    # and give no parity pairs.
+    bake = 2 * max(gates.min_conversations, -(-gates.min_requests // settings.turns)) + 2
     for number, step in enumerate(controller.config.rollout.steps):
         try:
             outcome = controller.set_percent(step, reason="demo", actor="demo")
         except GatesRefused as refused:
             echo(f"promotion to {step:g}% REFUSED by the gates:")
-            echo(_gates(refused.results))
+            echo(render_gates([g.to_dict() for g in refused.results]))
             return settings.bad_candidate and _show_auto_rollback(
                 controller, base_url, settings, echo
             )
         echo(f"promoted to {step:g}% (version {outcome.state.version}):")
-        echo(_gates(outcome.gates))
+        echo(render_gates([g.to_dict() for g in outcome.gates]))
         _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
     echo("rollout complete: the candidate serves every conversation")
     return not settings.bad_candidate
@@ -170,11 +172,6 @@ def _show_auto_rollback(
         return False
     echo(f"auto-rollback: {last.from_percent:g}% -> {last.to_percent:g}%: {last.reason}")
     return True
-
-
-def _gates(results: list[GateResult]) -> str:
-    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
-    return "\n".join(f"  {marks[r.verdict.value]}  {r.name:<11} {r.detail}" for r in results)
 
 
 def _report(config: Config, fmt: str, since: float) -> str:

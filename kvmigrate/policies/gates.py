@@ -72,6 +72,14 @@ def evaluate_gates(
     return results
 
 
+def render_gates(gates: list[dict[str, Any]]) -> str:
+    """One line per gate (`GateResult.to_dict()` shape), as the CLI and the demo print them."""
+    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
+    return "\n".join(
+        f"  {marks.get(g['verdict'], '?'):4}  {g['name']:<11} {g['detail']}" for g in gates
+    )
+
+
 def all_passed(results: list[GateResult]) -> bool:
     return all(r.verdict is Verdict.PASSED for r in results)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from urllib.parse import urlsplit, urlunsplit
 
+from kvmigrate.config import safe_url
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report.aggregate import (
     backend_summaries,
@@ -78,12 +78,3 @@ def _notes(report: Report) -> list[str]:
         if name not in names:
             notes.append(f"No traffic from the {role} `{name}` in this window.")
     return notes
-
-
-def safe_url(url: str) -> str:
-    """The database URL without its password, fit to print in a report."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmigrate.config import Config
+from kvmigrate.config import Config, safe_url
 from kvmigrate.policies.gates import GateResult, all_passed, evaluate_gates
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.state import RolloutEvent, RolloutState
@@ -162,7 +162,7 @@ class RolloutController:
             "steps": list(self.config.rollout.steps),
             "next_step": step,
             "gates_for_next_step": [g.to_dict() for g in self.evaluate(state)] if step else [],
-            "store": _safe(self.store.url),
+            "store": safe_url(self.store.url),
         }
 
 
@@ -188,8 +188,3 @@ def _event(
         gates=[g.to_dict() for g in gates],
         version=new.version,
     )
-
-
-def _safe(url: str) -> str:
-    head, sep, tail = url.rpartition("@")
-    return f"{head.split('://')[0]}://***@{tail}" if sep else url

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from kvmigrate.config import safe_url
 from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
@@ -63,7 +64,7 @@ class RedisRolloutStore:
             except redis.WatchError:
                 continue
             except redis.RedisError as exc:
-                raise StoreError(f"Redis rollout store {self._safe_url()}: {exc}") from None
+                raise StoreError(f"Redis rollout store {safe_url(self.url)}: {exc}") from None
         raise StoreError("too many concurrent rollout changes; try again")
 
     def history(self, limit: int = 100) -> list[RolloutEvent]:
@@ -106,9 +107,4 @@ class RedisRolloutStore:
         try:
             return func(*args)
         except redis.RedisError as exc:
-            raise StoreError(f"Redis rollout store {self._safe_url()}: {exc}") from None
-
-    def _safe_url(self) -> str:
-        """The URL without a password, for error messages."""
-        head, sep, tail = self.url.rpartition("@")
-        return f"{head.split('://')[0]}://***@{tail}" if sep else self.url
+            raise StoreError(f"Redis rollout store {safe_url(self.url)}: {exc}") from None
