@@ -14,17 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvmigrate.bench.runner import BenchRun, TurnRecord
+from kvmigrate.percentile import percentile as shared_percentile
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of `values`, interpolated; NaN when empty."""
-    if not values:
-        return math.nan
-    data = sorted(values)
-    rank = (len(data) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (rank - low)
+    """The q-th percentile (0..100) of `values`, interpolated; NaN when empty (the bench's
+    tables print NaN cells as missing)."""
+    value = shared_percentile(values, q)
+    return math.nan if value is None else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,9 +288,11 @@ class ProxyService:
     ) -> None:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted."""
-        call = with_usage(self._call(request, routed, backend), routed.body)
+        call = self._call(request, routed, backend)
 
         async def copy() -> None:
+            nonlocal call
+            call = with_usage(call, routed.body)  # in the task, after the client's answer
             exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
             exchange.request_body = call.body

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
+from kvmigrate.percentile import percentile
 from kvmigrate.policies.window import BackendWindow
-from kvmigrate.recorder.percentile import percentile
 from kvmigrate.recorder.store import RecordStore, open_store
 
 # Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic.

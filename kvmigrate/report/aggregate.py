@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from kvmigrate.recorder.percentile import percentile
+from kvmigrate.percentile import percentile
 from kvmigrate.recorder.queries import is_backend_error
 from kvmigrate.report.model import BackendSummary, CacheRow, Coverage, TurnRow
 from kvmigrate.report.rows import Row

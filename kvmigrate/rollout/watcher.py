@@ -18,6 +18,7 @@ from collections import deque
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from kvmigrate.percentile import percentile
 from kvmigrate.policies.gates import rollback_reason
 from kvmigrate.policies.tool_calls import invalid_tool_calls
 from kvmigrate.policies.window import BackendWindow
@@ -57,16 +58,16 @@ class RollingWindow:
         for samples in (self.samples, self.tools):
             while samples and samples[0][0] < since:
                 samples.popleft()
-        ttfts = sorted(t for _, _, t, _ in self.samples if t is not None)
-        durations = sorted(d for _, _, _, d in self.samples if d is not None)
+        ttfts = [t for _, _, t, _ in self.samples if t is not None]
+        durations = [d for _, _, _, d in self.samples if d is not None]
         errors = sum(1 for _, failed, _, _ in self.samples if failed)
         return BackendWindow(
             self.name,
             requests=len(self.samples),
             errors=errors,
-            ttft_p50=ttfts[len(ttfts) // 2] if ttfts else None,
-            ttft_p95=ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.95))] if ttfts else None,
-            latency_p95=_p95(durations),
+            ttft_p50=percentile(ttfts, 50),
+            ttft_p95=percentile(ttfts, 95),
+            latency_p95=percentile(durations, 95),
             tool_calls=sum(total for _, total, _ in self.tools),
             invalid_tool_calls=sum(bad for _, _, bad in self.tools),
         )
@@ -181,7 +182,3 @@ class RollbackWatcher:
             outcome.event.to_percent,
         )
         self._state_changed(outcome.state)
-
-
-def _p95(values: list[float]) -> float | None:
-    return values[min(len(values) - 1, int(len(values) * 0.95))] if values else None

@@ -179,8 +179,10 @@ def test_a_failed_replica_moves_only_its_conversations_and_comes_back(
     while not fleet.replica_set.healthy[victim] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fleet.replica_set.healthy == [True, True, True]
+    # Which replica a newcomer hashes to depends on its key; over nine of them the load
+    # bound must send a fair share to the empty, recovered replica (none while it is down).
     before = fleet.served()
-    for i in range(3):
+    for i in range(9):
         turn(client, f"new-{i}")
     delta = [a - b for a, b in zip(fleet.served(), before, strict=True)]
     assert delta[victim] >= 2
