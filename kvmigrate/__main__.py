@@ -1,3 +1,6 @@
 from kvmigrate.cli import main
 
-main()
+# Guarded: the recorder's worker is started with `spawn`, which imports the parent's
+# main module again in the child.
+if __name__ == "__main__":
+    main()

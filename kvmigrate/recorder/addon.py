@@ -1,38 +1,47 @@
-"""The recorder as a proxy addon: `exchange_done` queues, a background thread writes."""
+"""The recorder as a proxy addon: `exchange_done` queues; a worker process (or, in-process,
+a thread) parses, redacts, scores parity and writes."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from kvmigrate.config import Config
-from kvmigrate.recorder.convert import CONTENT_POLICIES, ExchangeLike, to_record
-from kvmigrate.recorder.record import Record
-from kvmigrate.recorder.redact import Redactor
-from kvmigrate.recorder.store import RecordStore, open_store
+from kvmigrate.recorder.convert import CONTENT_POLICIES, ExchangeLike, RecordConverter
+from kvmigrate.recorder.store import open_store, pruner
+from kvmigrate.recorder.worker import ProcessWriter, WorkerSpec
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings, WriterStats
 
-log = logging.getLogger("kvmigrate.recorder")
+WORKERS = ("process", "thread")
+DROP_REASONS = ("queue_full", "write_error", "invalid", "worker_lost")
 
-DAY_S = 86_400.0
-# Answers kept until their shadow copies finish; beyond this the oldest go unscored.
-MAX_MIRRORED = 2_000
+
+class Writer(Protocol):
+    """What the addon needs of `RecordWriter` or `ProcessWriter`."""
+
+    def submit(self, item: Any) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self, timeout: float = 30.0) -> None: ...
+    @property
+    def stats(self) -> WriterStats: ...
+    @property
+    def depth(self) -> int: ...
 
 
 class RecorderAddon:
-    """Records every upstream call (serve and shadow) to a records database.
+    """Records every upstream call (serve, shadow and noise) to a records database.
 
-    On the response path `exchange_done` does two clock reads and a `put_nowait`; parsing
-    the answer, redaction and I/O all happen on the writer thread."""
+    On the response path `exchange_done` does two clock reads and a deque append. With
+    `worker="process"` (the default) everything else runs in a child process, on another
+    core and off the proxy's GIL; `worker="thread"` keeps it in this process (a CLI that
+    records a few calls, or a platform where spawning is not allowed)."""
 
     def __init__(
         self,
@@ -41,22 +50,30 @@ class RecorderAddon:
         retention_days: int | None = None,
         settings: WriterSettings | None = None,
         source: str | None = None,
+        worker: str = "process",
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
+        if worker not in WORKERS:
+            raise ValueError(f"worker must be one of {WORKERS}, got {worker!r}")
         self.url = url
         self.content = content
         self.retention_days = retention_days
         self.source = source or f"{socket.gethostname()}:{os.getpid()}"
-        self._redactor = Redactor()  # used on the writer thread only
-        # Written and evicted on the event loop only; the writer thread gets its own refs.
-        self._mirrored: OrderedDict[str, ExchangeLike] = OrderedDict()
-        self._writer = RecordWriter(
-            lambda: open_store(url),
-            self._convert,
-            settings or WriterSettings(),
-            maintain=self._prune if retention_days else None,
-        )
+        settings = settings or WriterSettings()
+        self._writer: Writer
+        if worker == "process":
+            spec = WorkerSpec(url, content, self.source, retention_days, settings)
+            self._writer = ProcessWriter(spec)
+        else:
+            convert = RecordConverter(content, self.source)
+            self._writer = RecordWriter(
+                lambda: open_store(url),
+                convert,
+                settings,
+                maintain=pruner(retention_days),
+                on_write_error=convert.history.forget,
+            )
 
     # -- addon events -----------------------------------------------------------------------
 
@@ -64,20 +81,12 @@ class RecorderAddon:
         registry.register(RecorderCollector(self._writer))
 
     async def running(self) -> None:
-        self.start()
+        # Spawning the worker forks and execs: not something to do on the event loop.
+        await asyncio.to_thread(self.start)
 
     def exchange_done(self, exchange: ExchangeLike) -> None:
         # The Exchange keeps monotonic times; the record needs the wall-clock start.
-        ts = time.time() - (time.perf_counter() - exchange.started)
-        mirrored = None
-        if getattr(exchange, "mirrored", False):
-            # Its shadow copy (and maybe a noise call) will follow: keep it to score them.
-            self._mirrored[exchange.request_id] = exchange
-            if len(self._mirrored) > MAX_MIRRORED:
-                self._mirrored.popitem(last=False)
-        elif exchange.pair_id is not None:
-            mirrored = self._mirrored.get(exchange.pair_id)
-        self._writer.submit((exchange, ts, mirrored))
+        self._writer.submit((exchange, time.time() - (time.perf_counter() - exchange.started)))
 
     async def done(self) -> None:
         await asyncio.to_thread(self.close)
@@ -88,7 +97,7 @@ class RecorderAddon:
         self._writer.start()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Flush what is queued and stop the writer."""
+        """Write what is queued and stop the writer."""
         self._writer.stop(timeout)
 
     @property
@@ -99,22 +108,12 @@ class RecorderAddon:
     def queue_depth(self) -> int:
         return self._writer.depth
 
-    def _convert(self, item: tuple[ExchangeLike, float, ExchangeLike | None]) -> Record:
-        exchange, ts, mirrored = item
-        return to_record(exchange, ts, self.content, self.source, self._redactor, mirrored)
-
-    def _prune(self, store: RecordStore) -> None:
-        assert self.retention_days is not None
-        removed = store.prune(time.time() - self.retention_days * DAY_S)
-        if removed:
-            log.info("recorder: pruned %d records older than %d days", removed, self.retention_days)
-
 
 class RecorderCollector:
     """Prometheus view of the writer's counters, read at scrape time (nothing on the hot
     path updates a Prometheus object)."""
 
-    def __init__(self, writer: RecordWriter) -> None:
+    def __init__(self, writer: Writer) -> None:
         self._writer = writer
 
     def describe(self) -> list[Metric]:
@@ -129,10 +128,10 @@ class RecorderCollector:
         yield written
         dropped = CounterMetricFamily(
             "kvmigrate_records_dropped",
-            "Records not written, by reason (queue_full, write_error, invalid).",
+            "Records not written, by reason (queue_full, write_error, invalid, worker_lost).",
             labels=["reason"],
         )
-        for reason in ("queue_full", "write_error", "invalid"):
+        for reason in DROP_REASONS:
             dropped.add_metric([reason], stats.dropped.get(reason, 0))
         yield dropped
         errors = CounterMetricFamily(

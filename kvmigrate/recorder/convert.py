@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Protocol
 
 import orjson
 
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
+from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.redact import Redactor
 from kvmigrate.wire.assemble import assemble
 
 CONTENT_POLICIES = ("none", "redacted", "full")
+# Answers kept until their shadow copies finish; beyond this the oldest go unscored.
+MAX_MIRRORED = 2_000
 # Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
 TEXT_ROUTES = frozenset({"chat/completions", "completions", "responses"})
 
@@ -36,7 +40,40 @@ class ExchangeLike(Protocol):
     finished: float | None
     fallback_from: str | None
     pair_id: str | None
+    mirrored: bool
     chunks: list[bytes]
+
+
+class RecordConverter:
+    """`to_record` for a stream of (exchange, wall-clock start) items, in the order the
+    proxy finished them, pairing each shadow copy or noise call with the answer it mirrors.
+
+    Stateful (the redactor's memo, the answers awaiting their copies), so one converter
+    serves one writer; it is where pairing happens so that the proxy's event loop keeps
+    nothing for it."""
+
+    def __init__(self, content: str, source: str, redactor: Redactor | None = None) -> None:
+        if content not in CONTENT_POLICIES:
+            raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
+        self.content = content
+        self.source = source
+        self._redactor = redactor or Redactor()
+        self.history = HistoryMemo()
+        self._mirrored: OrderedDict[str, ExchangeLike] = OrderedDict()
+
+    def __call__(self, item: tuple[ExchangeLike, float]) -> Record:
+        exchange, ts = item
+        mirrored = None
+        if exchange.mirrored:
+            # Its shadow copy (and maybe a noise call) will follow: keep it to score them.
+            self._mirrored[exchange.request_id] = exchange
+            if len(self._mirrored) > MAX_MIRRORED:
+                self._mirrored.popitem(last=False)
+        elif exchange.pair_id is not None:
+            mirrored = self._mirrored.get(exchange.pair_id)
+        return to_record(
+            exchange, ts, self.content, self.source, self._redactor, mirrored, self.history
+        )
 
 
 def to_record(
@@ -46,10 +83,12 @@ def to_record(
     source: str,
     redactor: Redactor | None = None,
     mirrored: ExchangeLike | None = None,
+    history: HistoryMemo | None = None,
 ) -> Record:
     """`ts` is the wall-clock time the call started (the Exchange keeps monotonic times).
-    Pass one `redactor` per writer thread to reuse its memo across records. `mirrored` is
-    the primary answer a shadow copy or noise call mirrors: the pair is scored for parity."""
+    Pass one `redactor` and one `history` per writer to reuse their memos across records.
+    `mirrored` is the primary answer a shadow copy or noise call mirrors: the pair is
+    scored for parity."""
     redactor = redactor or Redactor()
     x = exchange
     body = b"".join(x.chunks)
@@ -59,11 +98,11 @@ def to_record(
     error = x.error
     if error is None and x.status is not None and x.status >= 400:
         error = f"http_{x.status}"
-    request_json = response_json = None
+    stored: dict[str, Any] = {}
     if content != "none":
-        request_json = _dump(_json_object(x.request_body), content, redactor)
+        stored = _stored_request(x, ts, content, redactor, history or HistoryMemo())
         if x.route in TEXT_ROUTES:
-            response_json = _dump(response, content, redactor)
+            stored["response_json"] = _dump(response, content, redactor)
     names = tool_call_names(response)
     return Record(
         request_id=x.request_id,
@@ -90,10 +129,30 @@ def to_record(
         pair_id=x.pair_id,
         source=source,
         content=content,
-        request_json=request_json,
-        response_json=response_json,
+        **stored,
         **_parity(x, mirrored),
     )
+
+
+def _stored_request(
+    x: ExchangeLike, ts: float, content: str, redactor: Redactor, history: HistoryMemo
+) -> dict[str, Any]:
+    """The Record fields that hold the request: its body less its history, and the history
+    as message digests plus the rows of messages not stored before."""
+    request = _json_object(x.request_body)
+    if request is None:
+        return {}
+
+    def encode(value: Any) -> bytes:
+        return orjson.dumps(redactor(value) if content == "redacted" else value)
+
+    split = history.split(x.route, request, ts, encode)
+    return {
+        "request_json": encode(split.rest).decode(),
+        "request_messages": split.refs,
+        "messages": tuple(split.new),
+        "touched": tuple(split.touched),
+    }
 
 
 def _parity(exchange: ExchangeLike, mirrored: ExchangeLike | None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 import orjson
 
 from kvmigrate.recorder.convert import TEXT_ROUTES
+from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
 
 PAGE = 1000
@@ -22,15 +23,20 @@ def recorded_requests(store: RecordStore, since: float, until: float) -> Iterato
     the client did."""
     routes = sorted(TEXT_ROUTES)
     sql = (
-        "SELECT request_id, route, model, conversation, turn, backend, request_json FROM records "
+        "SELECT request_id, route, model, conversation, turn, backend, request_json, "
+        "request_messages FROM records "
         "WHERE ts >= ? AND ts < ? AND role = 'serve' AND request_json IS NOT NULL "
         f"AND route IN ({', '.join('?' for _ in routes)}) ORDER BY ts, request_id LIMIT ? OFFSET ?"
     )
     offset = 0
     while True:
         page = store.query(sql, (since, until, *routes, PAGE, offset))
-        for request_id, route, model, conversation, turn, backend, request_json in page:
-            body = orjson.loads(request_json)
+        bodies = inflate_rows(store, [(row[6], row[7]) for row in page])
+        for (request_id, route, model, conversation, turn, backend, *_), body in zip(
+            page, bodies, strict=True
+        ):
+            if body is None:
+                continue  # its history did not survive a failed write: not replayable
             body["model"] = model
             yield {
                 "custom_id": request_id,

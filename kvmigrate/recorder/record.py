@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class MessageRow(NamedTuple):
+    """One row of the `messages` table (kvmigrate.recorder.history)."""
+
+    digest: str
+    last_seen: float
+    body: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +24,10 @@ class Record:
     error kind (`connect_error`, `timeout`, `stream_broken`, ...) or `http_<status>` for an
     answer of 400 and above. `tool_calls` holds the called tool names as a JSON array.
     `request_json` and `response_json` hold the (redacted) request body and the assembled,
-    non-streamed response, under the `redacted` and `full` content policies only.
+    non-streamed response, under the `redacted` and `full` content policies only. The
+    request's history (chat `messages`, Responses `input`) is stored once per message in
+    the `messages` table: `request_messages` lists the digests by key, and `messages` and
+    `touched` carry the rows to write with this record (they are not columns).
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -52,11 +63,16 @@ class Record:
     parity_disagree: str | None = None
     parity_tool_agree: float | None = None
     parity_json_valid: float | None = None
+    request_messages: str | None = None
+    messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
+    touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def row(self) -> tuple[Any, ...]:
         # attrgetter, not dataclasses.astuple: astuple deep-copies every value.
         return _ROW(self)
 
 
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Record))
+COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(Record) if f.name not in ("messages", "touched")
+)
 _ROW = attrgetter(*COLUMNS)

@@ -132,10 +132,33 @@ class Redactor:
         if isinstance(value, str):
             return value if key in STRUCTURAL_KEYS else self.text(value)
         if isinstance(value, dict):
-            return {k: self(v, k) for k, v in value.items()}
+            return self._object(value)
         if isinstance(value, list):
             return [self(item, key) for item in value]
         return value
+
+    def _object(self, value: dict[str, Any]) -> dict[str, Any]:
+        # String members inline: most of a chat history is {"role": ..., "content": str},
+        # and a call per member was most of the walk's cost.
+        out: dict[str, Any] = {}
+        text, memo = self.text, self._memo
+        for k, v in value.items():
+            if type(v) is str:
+                if k in STRUCTURAL_KEYS or len(v) < 6:
+                    out[k] = v
+                else:
+                    done = memo.get(v)
+                    out[k] = text(v) if done is None else done
+            elif type(v) is dict:
+                out[k] = self._object(v)
+            elif v is None or type(v) in _SCALARS:
+                out[k] = v
+            else:
+                out[k] = self(v, k)
+        return out
+
+
+_SCALARS = frozenset({int, float, bool})
 
 
 def redact(value: Any, key: str | None = None) -> Any:

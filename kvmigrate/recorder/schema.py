@@ -77,4 +77,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE records ADD COLUMN parity_json_valid DOUBLE PRECISION",
         ),
     ),
+    Migration(
+        "m004_messages",
+        (
+            # A request's history, one row per distinct message (kvmigrate.recorder.history).
+            """CREATE TABLE messages (
+                digest TEXT PRIMARY KEY,
+                last_seen DOUBLE PRECISION NOT NULL,
+                body TEXT NOT NULL
+            )""",
+            "CREATE INDEX messages_last_seen ON messages (last_seen)",
+            "ALTER TABLE records ADD COLUMN request_messages TEXT",
+        ),
+    ),
 )

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from kvmigrate.recorder.record import COLUMNS, Record
 from kvmigrate.recorder.schema import MIGRATIONS, MIGRATIONS_TABLE
+
+log = logging.getLogger("kvmigrate.recorder")
 
 
 class StoreError(Exception):
@@ -27,6 +30,15 @@ INSERT_SQL = (
     f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
     " ON CONFLICT (request_id) DO NOTHING"
 )
+UPSERT_MESSAGE_SQL = (
+    "INSERT INTO messages (digest, last_seen, body) VALUES (?, ?, ?)"
+    " ON CONFLICT (digest) DO UPDATE SET last_seen = excluded.last_seen"
+    " WHERE messages.last_seen < excluded.last_seen"
+)
+TOUCH_MESSAGE_SQL = "UPDATE messages SET last_seen = ? WHERE digest = ? AND last_seen < ?"
+# A message is kept this long past the last record that may reference it: the writer
+# refreshes `last_seen` at most this often (kvmigrate.recorder.history.TOUCH_S).
+MESSAGE_GRACE_S = 2 * 3600.0
 
 
 class RecordStore(ABC):
@@ -80,8 +92,14 @@ class RecordStore(ABC):
         if not records:
             return
         rows = [r.row() for r in records]
+        messages = [m for r in records for m in r.messages]
+        touched = [(r.ts, d, r.ts) for r in records for d in r.touched]
         with self._lock, self._transaction() as cursor:
+            if messages:
+                cursor.executemany(self.sql(UPSERT_MESSAGE_SQL), messages)
             cursor.executemany(self.sql(INSERT_SQL), rows)
+            if touched:
+                cursor.executemany(self.sql(TOUCH_MESSAGE_SQL), touched)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock, self._transaction() as cursor:
@@ -95,10 +113,15 @@ class RecordStore(ABC):
     def columns(self, table: str) -> set[str]: ...
 
     def prune(self, before: float) -> int:
-        """Delete the records that started before `before` (Unix seconds)."""
+        """Delete the records that started before `before` (Unix seconds), and the history
+        messages no kept record can reference any more; returns the records deleted."""
         with self._lock, self._transaction() as cursor:
             cursor.execute(self.sql("DELETE FROM records WHERE ts < ?"), (before,))
-            return int(getattr(cursor, "rowcount", 0) or 0)
+            removed = int(getattr(cursor, "rowcount", 0) or 0)
+            cursor.execute(
+                self.sql("DELETE FROM messages WHERE last_seen < ?"), (before - MESSAGE_GRACE_S,)
+            )
+            return removed
 
     def __enter__(self) -> RecordStore:
         return self
@@ -128,3 +151,19 @@ def open_store(url: str, migrate: bool = True) -> RecordStore:
             store.close()
             raise
     return store
+
+
+DAY_S = 86_400.0
+
+
+def pruner(retention_days: int | None) -> Callable[[RecordStore], None] | None:
+    """The writer's maintenance step for `record.retention_days`; None keeps everything."""
+    if not retention_days:
+        return None
+
+    def prune(store: RecordStore) -> None:
+        removed = store.prune(time.time() - retention_days * DAY_S)
+        if removed:
+            log.info("recorder: pruned %d records older than %d days", removed, retention_days)
+
+    return prune

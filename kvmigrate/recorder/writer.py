@@ -49,7 +49,8 @@ class RecordWriter:
 
     `open_store` is called on the writer thread, and again after a failure to open, so a
     database that is down at start is picked up once it is back. `maintain` (pruning) runs
-    on the same thread every `prune_every` seconds."""
+    on the same thread every `prune_every` seconds. `on_write_error` is told when a batch
+    is dropped (the converter then forgets which history messages it has stored)."""
 
     def __init__(
         self,
@@ -57,8 +58,10 @@ class RecordWriter:
         convert: Callable[[Any], Record],
         settings: WriterSettings | None = None,
         maintain: Callable[[RecordStore], None] | None = None,
+        on_write_error: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings or WriterSettings()
+        self._on_write_error = on_write_error
         self.stats = WriterStats()
         self._open_store = open_store
         self._convert = convert
@@ -79,6 +82,11 @@ class RecordWriter:
             return False
         return True
 
+    def put(self, item: Any) -> None:
+        """Queue an item, waiting for room: for a producer that should slow down rather
+        than drop (the worker process, whose own producer is the one that drops)."""
+        self._queue.put(item)
+
     @property
     def depth(self) -> int:
         return self._queue.qsize()
@@ -92,7 +100,8 @@ class RecordWriter:
             self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Write what is queued, then stop; blocks until done or `timeout`."""
+        """Write what is queued, then stop; blocks until done or `timeout`. Also closes the
+        store of a writer that was driven by `write_batch` alone."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -107,7 +116,7 @@ class RecordWriter:
 
     def _drain_now(self) -> None:
         while (batch := self._collect()) is not None:
-            self._write(batch)
+            self.write_batch(batch)
 
     def _run(self) -> None:
         while True:
@@ -115,8 +124,8 @@ class RecordWriter:
             if batch is None:
                 return
             if batch:
-                self._write(batch)
-            self._maybe_maintain()
+                self.write_batch(batch)
+            self.maintain_if_due()
 
     def _collect(self) -> list[Any] | None:
         """The next batch; [] when idle; None once stopped and drained."""
@@ -141,7 +150,9 @@ class RecordWriter:
                 continue
         return items
 
-    def _write(self, items: Sequence[Any]) -> None:
+    def write_batch(self, items: Sequence[Any]) -> None:
+        """Convert and write one batch now, on the caller's thread (the writer thread, or a
+        worker process that batches by itself)."""
         records: list[Record] = []
         for item in items:
             try:
@@ -159,6 +170,8 @@ class RecordWriter:
             self.stats.drop("write_error", len(records))
             self._log_error(exc)
             self._reset_store()
+            if self._on_write_error is not None:
+                self._on_write_error()
             return
         self.stats.written += len(records)
         self.stats.batches += 1
@@ -184,7 +197,7 @@ class RecordWriter:
                 log.debug("recorder: closing a failed store", exc_info=True)
             self._store = None
 
-    def _maybe_maintain(self) -> None:
+    def maintain_if_due(self) -> None:
         if self._maintain is None or time.monotonic() < self._next_maintenance:
             return
         self._next_maintenance = time.monotonic() + self.settings.prune_every

@@ -7,12 +7,14 @@ into the non-streamed shape gives the comparators one structure to read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from kvmigrate.wire.sse import sse_data, sse_events
+from kvmigrate.wire.chat_chunks import ChoiceSink, DecodeError, feed_chunks
+from kvmigrate.wire.sse import sse_data, sse_events, sse_payloads
 
 
 def assemble(route: str, body: bytes) -> dict[str, Any] | None:
@@ -52,12 +54,13 @@ class _Choice:
         for key, value in delta.items():
             if not value:
                 continue
-            if key == "content":
+            if key == "content" and isinstance(value, str):
                 self.content.append(value)
-            elif key == "tool_calls":
+            elif key == "tool_calls" and isinstance(value, list):
                 for tool_delta in value:
-                    self.add_tool_delta(tool_delta)
-            elif key == "role":
+                    if isinstance(tool_delta, dict):
+                        self.add_tool_delta(tool_delta)
+            elif key == "role" and isinstance(value, str):
                 self.role = value
             elif key in ("reasoning_content", "reasoning") and isinstance(value, str):
                 self.reasoning.append(value)
@@ -65,7 +68,8 @@ class _Choice:
                 self.refusal.append(value)
 
     def add_tool_delta(self, delta: dict[str, Any]) -> None:
-        index = delta.get("index", len(self.tool_calls))
+        index = delta.get("index")
+        index = index if isinstance(index, int) else len(self.tool_calls)
         call = self.tool_calls.setdefault(
             index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
         )
@@ -73,10 +77,12 @@ class _Choice:
             call["id"] = delta["id"]
         if delta.get("type"):
             call["type"] = delta["type"]
-        function = delta.get("function") or {}
-        if function.get("name"):
+        function = delta.get("function")
+        if not isinstance(function, dict):
+            return
+        if isinstance(function.get("name"), str):
             call["function"]["name"] += function["name"]
-        if function.get("arguments"):
+        if isinstance(function.get("arguments"), str):
             call["function"]["arguments"] += function["arguments"]
 
     def message(self) -> dict[str, Any]:
@@ -102,31 +108,44 @@ def _envelope(first: dict[str, Any], obj: str) -> dict[str, Any]:
 
 
 def _assemble_chat(body: bytes) -> dict[str, Any] | None:
-    chunks = sse_data(body)
+    payloads = sse_payloads(body)
+    if not payloads:
+        return None
+    try:
+        choices, usage = feed_chunks(b"[" + b",".join(payloads) + b"]", _Choice)
+        first = orjson.loads(payloads[0])
+    except (*DecodeError, orjson.JSONDecodeError):
+        return _assemble_chat_dicts(sse_data(body))
+    return _chat_completion(first, choices, usage)
+
+
+def _assemble_chat_dicts(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The general path: chunks as dicts, whatever their member types (a member of the
+    wrong type is skipped, never a reason to lose the whole answer)."""
     if not chunks:
         return None
     choices: dict[int, _Choice] = {}
     usage: Any = None
-    # The hot loop of the writer thread: one pass, the common `{"content": ...}` delta
-    # handled inline, everything else through `add_delta`.
     for chunk in chunks:
         if chunk.get("usage"):
             usage = chunk["usage"]
         for part in chunk.get("choices") or ():
-            index = part.get("index", 0)
-            choice = choices.get(index)
-            if choice is None:
-                choice = choices[index] = _Choice()
-            delta = part.get("delta")
-            if delta:
-                content = delta.get("content")
-                if content and len(delta) == 1:
-                    choice.content.append(content)
-                else:
-                    choice.add_delta(delta)
-            if part.get("finish_reason"):
+            if not isinstance(part, dict):
+                continue
+            index = part.get("index")
+            index = index if isinstance(index, int) else 0
+            choice = choices.get(index) or choices.setdefault(index, _Choice())
+            if isinstance(part.get("delta"), dict):
+                choice.add_delta(part["delta"])
+            if isinstance(part.get("finish_reason"), str):
                 choice.finish_reason = part["finish_reason"]
-    out = _envelope(chunks[0], "chat.completion")
+    return _chat_completion(chunks[0], choices, usage)
+
+
+def _chat_completion(
+    first: dict[str, Any], choices: Mapping[int, ChoiceSink], usage: Any
+) -> dict[str, Any]:
+    out = _envelope(first, "chat.completion")
     out["choices"] = [
         {"index": i, "message": c.message(), "finish_reason": c.finish_reason}
         for i, c in sorted(choices.items())

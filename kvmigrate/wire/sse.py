@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
+
+# A `data:` line whose payload is a JSON object. A trailing `\r` (CRLF framing) stays in
+# the match: JSON counts it as whitespace, and `.*` runs much faster than `[^\r\n]*`.
+_DATA_OBJECT = re.compile(rb"^data:[ \t]*(\{.*)", re.MULTILINE)
 
 
 def sse_events(body: bytes) -> Iterator[tuple[str | None, dict[str, Any]]]:
@@ -35,13 +40,10 @@ def sse_events(body: bytes) -> Iterator[tuple[str | None, dict[str, Any]]]:
 def sse_data(body: bytes) -> list[dict[str, Any]]:
     """The JSON objects of every `data:` line, in order (event names dropped).
 
-    One orjson call over all the events joined into an array costs a fraction of one call
-    per event, and a long stream has hundreds; a malformed event falls back to one by one."""
-    payloads = [
-        line[5:].strip()
-        for line in body.split(b"\n")
-        if line.startswith(b"data:") and line[5:].lstrip().startswith(b"{")
-    ]
+    One regex pass and one orjson call over all the events joined into an array cost a
+    fraction of a Python loop over lines and one call per event, and a long stream has
+    hundreds; a malformed event falls back to one by one."""
+    payloads = sse_payloads(body)
     if not payloads:
         return []
     try:
@@ -49,3 +51,8 @@ def sse_data(body: bytes) -> list[dict[str, Any]]:
     except orjson.JSONDecodeError:
         return [data for _event, data in sse_events(body)]
     return [item for item in parsed if isinstance(item, dict)]
+
+
+def sse_payloads(body: bytes) -> list[bytes]:
+    """The raw JSON object of every `data:` line, in order."""
+    return _DATA_OBJECT.findall(body)

@@ -16,6 +16,7 @@ from recorder_support import (
 )
 
 from kvmigrate.recorder import open_store
+from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.sqlite_store import SqliteStore
 
 
@@ -53,8 +54,11 @@ def test_serve_and_shadow_calls_are_recorded_with_pairs_turns_and_tokens(
         rows = store.query(
             "SELECT request_id, role, backend, conversation, turn, status, error, ttft_ms, "
             "latency_ms, prompt_tokens, cached_tokens, completion_tokens, finish_reason, pair_id, "
-            "request_json, response_json, stream FROM records ORDER BY ts"
+            "request_json, response_json, stream, request_messages FROM records ORDER BY ts"
         )
+        # The history is stored once per message; put each request back together.
+        requests = inflate_rows(store, [(r[14], r[17]) for r in rows])
+    rows = [(*r[:14], json.dumps(body), *r[15:]) for r, body in zip(rows, requests, strict=True)]
     serve = [r for r in rows if r[1] == "serve"]
     shadow = [r for r in rows if r[1] == "shadow"]
     assert len(serve) == 5
@@ -128,17 +132,20 @@ def test_content_policy(backends: Backends, tmp_path: Path, content: str) -> Non
     proxy.stop()
     with open_store(db) as store:
         rows = store.query(
-            "SELECT content, request_json, response_json, prompt_tokens FROM records"
+            "SELECT content, request_json, response_json, prompt_tokens, request_messages "
+            "FROM records"
         )
+        requests = inflate_rows(store, [(r[1], r[4]) for r in rows])
     assert len(rows) == 2
-    for policy, request, response, prompt in rows:
+    for (policy, stored, response, prompt, _refs), request in zip(rows, requests, strict=True):
         assert policy == content
         assert prompt > 0
         if content == "none":
+            assert stored is None
             assert request is None
             assert response is None
         else:
-            assert "jane.roe@example.com" in request
+            assert "jane.roe@example.com" in json.dumps(request)
             assert json.loads(response)["choices"]
 
 

@@ -7,8 +7,11 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from recorder_support import wait_until
 
+from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder import Record, RecorderAddon, WriterSettings, open_store
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.recorder.writer import RecordWriter
@@ -67,20 +70,35 @@ def test_a_full_queue_drops_and_counts_without_blocking() -> None:
     assert store.rows == accepted == writer.stats.written
 
 
+def _exchange(i: int) -> Exchange:
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    now = time.perf_counter()
+    x = Exchange(
+        request_id=f"req_{i}", route="chat/completions", backend="hosted", role="serve",
+        model="m", served_model="m", conversation="c", turn=1, stream=False,
+        started=now - 0.1, request_body=body, status=200, first_byte=now, finished=now,
+    )  # fmt: skip
+    x.chunks = [b'{"choices": [{"message": {"role": "assistant", "content": "ok"}}]}']
+    return x
+
+
+@pytest.mark.parametrize("worker", ["process", "thread"])
 def test_a_failing_store_counts_errors_drops_batches_and_logs_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, worker: str
 ) -> None:
+    """The worker process's log records come back through this process's logging."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the database's folder should be")
     recorder = RecorderAddon(
         f"sqlite:///{blocker}/records.db",
         settings=WriterSettings(batch_size=3, flush_interval=0.01),
+        worker=worker,
     )
     recorder.start()
     with caplog.at_level(logging.DEBUG, "kvmigrate.recorder"):
         for i in range(3):
-            recorder._writer.submit(i)  # any item: the store fails first
-            time.sleep(0.2)
+            recorder.exchange_done(_exchange(i))
+            wait_until(lambda n=i: recorder.stats.write_errors > n)
         recorder.close()
     assert recorder.stats.write_errors == 3
     assert recorder.stats.written == 0
@@ -116,9 +134,37 @@ def test_a_retried_batch_is_not_written_twice(tmp_path: Path) -> None:
         assert store.query("SELECT count(*) FROM records") == [(10,)]
 
 
-def test_an_invalid_item_is_dropped_and_counted(tmp_path: Path) -> None:
-    recorder = RecorderAddon(f"sqlite:///{tmp_path}/r.db")
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_an_invalid_item_is_dropped_and_counted(tmp_path: Path, worker: str) -> None:
+    recorder = RecorderAddon(f"sqlite:///{tmp_path}/r.db", worker=worker)
     recorder.start()
     recorder._writer.submit(("not an exchange", 0.0))
     recorder.close()
     assert recorder.stats.dropped == {"invalid": 1}
+
+
+def test_a_killed_worker_is_restarted_and_what_it_lost_is_counted(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/r.db"
+    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
+    recorder.start()
+    recorder.exchange_done(_exchange(0))
+    wait_until(lambda: recorder.stats.written == 1)
+    (worker,) = [
+        p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())
+        and "resource_tracker" not in " ".join(p.cmdline())
+    ]  # fmt: skip
+    worker.kill()
+    worker.wait(10)
+    time.sleep(1.0)  # past the restart throttle
+    sent = 1
+    while recorder.stats.written < 2:
+        recorder.exchange_done(_exchange(sent))
+        sent += 1
+        time.sleep(0.05)
+        assert sent < 200
+    recorder.close()
+    stats = recorder.stats
+    assert stats.dropped.get("worker_lost", 0) >= 1
+    assert stats.written + stats.dropped["worker_lost"] == sent
+    with open_store(url) as store:
+        assert store.query("SELECT count(*) FROM records") == [(stats.written,)]

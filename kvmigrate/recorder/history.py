@@ -1,0 +1,137 @@
+"""A conversation's history, stored once: each message of a recorded request goes into the
+`messages` table, keyed by the digest of its stored (redacted) JSON, and the record lists
+the digests in `request_messages`.
+
+An agent resends its whole history every turn, so storing every request whole grows with
+the square of the conversation: 30 turns over a 10K-token history is about 1.2 MB for one
+conversation, written, redacted and indexed again each turn. Stored once, each turn costs
+its new messages plus a list of digests. The converter remembers the messages it has
+already stored, so an unchanged history is neither redacted nor written again.
+
+`request_json` then holds the request without its history key (`messages` for chat,
+`input` for the Responses API); `inflate` puts it back. A message row's `last_seen` is
+refreshed at most every `TOUCH_S` per proxy, which is what lets `prune` delete the
+messages that no kept record can still reference.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+import orjson
+
+from kvmigrate.recorder.record import MessageRow
+from kvmigrate.recorder.store import RecordStore
+
+# Where each route keeps the history that repeats from turn to turn.
+HISTORY_KEYS = {"chat/completions": "messages", "responses": "input"}
+TOUCH_S = 3600.0
+_LOOKUP_CHUNK = 500  # digests per SELECT ... IN (...): well under every driver's limit
+
+Encode = Callable[[Any], bytes]
+
+
+class SplitRequest(NamedTuple):
+    rest: dict[str, Any]  # the request without its history key
+    refs: str | None  # `request_messages`: {"<key>": [digest, ...]}, as JSON
+    new: list[MessageRow]  # messages not stored before
+    touched: list[str]  # stored messages whose `last_seen` is due for a refresh
+
+
+class HistoryMemo:
+    """The messages this converter has stored, by their raw JSON: a hit costs one dumps
+    and one dict lookup instead of a redaction walk and a row. Bounded by bytes, LRU."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._seen: OrderedDict[bytes, list[Any]] = OrderedDict()  # raw -> [digest, touched]
+        self._bytes = 0
+
+    def forget(self) -> None:
+        """After a failed write: what this memo vouches for may not be in the database."""
+        self._seen.clear()
+        self._bytes = 0
+
+    def split(self, route: str, request: dict[str, Any], ts: float, encode: Encode) -> SplitRequest:
+        key = HISTORY_KEYS.get(route)
+        items = request.get(key) if key else None
+        if key is None or not isinstance(items, list) or not items:
+            return SplitRequest(request, None, [], [])
+        rest = {k: v for k, v in request.items() if k != key}
+        digests: list[str] = []
+        new: list[MessageRow] = []
+        touched: list[str] = []
+        for item in items:
+            raw = orjson.dumps(item)
+            known = self._seen.get(raw)
+            if known is None:
+                body = encode(item)
+                digest = message_digest(body)
+                new.append(MessageRow(digest, ts, body.decode()))
+                self._remember(raw, digest, ts)
+            else:
+                digest = known[0]
+                self._seen.move_to_end(raw)
+                if ts - known[1] > TOUCH_S:
+                    known[1] = ts
+                    touched.append(digest)
+            digests.append(digest)
+        return SplitRequest(rest, orjson.dumps({key: digests}).decode(), new, touched)
+
+    def _remember(self, raw: bytes, digest: str, ts: float) -> None:
+        self._seen[raw] = [digest, ts]
+        self._bytes += len(raw)
+        while self._bytes > self.max_bytes and self._seen:
+            old, _ = self._seen.popitem(last=False)
+            self._bytes -= len(old)
+
+
+def message_digest(body: bytes) -> str:
+    """96 bits of BLAKE2b in 16 URL-safe characters: a history of 50 messages lists 0.9 KB
+    of digests per record."""
+    return base64.urlsafe_b64encode(hashlib.blake2b(body, digest_size=12).digest()).decode()
+
+
+def inflate_rows(
+    store: RecordStore, rows: Sequence[tuple[str | None, str | None]]
+) -> list[dict[str, Any] | None]:
+    """Whole request bodies for (request_json, request_messages) rows; None where a row has
+    no stored request, or names a message that is gone (a write that failed mid-way)."""
+    wanted: set[str] = set()
+    parsed: list[tuple[dict[str, Any], dict[str, list[str]]] | None] = []
+    for request_json, refs_json in rows:
+        if request_json is None:
+            parsed.append(None)
+            continue
+        refs = orjson.loads(refs_json) if refs_json else {}
+        parsed.append((orjson.loads(request_json), refs))
+        for digests in refs.values():
+            wanted.update(digests)
+    bodies = message_bodies(store, wanted)
+    return [None if item is None else _inflate(*item, bodies) for item in parsed]
+
+
+def _inflate(
+    body: dict[str, Any], refs: dict[str, list[str]], bodies: dict[str, Any]
+) -> dict[str, Any] | None:
+    for key, digests in refs.items():
+        if not all(d in bodies for d in digests):
+            return None
+        body[key] = [bodies[d] for d in digests]
+    return body
+
+
+def message_bodies(store: RecordStore, digests: Iterable[str]) -> dict[str, Any]:
+    wanted = sorted(set(digests))
+    found: dict[str, Any] = {}
+    for start in range(0, len(wanted), _LOOKUP_CHUNK):
+        chunk = wanted[start : start + _LOOKUP_CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        sql = f"SELECT digest, body FROM messages WHERE digest IN ({marks})"
+        for digest, body in store.query(sql, chunk):
+            found[digest] = orjson.loads(body)
+    return found

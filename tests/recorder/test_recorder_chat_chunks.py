@@ -1,0 +1,81 @@
+"""The typed fast path reassembles streamed chat answers exactly as the general path does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvmigrate.wire.assemble import _assemble_chat_dicts, assemble
+from kvmigrate.wire.sse import sse_data
+
+TEXT = st.text(max_size=12)
+TOOL_DELTA = st.fixed_dictionaries(
+    {"index": st.integers(0, 2)},
+    optional={
+        "id": st.text(min_size=1, max_size=8),
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {}, optional={"name": st.text(max_size=6), "arguments": st.text(max_size=10)}
+        ),
+    },
+)
+DELTA = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["assistant", "tool"]),
+        "content": st.one_of(st.none(), TEXT),
+        "reasoning_content": TEXT,
+        "refusal": TEXT,
+        "tool_calls": st.lists(TOOL_DELTA, max_size=2),
+    },
+)
+PART = st.fixed_dictionaries(
+    {"index": st.integers(0, 1), "delta": DELTA},
+    optional={"finish_reason": st.one_of(st.none(), st.sampled_from(["stop", "length"]))},
+)
+USAGE = st.fixed_dictionaries({"prompt_tokens": st.integers(0, 99)})
+CHUNK = st.fixed_dictionaries(
+    {"id": st.just("c1"), "object": st.just("chat.completion.chunk"), "model": st.just("m")},
+    optional={"choices": st.lists(PART, max_size=2), "usage": st.one_of(st.none(), USAGE)},
+)
+
+
+def _stream(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(CHUNK, min_size=1, max_size=8))
+def test_the_typed_path_agrees_with_the_general_path(chunks: list[dict[str, Any]]) -> None:
+    body = _stream(chunks)
+    assert assemble("chat/completions", body) == _assemble_chat_dicts(sse_data(body))
+
+
+def test_chunks_the_types_do_not_admit_take_the_general_path() -> None:
+    odd = [
+        {"id": "c1", "choices": [{"index": None, "delta": {"content": "a"}}]},
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": ["not", "a", "str"]}}]},
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": "b"}, "finish_reason": 3}]},
+    ]
+    body = _stream(odd)
+    assembled = assemble("chat/completions", body)
+    assert assembled == _assemble_chat_dicts(sse_data(body))
+    assert assembled is not None
+    assert assembled["choices"]
+
+
+def test_crlf_framing_and_a_stream_cut_mid_event() -> None:
+    chunks = [
+        {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": "lo"}}]},
+    ]
+    crlf = b"".join(b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks)
+    cut = crlf + b'data: {"id":"c1","choices":[{"index":0,"del'
+    for body in (crlf, cut):
+        assembled = assemble("chat/completions", body)
+        assert assembled is not None
+        assert assembled["choices"][0]["message"]["content"] == "Hello"

@@ -1,0 +1,157 @@
+"""A conversation's history is stored once per message, and comes back whole."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from recorder_support import HOSTED_MODEL, Backends, recorder_config, start_recording_proxy
+
+from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.recorder import open_store
+from kvmigrate.recorder.convert import RecordConverter
+from kvmigrate.recorder.export import recorded_requests
+from kvmigrate.recorder.history import TOUCH_S
+from kvmigrate.recorder.store import RecordStore
+from kvmigrate.recorder.writer import RecordWriter, WriterSettings
+
+DAY = 86_400.0
+
+
+def _agent(client: openai.OpenAI, turns: int) -> list[list[dict[str, Any]]]:
+    """An agent that resends its whole history each turn; returns what each turn sent."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. " * 30},
+        {"role": "user", "content": "Fix the build; mail jane.roe@example.com when done."},
+    ]
+    sent = []
+    for turn in range(turns):
+        sent.append([dict(m) for m in messages])
+        answer = client.chat.completions.create(
+            model=HOSTED_MODEL, messages=messages, max_tokens=16,  # type: ignore[arg-type]
+            extra_headers={"X-Session-ID": "agent-1"},
+        )  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": answer.choices[0].message.content},
+            {"role": "user", "content": f"step {turn}: go on"},
+        ]
+    return sent
+
+
+@pytest.mark.parametrize("content", ["full", "redacted"])
+def test_each_message_is_stored_once_and_requests_export_whole(
+    backends: Backends, tmp_path: Path, content: str
+) -> None:
+    db = f"sqlite:///{tmp_path}/records.db"
+    config = recorder_config(backends.hosted.url, backends.vllm.url, db, content=content)
+    proxy = start_recording_proxy(config)
+    sent = _agent(proxy.client(), turns=12)
+    proxy.stop()
+
+    with open_store(db) as store:
+        stored = store.query("SELECT count(*), sum(length(body)) FROM messages")[0]
+        record_bytes = store.query(
+            "SELECT sum(length(request_json) + length(request_messages)) FROM records"
+        )[0][0]
+        exported = list(recorded_requests(store, 0, time.time() + 60))
+    # One row per distinct message sent (the emulator may repeat an answer); the shadow
+    # copies share them all.
+    distinct = {orjson.dumps(m) for turn in sent for m in turn}
+    assert stored[0] == len(distinct) > 12
+    whole = sum(len(orjson.dumps(m)) for turn in sent for m in turn) * 2  # serve + shadow
+    assert stored[1] + record_bytes < whole / 3, (stored, record_bytes, whole)
+    assert [line["body"]["messages"] for line in exported] == [
+        _as_stored(turn, content) for turn in sent
+    ]
+    assert all(line["body"]["model"] == HOSTED_MODEL for line in exported)
+
+
+def _as_stored(messages: list[dict[str, Any]], content: str) -> list[dict[str, Any]]:
+    if content == "full":
+        return messages
+    text = orjson.dumps(messages).decode().replace("jane.roe@example.com", "[EMAIL]")
+    return list(orjson.loads(text))
+
+
+def _exchange(i: int, body: dict[str, Any], route: str = "chat/completions") -> Exchange:
+    now = time.perf_counter()
+    x = Exchange(
+        request_id=f"req_{i}", route=route, backend="hosted", role="serve", model="m",
+        served_model="m", conversation="c", turn=i + 1, stream=False, started=now,
+        request_body=orjson.dumps(body), status=200, first_byte=now, finished=now,
+    )  # fmt: skip
+    x.chunks = [b'{"choices": [{"message": {"role": "assistant", "content": "ok"}}]}']
+    return x
+
+
+def test_the_responses_api_input_list_is_stored_once_per_item(tmp_path: Path) -> None:
+    convert = RecordConverter("full", "test")
+    items = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    first = convert((_exchange(0, {"model": "m", "input": items[:3]}, "responses"), 1.0))
+    second = convert((_exchange(1, {"model": "m", "input": items}, "responses"), 2.0))
+    assert len(first.messages) == 3
+    assert len(second.messages) == 1  # only the new item
+    # A plain-string input has no history to share: stored as it came.
+    plain = convert((_exchange(2, {"model": "m", "input": "hello"}, "responses"), 3.0))
+    assert plain.request_messages is None
+    assert orjson.loads(plain.request_json or "null") == {"model": "m", "input": "hello"}
+
+
+def test_prune_keeps_every_message_a_kept_record_needs(tmp_path: Path) -> None:
+    convert = RecordConverter("full", "test")
+    now = time.time()
+    shared = {"role": "system", "content": "the same system prompt"}
+    old = {"role": "user", "content": "asked long ago"}
+    new = {"role": "user", "content": "asked today"}
+    records = [
+        convert((_exchange(0, {"model": "m", "messages": [shared, old]}), now - 40 * DAY)),
+        # The system prompt again, weeks later: its `last_seen` is refreshed.
+        convert((_exchange(1, {"model": "m", "messages": [shared, new]}), now - DAY)),
+    ]
+    assert now - DAY - (now - 40 * DAY) > TOUCH_S
+    assert records[1].touched  # seen before, longer than TOUCH_S ago: refreshed
+    with open_store(f"sqlite:///{tmp_path}/r.db") as store:
+        store.insert(records)
+        store.prune(now - 30 * DAY)
+        bodies = [orjson.loads(b) for (b,) in store.query("SELECT body FROM messages")]
+        exported = list(recorded_requests(store, 0, now))
+    assert sorted(m["content"] for m in bodies) == ["asked today", "the same system prompt"]
+    assert [line["body"]["messages"] for line in exported] == [[shared, new]]
+
+
+def _fails_first(url: str) -> Any:
+    """Opens real SQLite stores; the first one fails its writes, as a full disk would."""
+    opened: list[RecordStore] = []
+
+    def open_next() -> RecordStore:
+        store = open_store(url)
+        if not opened:
+
+            def full_disk(records: Any) -> None:
+                raise OSError("disk full")
+
+            store.insert = full_disk  # type: ignore[method-assign]
+        opened.append(store)
+        return store
+
+    return open_next
+
+
+def test_a_failed_batch_makes_the_converter_store_its_messages_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/r.db"
+    convert = RecordConverter("full", "test")
+    writer = RecordWriter(
+        _fails_first(url), convert, WriterSettings(), on_write_error=convert.history.forget
+    )
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    writer.write_batch([(_exchange(0, {"model": "m", "messages": messages}), time.time())])
+    assert writer.stats.dropped == {"write_error": 1}
+    writer.write_batch([(_exchange(1, {"model": "m", "messages": messages}), time.time())])
+    with open_store(url) as reader:
+        exported = list(recorded_requests(reader, 0, time.time() + 1))
+    assert [line["body"]["messages"] for line in exported] == [messages]
+    writer.stop()
