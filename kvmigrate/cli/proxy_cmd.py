@@ -7,6 +7,7 @@ import tempfile
 
 import click
 
+from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled, litellm_problem
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config import Config
 from kvmigrate.embedded import (
@@ -78,4 +79,11 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -
             f"{EMBEDDED_ADMIN_KEY}",
             f"  state and records (removed at exit): {config.rollout.state}",
         ]
-    run_app_forever(build_app(config), host, port, "\n".join(lines))
+    problem = litellm_problem(config)
+    if problem:  # before any store opens
+        raise click.ClickException(problem)
+    try:
+        app = build_app(config)
+    except LiteLLMNotInstalled as exc:  # installed, but it does not import
+        raise click.ClickException(str(exc)) from None
+    run_app_forever(app, host, port, "\n".join(lines))

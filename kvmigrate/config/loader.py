@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,13 +19,26 @@ from kvmigrate.config.model import (
     RolloutConfig,
     ServerConfig,
 )
-from kvmigrate.config.reader import Section
+from kvmigrate.config.reader import ENV_PREFIX, Section
+from kvmigrate.config.secret import Secret
 from kvmigrate.policies.gates import GateConfig, RollbackConfig
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
 ROLLOUT_MODES = ("shadow", "split")
-BACKEND_TYPES = ("openai", "azure")
+BACKEND_TYPES = ("openai", "azure", "litellm")
+# What kvmigrate itself passes to litellm: from the backend's own keys or from the request.
+LITELLM_OWN_PARAMS = {
+    "api_key": "set `api_key` on the backend",
+    "api_base": "set `api_base` on the backend",
+    "base_url": "set `api_base` on the backend",
+    "api_version": "set `api_version` on the backend",
+    "model": "the model string comes from `models:`",
+    "messages": "comes from the request",
+    "input": "comes from the request",
+    "prompt": "comes from the request",
+    "stream": "comes from the request",
+}
 CONTENT_POLICIES = ("none", "redacted", "full")
 
 
@@ -104,27 +118,67 @@ def _backends(s: Section) -> dict[str, BackendConfig]:
 
 
 def _backend(name: str, s: Section) -> BackendConfig:
-    raw_base = s.raw("api_base")
-    if isinstance(raw_base, list):
-        if not raw_base:
-            raise s.error("api_base", "the replica list is empty")
-        bases = tuple(s.url(f"api_base[{i}]", item) for i, item in enumerate(raw_base))
-    else:
-        bases = (s.url("api_base", raw_base),)
+    kind = s.choice("type", "openai", BACKEND_TYPES)
     backend = BackendConfig(
         name=name,
-        api_bases=bases,
+        api_bases=_api_bases(s, kind),
         api_key=s.secret("api_key"),
         connect_timeout=s.number("connect_timeout", 5.0, 0.001),
         read_timeout=s.number("read_timeout", 600.0, 0.001),
         max_connections=s.integer("max_connections", 1000, 1),
-        type=s.choice("type", "openai", BACKEND_TYPES),
+        type=kind,
         api_version=s.string("api_version", None),
+        litellm_params=_litellm_params(s, kind),
     )
     if backend.type == "azure" and not backend.api_version:
         raise s.error("api_version", "is required for an azure backend, e.g. 2024-10-21")
     s.finish()
     return backend
+
+
+def _api_bases(s: Section, kind: str) -> tuple[str, ...]:
+    """The replica URLs. A litellm backend may leave `api_base` out (litellm then uses the
+    provider's own endpoint), and takes at most one: litellm has no replica routing."""
+    if kind == "litellm":
+        raw = s.raw("api_base", None)
+        if isinstance(raw, list):
+            raise s.error("api_base", "a litellm backend takes one URL, not a list")
+        return () if raw is None else (s.url("api_base", raw),)
+    raw_base = s.raw("api_base")
+    if isinstance(raw_base, list):
+        if not raw_base:
+            raise s.error("api_base", "the replica list is empty")
+        return tuple(s.url(f"api_base[{i}]", item) for i, item in enumerate(raw_base))
+    return (s.url("api_base", raw_base),)
+
+
+def _litellm_params(s: Section, kind: str) -> dict[str, object]:
+    """`litellm_params`: extra keyword arguments for litellm, only on a litellm backend.
+    Strings of the form `os.environ/NAME` anywhere in it are read as secrets."""
+    if s.raw("litellm_params", None) is None:
+        return {}
+    if kind != "litellm":
+        raise s.error("litellm_params", "only a backend of `type: litellm` takes litellm_params")
+    params = s.section("litellm_params")
+    values: dict[str, object] = {}
+    for key in params.names():
+        if key in LITELLM_OWN_PARAMS:
+            raise params.error(key, f"kvmigrate sets this itself: {LITELLM_OWN_PARAMS[key]}")
+        values[key] = _litellm_value(params, key, params.raw(key, None))
+    return values
+
+
+def _litellm_value(s: Section, key: str, value: Any) -> object:
+    if isinstance(value, dict):
+        child = s.child(key, value)
+        return {name: _litellm_value(child, name, child.raw(name, None)) for name in child.names()}
+    if isinstance(value, list):
+        return [_litellm_value(s, f"{key}[{i}]", item) for i, item in enumerate(value)]
+    if isinstance(value, str) and value.startswith(ENV_PREFIX):
+        return Secret(s.resolved(key, value))
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise s.error(key, f"expected a string, number, boolean, list or mapping, got {value!r}")
 
 
 def _models(root: Section, backends: dict[str, BackendConfig]) -> tuple[ModelRoute, ...]:

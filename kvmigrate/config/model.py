@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvmigrate.config.secret import Secret
@@ -26,11 +27,17 @@ class BackendConfig:
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
     max_connections: int = 1000
-    type: str = "openai"  # "openai": any OpenAI-compatible API; "azure": Azure OpenAI
+    # "openai": any OpenAI-compatible API; "azure": Azure OpenAI; "litellm": called through
+    # litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's.
+    type: str = "openai"
     api_version: str | None = None  # azure: the api-version query parameter
+    # litellm: extra keyword arguments for litellm (aws_region_name, vertex_project, ...);
+    # values read from the environment are `Secret`s. Never printed.
+    litellm_params: Mapping[str, object] = field(default_factory=dict, repr=False, hash=False)
 
     @property
     def api_base(self) -> str:
+        """The first replica; a litellm backend without `api_base` has none (see api_bases)."""
         return self.api_bases[0]
 
 

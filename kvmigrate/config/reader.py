@@ -72,10 +72,11 @@ class Section:
             return value
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise self.error(key, f"expected a string, got {_kind(value)}")
-        text = str(value)
-        if text.startswith(ENV_PREFIX):
-            return self._env_value(key, text)
-        return text
+        return self.resolved(key, str(value))
+
+    def resolved(self, key: str | int, text: str) -> str:
+        """`text`, or the environment variable it names as `os.environ/NAME`."""
+        return self._env_value(key, text) if text.startswith(ENV_PREFIX) else text
 
     def secret(self, key: str) -> Secret | None:
         """A credential: literal or `os.environ/NAME`, wrapped so it never prints."""
@@ -131,7 +132,7 @@ class Section:
     def url(self, key: str | int, value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
         if not isinstance(value, str):
             raise self.error(key, f"expected a URL string, got {_kind(value)}")
-        text: str = self._env_value(key, value) if value.startswith(ENV_PREFIX) else value
+        text = self.resolved(key, value)
         parts = urlsplit(text)
         if parts.scheme not in schemes or not parts.netloc:
             raise self.error(key, f"expected a {'/'.join(schemes)} URL, got {text!r}")

@@ -49,7 +49,13 @@ def write_config(
 
 
 class LiteLLMProxy:
-    """`litellm --config CONFIG` on a free loopback port, until `stop()`."""
+    """`litellm --config CONFIG` on a free loopback port, until `stop()`.
+
+    Subclasses run another server from the LiteLLM venv by overriding `command`, `label`
+    and `ready_path`."""
+
+    label = "LiteLLM"
+    ready_path = "/health/readiness"
 
     def __init__(
         self,
@@ -79,11 +85,9 @@ class LiteLLMProxy:
             env.pop("KVMIGRATE_CONFIG", None)
         env.update(OFFLINE_ENV)
         env.update(self.extra_env)
-        command = [str(venv_litellm()), "--config", str(self.config_path)]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--num_workers", "1"]
         with self.log_path.open("wb") as log_file:
             self._process = subprocess.Popen(
-                command,
+                self.command(),
                 env=env,
                 cwd=self.config_path.parent,
                 stdout=log_file,
@@ -93,22 +97,27 @@ class LiteLLMProxy:
         self._wait_ready(timeout)
         return self
 
+    def command(self) -> list[str]:
+        command = [str(venv_litellm()), "--config", str(self.config_path)]
+        return [*command, "--host", "127.0.0.1", "--port", str(self.port), "--num_workers", "1"]
+
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self._process is not None
             if self._process.poll() is not None:
-                raise RuntimeError(f"LiteLLM exited ({self._process.returncode}):\n{self.log()}")
+                code = self._process.returncode
+                raise RuntimeError(f"{self.label} exited ({code}):\n{self.log()}")
             if self._ready():
                 return
             time.sleep(0.25)
         self.stop()
-        raise TimeoutError(f"LiteLLM not ready within {timeout:.0f}s:\n{self.log()}")
+        raise TimeoutError(f"{self.label} not ready within {timeout:.0f}s:\n{self.log()}")
 
     def _ready(self) -> bool:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
         try:
-            connection.request("GET", "/health/readiness")
+            connection.request("GET", self.ready_path)
             return connection.getresponse().status == 200
         except OSError:
             return False

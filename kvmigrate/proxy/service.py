@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 import orjson
@@ -44,6 +44,9 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+
+if TYPE_CHECKING:
+    from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
 
 
 def with_usage(call: Call, body: RequestBody) -> Call:
@@ -118,7 +121,15 @@ class ProxyService:
         self.metrics = ProxyMetrics()
         self.addons = Addons([MetricsAddon(self.metrics), *addons])
         self.addons.trigger("register_metrics", self.metrics.registry)
-        self.upstreams = Upstreams(config)
+        self.gateways: dict[str, LiteLLMGateway] = {}
+        upstreams = config
+        if any(b.type == "litellm" for b in config.backends.values()):
+            # Each is reached through a loopback gateway (kvmigrate.adapters.litellm_gateway).
+            from kvmigrate.adapters.litellm_gateway import open_gateways, through_gateways
+
+            self.gateways = open_gateways(config)
+            upstreams = through_gateways(config, self.gateways)
+        self.upstreams = Upstreams(upstreams)
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.shadow = ShadowDispatcher(
@@ -126,11 +137,15 @@ class ProxyService:
         )
 
     async def start(self) -> None:
+        for gateway in self.gateways.values():
+            await gateway.start()
         await self.addons.trigger_async("running")
 
     async def close(self) -> None:
         await self.shadow.close()
         await self.upstreams.close()
+        for gateway in self.gateways.values():
+            await gateway.close()
         await self.addons.trigger_async("done")
 
     # -- the model routes -------------------------------------------------------------------

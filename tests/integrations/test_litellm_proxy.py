@@ -15,16 +15,15 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
+from litellm_support import Emulator, records, set_shadow, set_split, shadow_rollout, wait_for
 from openai import OpenAI
 
 from kvmigrate.config import Config, load_config
-from kvmigrate.emulator.server import build_app
 from kvmigrate.emulator.settings import EmulatorSettings
 from kvmigrate.integrations.litellm_process import (
     PLUGIN_CALLBACK,
@@ -33,8 +32,6 @@ from kvmigrate.integrations.litellm_process import (
     write_config,
 )
 from kvmigrate.policies import in_candidate_share
-from kvmigrate.runtime import open_controller
-from kvmigrate.serving import BackgroundServer
 
 pytestmark = [pytest.mark.litellm, pytest.mark.timeout(600)]
 
@@ -42,30 +39,6 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = "gpt-4o-mini"  # what clients send; also the primary's LiteLLM model group
 CANDIDATE_GROUP = "vllm-llama"
 VLLM_MODEL = "llama-3.1-8b"
-
-
-class Emulator:
-    """An emulator that counts the requests it receives, by path."""
-
-    def __init__(self, settings: EmulatorSettings) -> None:
-        self.settings = settings
-        self.counts: Counter[str] = Counter()
-        self.server = BackgroundServer(self._app)
-
-    def _app(self) -> web.Application:
-        app = build_app(self.settings)
-
-        @web.middleware
-        async def count(request: web.Request, handler: Any) -> web.StreamResponse:
-            self.counts[request.path] += 1
-            response: web.StreamResponse = await handler(request)
-            return response
-
-        app.middlewares.insert(0, count)
-        return app
-
-    def total(self) -> int:
-        return sum(n for path, n in self.counts.items() if path.startswith("/v1/"))
 
 
 class Stack:
@@ -82,31 +55,13 @@ class Stack:
         )
 
     def set_split(self, percent: float) -> None:
-        controller = open_controller(self.config)
-        try:
-            controller.set_percent(percent, reason="test", actor="test", force=True)
-        finally:
-            controller.store.close()
+        set_split(self.config, percent)
 
     def set_shadow(self) -> None:
-        controller = open_controller(self.config)
-        try:
-            if controller.store.read().percent:
-                controller.set_percent(0, reason="test", actor="test")
-            controller.set_mode("shadow", reason="test", actor="test")
-        finally:
-            controller.store.close()
+        set_shadow(self.config)
 
     def records(self, where: str = "1=1") -> list[sqlite3.Row]:
-        db = self.config.record.db.removeprefix("sqlite:///")
-        if not Path(db).exists():
-            return []
-        with sqlite3.connect(db) as connection:
-            connection.row_factory = sqlite3.Row
-            try:
-                return list(connection.execute(f"SELECT * FROM records WHERE {where}"))
-            except sqlite3.OperationalError:
-                return []
+        return records(self.config, where)
 
     def chat(self, session: str, text: str = "hello", **extra: Any) -> tuple[str | None, str]:
         """(x-kvmigrate-backend, answer text) of one non-streamed chat turn."""
@@ -118,15 +73,6 @@ class Stack:
         )
         answer = raw.parse()
         return raw.headers.get("x-kvmigrate-backend"), answer.choices[0].message.content or ""
-
-
-def _wait_for(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 @pytest.fixture(scope="module")
@@ -148,16 +94,7 @@ models:
   - model_name: {MODEL}
     hosted: {MODEL}
     vllm: {CANDIDATE_GROUP}
-rollout:
-  primary: hosted
-  candidate: vllm
-  mode: shadow
-  noise_sample: 0.0
-  state: sqlite:///{root}/state.db
-record:
-  db: sqlite:///{root}/records.db
-  content: full
-"""
+{shadow_rollout(root)}"""
     )
     litellm_config = write_config(
         root / "litellm.yaml",
@@ -206,7 +143,7 @@ def test_split_at_0_percent_serves_from_the_primary(stack: Stack) -> None:
     assert stack.hosted.total() - before_h == 3
     # Split mode keeps mirroring the primary's conversations (evidence for the next step):
     # the candidate receives those copies and nothing else.
-    _wait_for(lambda: len(stack.records(where)) == 6, what="3 answers and 3 copies recorded")
+    wait_for(lambda: len(stack.records(where)) == 6, what="3 answers and 3 copies recorded")
     assert {(r["role"], r["backend"]) for r in stack.records(where)} == {
         ("serve", "hosted"),
         ("shadow", "vllm"),
@@ -264,7 +201,7 @@ def test_shadow_mode_copies_chat_and_responses_streamed_or_not(stack: Stack) -> 
     def copies(path: str) -> int:
         return stack.vllm.counts[path] - before[path]
 
-    _wait_for(
+    wait_for(
         lambda: copies("/v1/chat/completions") == 2 and copies("/v1/responses") == 2,
         what="the candidate to receive 4 shadow copies",
     )
@@ -272,7 +209,7 @@ def test_shadow_mode_copies_chat_and_responses_streamed_or_not(stack: Stack) -> 
     def recorded() -> list[sqlite3.Row]:
         return stack.records(f"conversation = '{session}'")
 
-    _wait_for(lambda: len(recorded()) == 8, what="8 records (4 answers, 4 copies)")
+    wait_for(lambda: len(recorded()) == 8, what="8 records (4 answers, 4 copies)")
     rows = recorded()
     serves = {r["request_id"]: r for r in rows if r["role"] == "serve"}
     shadows = [r for r in rows if r["role"] == "shadow"]
@@ -311,7 +248,7 @@ def test_models_the_kvmigrate_config_does_not_map_pass_through(stack: Stack) -> 
 
 
 def test_kvmigrate_report_counts_litellm_traffic(stack: Stack) -> None:
-    _wait_for(lambda: len(stack.records("role = 'shadow'")) >= 4, what="shadow records")
+    wait_for(lambda: len(stack.records("role = 'shadow'")) >= 4, what="shadow records")
     command = [sys.executable, "-m", "kvmigrate", "report", "--format", "json", "--since", "all"]
     command += ["--config", str(stack.config_path)]
     result = subprocess.run(command, check=True, cwd=REPO, capture_output=True, text=True)

@@ -1,0 +1,122 @@
+"""Helpers for the tests that run real LiteLLM: emulators that keep what reached them, the
+rollout switches, the records database, and kvmigrate's own proxy in the LiteLLM venv."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from kvmigrate.config import Config
+from kvmigrate.emulator.faults import FAULT_HEADER
+from kvmigrate.emulator.server import build_app
+from kvmigrate.emulator.settings import EmulatorSettings
+from kvmigrate.integrations.litellm_process import LiteLLMProxy
+from kvmigrate.integrations.litellm_venv import venv_python
+from kvmigrate.runtime import open_controller
+from kvmigrate.serving import BackgroundServer
+
+
+class Emulator:
+    """An emulator that counts the requests it receives, by path, and keeps their headers.
+
+    `fault`, when set, is added as the `x-emulator-fault` header of every request that
+    reaches it: the way to fail a backend that a client's headers cannot reach (LiteLLM
+    sends only what its config says)."""
+
+    def __init__(self, settings: EmulatorSettings) -> None:
+        self.settings = settings
+        self.counts: Counter[str] = Counter()
+        self.headers: list[dict[str, str]] = []
+        self.fault: str | None = None
+        self.server = BackgroundServer(self._app)
+
+    def _app(self) -> web.Application:
+        app = build_app(self.settings)
+
+        @web.middleware
+        async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
+            self.counts[request.path] += 1
+            self.headers.append(dict(request.headers))
+            if self.fault is not None:
+                request = request.clone(headers={**request.headers, FAULT_HEADER: self.fault})
+            response: web.StreamResponse = await handler(request)
+            return response
+
+        app.middlewares.insert(0, observe)
+        return app
+
+    def total(self) -> int:
+        return sum(n for path, n in self.counts.items() if path.startswith("/v1/"))
+
+
+class KvmigrateProxy(LiteLLMProxy):
+    """`kvmigrate proxy --config CONFIG`, run by the LiteLLM venv's python with this
+    checkout on PYTHONPATH, on a free loopback port."""
+
+    label = "kvmigrate proxy"
+    ready_path = "/ready"  # 200 once the primary (here, its litellm gateway) answers
+
+    def command(self) -> list[str]:
+        command = [str(venv_python()), "-m", "kvmigrate", "proxy", "--config"]
+        return [*command, str(self.config_path), "--host", "127.0.0.1", "--port", str(self.port)]
+
+
+def shadow_rollout(root: Path) -> str:
+    """The `rollout:` and `record:` sections of a test config: shadow mode, no noise
+    samples, state and records in `root`."""
+    return f"""
+rollout:
+  primary: hosted
+  candidate: vllm
+  mode: shadow
+  noise_sample: 0.0
+  state: sqlite:///{root}/state.db
+record:
+  db: sqlite:///{root}/records.db
+  content: full
+"""
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def set_split(config: Config, percent: float) -> None:
+    controller = open_controller(config)
+    try:
+        controller.set_percent(percent, reason="test", actor="test", force=True)
+    finally:
+        controller.store.close()
+
+
+def set_shadow(config: Config) -> None:
+    controller = open_controller(config)
+    try:
+        if controller.store.read().percent:
+            controller.set_percent(0, reason="test", actor="test")
+        controller.set_mode("shadow", reason="test", actor="test")
+    finally:
+        controller.store.close()
+
+
+def records(config: Config, where: str = "1=1") -> list[sqlite3.Row]:
+    db = config.record.db.removeprefix("sqlite:///")
+    if not Path(db).exists():
+        return []
+    with sqlite3.connect(db) as connection:
+        connection.row_factory = sqlite3.Row
+        try:
+            return list(connection.execute(f"SELECT * FROM records WHERE {where}"))
+        except sqlite3.OperationalError:
+            return []
