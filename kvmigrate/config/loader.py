@@ -300,6 +300,7 @@ def _record(s: Section) -> RecordConfig:
         db=s.string("db", defaults.db),
         content=s.choice("content", defaults.content, CONTENT_POLICIES),
         retention_days=s.integer("retention_days", defaults.retention_days, 1),
+        workers=s.integer("workers", defaults.workers, 1, 64),
     )
     _check_store_url(s, "db", record.db, ("sqlite", "postgresql", "postgres"))
     s.finish()

@@ -79,6 +79,7 @@ class RecordConfig:
     db: str = "sqlite:///.kvmigrate/records.db"
     content: str = "redacted"
     retention_days: int = 30
+    workers: int = 1  # processes that parse, redact and write records (kvmigrate.recorder)
 
 
 @dataclass(frozen=True, slots=True)

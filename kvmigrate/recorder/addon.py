@@ -39,9 +39,9 @@ class RecorderAddon:
     """Records every upstream call (serve, shadow and noise) to a records database.
 
     On the response path `exchange_done` does two clock reads and a deque append. With
-    `worker="process"` (the default) everything else runs in a child process, on another
-    core and off the proxy's GIL; `worker="thread"` keeps it in this process (a CLI that
-    records a few calls, or a platform where spawning is not allowed)."""
+    `worker="process"` (the default) everything else runs in `workers` child processes,
+    on other cores and off the proxy's GIL; `worker="thread"` keeps it in this process (a
+    CLI that records a few calls, or a platform where spawning is not allowed)."""
 
     def __init__(
         self,
@@ -51,6 +51,7 @@ class RecorderAddon:
         settings: WriterSettings | None = None,
         source: str | None = None,
         worker: str = "process",
+        workers: int = 1,
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
@@ -64,7 +65,7 @@ class RecorderAddon:
         self._writer: Writer
         if worker == "process":
             spec = WorkerSpec(url, content, self.source, retention_days, settings)
-            self._writer = ProcessWriter(spec)
+            self._writer = ProcessWriter(spec, workers)
         else:
             convert = RecordConverter(content, self.source)
             self._writer = RecordWriter(
@@ -147,8 +148,7 @@ class RecorderCollector:
 
 
 def build_recorder(config: Config, **overrides: Any) -> RecorderAddon:
-    """The recorder the config asks for (`record.db`, `record.content`, `retention_days`)."""
+    """The recorder the config asks for (`record.db`, `content`, `retention_days`, `workers`)."""
     record = config.record
-    return RecorderAddon(
-        record.db, record.content, retention_days=record.retention_days, **overrides
-    )
+    options: dict[str, Any] = {"retention_days": record.retention_days, "workers": record.workers}
+    return RecorderAddon(record.db, record.content, **(options | overrides))

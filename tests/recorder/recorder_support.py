@@ -51,6 +51,7 @@ def recorder_config(
     db: str,
     content: str = "redacted",
     rollout: str = "{mode: shadow, noise_sample: 0}",
+    workers: int = 1,
 ) -> Config:
     text = f"""
 backends:
@@ -59,7 +60,7 @@ backends:
 models:
   - {{model_name: {HOSTED_MODEL}, hosted: {HOSTED_MODEL}, vllm: {VLLM_MODEL}}}
 rollout: {rollout}
-record: {{db: "{db}", content: {content}}}
+record: {{db: "{db}", content: {content}, workers: {workers}}}
 """
     return parse_config(text, env={})
 

@@ -170,3 +170,27 @@ def test_metrics_and_flush_on_shutdown(backends: Backends, tmp_path: Path) -> No
     with SqliteStore(db) as store:
         assert store.query("SELECT count(*) FROM records") == [(4,)]
         assert store.integrity_check() == "ok"
+
+
+def test_two_workers_keep_each_conversation_and_its_shadow_pairs_together(
+    backends: Backends, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path}/records.db"
+    config = recorder_config(backends.hosted.url, backends.vllm.url, db, workers=2)
+    proxy = start_recording_proxy(config)
+    client = proxy.client()
+    for n in range(6):
+        _conversation(client, f"conv-{n}", 2, stream=n % 2 == 0)
+    proxy.stop()
+    assert proxy.recorder.stats.written == 24
+    with open_store(db) as store:
+        sources = store.query("SELECT DISTINCT source FROM records")
+        shadow = store.query("SELECT parity_kind, parity_score FROM records WHERE role = 'shadow'")
+        messages = store.query("SELECT count(*) FROM messages")[0][0]
+    assert len(sources) == 1  # one proxy, however many workers write for it
+    # Every copy met the answer it mirrors, in whichever worker had its conversation.
+    assert len(shadow) == 12
+    assert all(kind == "candidate" and score is not None for kind, score in shadow)
+    # Each conversation's history is stored once: 2 opening messages shared by all, plus
+    # per conversation one answer and one "go on" (answers may repeat across them).
+    assert messages <= 2 + 6 * 2

@@ -1,0 +1,123 @@
+"""The recorder's worker process itself (see kvmigrate.recorder.worker for the proxy's side).
+
+Receive, convert and write, all on one thread: a second thread for the writes would only
+trade the GIL back and forth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import logging.handlers
+import os
+import signal
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from kvmigrate.recorder.convert import RecordConverter
+from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, RecordedExchange, WorkerSpec, unpack
+from kvmigrate.recorder.writer import RecordWriter, WriterSettings
+
+
+def run_worker(spec: WorkerSpec, conn: Connection, shared: Any, logs: Any, log_level: int) -> None:
+    """The child's main: it ends when the proxy says so or goes away, after writing what
+    it holds."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Below the proxy: when they share a core, the response path wins and the queue absorbs
+    # the burst (or counts what it drops).
+    with contextlib.suppress(OSError):
+        os.nice(5)
+    package_log = logging.getLogger("kvmigrate")
+    package_log.handlers[:] = [logging.handlers.QueueHandler(logs)]
+    package_log.setLevel(log_level)
+    package_log.propagate = False
+    # Records are acyclic: the cyclic collector would only rescan the memo and the answers
+    # awaiting their shadow copies, over and over.
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    from kvmigrate.recorder.store import open_store, pruner
+
+    convert = RecordConverter(spec.content, spec.source)
+    writer = RecordWriter(
+        lambda: open_store(spec.url),
+        convert,
+        spec.settings,
+        maintain=pruner(spec.retention_days),
+        on_write_error=convert.history.forget,
+    )
+    batches = _Batches(writer, spec.settings, shared)
+    try:
+        _receive(conn, batches)
+    finally:
+        batches.flush()
+        writer.stop()
+        batches.publish()
+
+
+class _Batches:
+    """Exchanges waiting for their batch: written once `batch_size` are in, or when the
+    oldest has waited `flush_interval`."""
+
+    def __init__(self, writer: RecordWriter, settings: WriterSettings, shared: Any) -> None:
+        self.writer = writer
+        self.settings = settings
+        self.shared = shared
+        self.items: list[tuple[RecordedExchange, float]] = []
+        self.deadline: float | None = None
+
+    def add(self, packed: list[Packed]) -> None:
+        for item in packed:
+            try:
+                self.items.append(unpack(item))
+            except Exception:
+                self.writer.stats.drop("invalid")
+        if self.deadline is None and self.items:
+            self.deadline = time.monotonic() + self.settings.flush_interval
+        if len(self.items) >= self.settings.batch_size:
+            self.flush()
+
+    def wait_s(self) -> float:
+        if self.deadline is None:
+            return 0.5
+        return max(0.0, self.deadline - time.monotonic())
+
+    def flush(self) -> None:
+        if self.items:
+            self.writer.write_batch(self.items)
+        self.items = []
+        self.deadline = None
+        self.publish()
+
+    def publish(self) -> None:
+        """Counters into shared memory, where the proxy reads them (SHARED_COUNTERS)."""
+        stats = self.writer.stats
+        values = {
+            "written": stats.written,
+            "batches": stats.batches,
+            "write_errors": stats.write_errors,
+            "depth": len(self.items),
+            **{reason: stats.dropped.get(reason, 0) for reason in _DROPS},
+        }
+        for index, name in enumerate(SHARED_COUNTERS):
+            self.shared[index] = values[name]
+
+
+_DROPS = ("queue_full", "write_error", "invalid")
+
+
+def _receive(conn: Connection, batches: _Batches) -> None:
+    while True:
+        try:
+            ready = conn.poll(batches.wait_s())
+            message = conn.recv() if ready else []
+        except (EOFError, OSError):
+            return  # the proxy is gone: write what we have and exit
+        if message is None:
+            return
+        batches.add(message)
+        if batches.deadline is not None and time.monotonic() >= batches.deadline:
+            batches.flush()
+        batches.writer.maintain_if_due()
+        batches.publish()
