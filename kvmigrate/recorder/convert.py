@@ -11,7 +11,8 @@ from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.redact import Redactor
-from kvmigrate.wire.assemble import assemble
+from kvmigrate.wire.assemble import assemble, is_sse
+from kvmigrate.wire.sse import sse_payloads
 
 CONTENT_POLICIES = ("none", "redacted", "full")
 # Answers kept until their shadow copies finish; beyond this the oldest go unscored.
@@ -92,7 +93,7 @@ def to_record(
     redactor = redactor or Redactor()
     x = exchange
     body = b"".join(x.chunks)
-    response = assemble(x.route, body) if x.route in TEXT_ROUTES else _json_object(body)
+    response = _answer(x.route, body, content)
     usage = _usage(response)
     tokens = token_counts(usage)
     error = x.error
@@ -153,6 +154,45 @@ def _stored_request(
         "messages": tuple(split.new),
         "touched": tuple(split.touched),
     }
+
+
+def _answer(route: str, body: bytes, content: str) -> dict[str, Any] | None:
+    """The answer as one object. With no content to keep, a streamed chat answer without
+    tool calls is read from its last events alone: usage and finish reason are all a
+    metrics-only record needs, and reassembling every chunk was most of its cost."""
+    if route not in TEXT_ROUTES:
+        return _json_object(body)
+    metrics_only = content == "none" and route == "chat/completions" and is_sse(body)
+    if metrics_only and not any(marker in body for marker in _NEEDS_ALL_CHUNKS):
+        summary = _stream_tail(body)
+        if summary is not None:
+            return summary
+    return assemble(route, body)
+
+
+# A tool call's name may be in any chunk; a second choice interleaves with the first.
+_NEEDS_ALL_CHUNKS = (b'"tool_calls"', b'"index":1', b'"index": 1')
+_TAIL_BYTES = 4096
+
+
+def _stream_tail(body: bytes) -> dict[str, Any] | None:
+    tail = body[-_TAIL_BYTES:]
+    if len(body) > _TAIL_BYTES:
+        tail = tail[tail.find(b"\n") + 1 :]  # from the first whole line
+    try:
+        events = [orjson.loads(p) for p in sse_payloads(tail)[-4:]]
+    except orjson.JSONDecodeError:
+        return None
+    usage = reason = None
+    for event in events:
+        if not isinstance(event, dict):
+            return None
+        usage = event.get("usage") or usage
+        for part in event.get("choices") or ():
+            if isinstance(part, dict) and part.get("finish_reason"):
+                reason = part["finish_reason"]
+    choice = {"index": 0, "message": {"role": "assistant", "content": None}}
+    return {"choices": [choice | {"finish_reason": reason}], "usage": usage}
 
 
 def _parity(exchange: ExchangeLike, mirrored: ExchangeLike | None) -> dict[str, Any]:

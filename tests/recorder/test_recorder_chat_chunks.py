@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.recorder.convert import to_record
 from kvmigrate.wire.assemble import _assemble_chat_dicts, assemble
 from kvmigrate.wire.sse import sse_data
 
@@ -79,3 +82,40 @@ def test_crlf_framing_and_a_stream_cut_mid_event() -> None:
         assembled = assemble("chat/completions", body)
         assert assembled is not None
         assert assembled["choices"][0]["message"]["content"] == "Hello"
+
+
+def _streamed(words: int, usage: bool, tool: bool, finish: str | None) -> bytes:
+    chunks: list[dict[str, Any]] = [
+        {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    ]
+    for n in range(words):
+        chunks.append({"id": "c1", "choices": [{"index": 0, "delta": {"content": f"w{n} "}}]})
+    if tool:
+        call = {"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}}
+        chunks.append({"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    chunks.append({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if usage:
+        counts = {"prompt_tokens": 900, "completion_tokens": words, "total_tokens": 900 + words}
+        chunks.append({"id": "c1", "choices": [], "usage": counts})
+    return _stream(chunks)
+
+
+@pytest.mark.parametrize("words", [3, 400])
+@pytest.mark.parametrize("usage", [True, False])
+@pytest.mark.parametrize("tool", [False, True])
+@pytest.mark.parametrize("finish", ["stop", "length", None])
+def test_a_metrics_only_record_reads_the_stream_tail_alike(
+    words: int, usage: bool, tool: bool, finish: str | None
+) -> None:
+    """`content: none` skips reassembly where it can; the record must not change."""
+    x = Exchange(
+        request_id="r", route="chat/completions", backend="hosted", role="serve", model="m",
+        served_model="m", conversation="c", turn=1, stream=True, started=0.0,
+        request_body=b'{"messages": []}', status=200, first_byte=0.1, finished=0.2,
+    )  # fmt: skip
+    x.chunks = [_streamed(words, usage, tool, finish)]
+    metrics_only, whole = to_record(x, 0.0, "none", "s"), to_record(x, 0.0, "full", "s")
+    for field in ("prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason"):
+        assert getattr(metrics_only, field) == getattr(whole, field)
+    assert metrics_only.tool_calls == whole.tool_calls
+    assert (metrics_only.tool_calls is not None) == tool
