@@ -108,6 +108,13 @@ def _envelope(first: dict[str, Any], obj: str) -> dict[str, Any]:
 
 
 def _assemble_chat(body: bytes) -> dict[str, Any] | None:
+    framed = _framed_array(body)
+    if framed is not None:
+        try:
+            choices, usage = feed_chunks(framed[0], _Choice)
+            return _chat_completion(orjson.loads(framed[1]), choices, usage)
+        except (*DecodeError, orjson.JSONDecodeError):
+            pass  # not that plain after all: the line-by-line path below
     payloads = sse_payloads(body)
     if not payloads:
         return None
@@ -117,6 +124,24 @@ def _assemble_chat(body: bytes) -> dict[str, Any] | None:
     except (*DecodeError, orjson.JSONDecodeError):
         return _assemble_chat_dicts(sse_data(body))
     return _chat_completion(first, choices, usage)
+
+
+_EVENT_GAP = b"\n\ndata: "
+_DONE = b"\n\ndata: [DONE]\n\n"
+
+
+def _framed_array(body: bytes) -> tuple[bytes, bytes] | None:
+    """(the events as one JSON array, the first event) for a stream framed exactly as
+    OpenAI and vLLM frame it: `data: {json}` events, a blank line after each, `[DONE]` at
+    the end. One `replace` instead of a regex pass: a raw newline cannot occur inside
+    JSON, so every `\\n\\ndata: ` is a boundary; any other framing (comments, `event:`
+    lines, CRLF) leaves bytes that fail to decode, and the caller takes the general path."""
+    if not (body.startswith(b"data: {") and body.endswith(_DONE)):
+        return None
+    events = body[6 : -len(_DONE)]
+    first_end = events.find(b"\n")
+    first = events if first_end < 0 else events[:first_end]
+    return b"[" + events.replace(_EVENT_GAP, b",") + b"]", first
 
 
 def _assemble_chat_dicts(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
