@@ -520,9 +520,14 @@ def test_disk_full_recorder_drops_and_counts_the_proxy_keeps_answering(
             assert ask(client, f"{mode}-disk-before-{i}", i == 1).error is None
         wait_until(lambda: settled(2 * per_request), 10, "records before the disk fills")
         time.sleep(0.3)  # the writer is idle: no batch straddles the change
+        # The whole pod's disk is full: the proxy and its processes (the recorder's worker
+        # writes the records).
         process = psutil.Process(proxy.pid)
+        processes = [process, *process.children(recursive=True)]
+        assert len(processes) > 1
         soft, hard = process.rlimit(psutil.RLIMIT_FSIZE)
-        process.rlimit(psutil.RLIMIT_FSIZE, (0, hard))
+        for each in processes:
+            each.rlimit(psutil.RLIMIT_FSIZE, (0, hard))
         outage = 6
         for i in range(outage):
             hit = ask(client, f"{mode}-disk-full-{i}", i % 2 == 1)
@@ -544,7 +549,8 @@ def test_disk_full_recorder_drops_and_counts_the_proxy_keeps_answering(
         assert errors >= 1
         assert proxy.alive()
         # Space is back: the writer reopens the database and records again.
-        process.rlimit(psutil.RLIMIT_FSIZE, (soft, hard))
+        for each in processes:
+            each.rlimit(psutil.RLIMIT_FSIZE, (soft, hard))
         for i in range(2):
             hit = ask(client, f"{mode}-disk-after-{i}", i == 1)
             assert hit.error is None
