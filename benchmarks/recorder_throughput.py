@@ -18,12 +18,21 @@ from collections.abc import Callable
 import orjson
 import psutil
 
-from kvmigrate.proxy.exchange import SERVE, Exchange
+from kvmigrate.proxy.exchange import SERVE, SHADOW, Exchange
 from kvmigrate.recorder import RecorderAddon, WriterSettings
 
 
-def _exchange(i: int, messages: list[dict[str, str]], chunks: list[bytes]) -> Exchange:
+def _exchange(
+    i: int, messages: list[dict[str, str]], chunks: list[bytes], shadow: bool = False
+) -> Exchange:
+    """With `shadow`, odd records are the shadow copies of the even ones before them, with
+    a slightly different answer: each pair is scored for parity, as in shadow mode."""
     # The history repeats across records (as an agent resends it), the newest message is new.
+    if shadow and i % 2:
+        x = _exchange(i - 1, messages, chunks)
+        x.request_id, x.backend, x.role, x.pair_id = f"req_{i:012d}", "vllm", SHADOW, x.request_id
+        x.chunks = [c.replace(b"word3 ", b"other ") for c in chunks]
+        return x
     latest = {"role": "user", "content": f"request {i}: mail the log to dev{i}@example.com"}
     request = orjson.dumps(
         {"model": "gpt-4o-mini", "stream": True, "messages": [*messages, latest]}
@@ -36,6 +45,7 @@ def _exchange(i: int, messages: list[dict[str, str]], chunks: list[bytes]) -> Ex
         status=200, first_byte=now - 0.15, finished=now,
     )  # fmt: skip
     x.chunks = chunks
+    x.mirrored = shadow
     return x
 
 
@@ -66,9 +76,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--worker", choices=["process", "thread"], default="process")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--shadow", action="store_true", help="every other record a shadow copy, parity-scored"
+    )
     args = parser.parse_args()
     request, chunks = _payload()
-    exchanges = [_exchange(i, request, chunks) for i in range(args.records + 1)]
+    # Record 0 warms the recorder up; the pairs start at 1 (a serve record), then 2 ...
+    exchanges = [_exchange(0, request, chunks)] + [
+        _exchange(i, request, chunks, args.shadow) for i in range(2, args.records + 2)
+    ]
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = WriterSettings(queue_size=args.records + 1, batch_size=args.batch_size)
@@ -97,7 +113,8 @@ def main() -> None:
         recorder.close(timeout=600)
     written = stats.written - 1
     how = f"{args.workers} worker process(es)" if args.worker == "process" else "thread"
-    print(f"records:                 {args.records:,} (content={args.content}, {how})")
+    mix = ", half of them shadow copies scored for parity" if args.shadow else ""
+    print(f"records:                 {args.records:,} (content={args.content}, {how}{mix})")
     print(
         f"written:                 {written:,} in {stats.batches} batches, dropped {stats.dropped}"
     )

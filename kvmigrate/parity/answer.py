@@ -52,14 +52,23 @@ class Outcome:
         return f"{self.status // 100}xx"
 
 
-def read_outcome(route: str, body: bytes, status: int | None) -> Outcome:
-    """An Outcome from recorded bytes, streamed or not."""
+UNSET: Any = object()  # `assembled` not given
+
+
+def read_outcome(route: str, body: bytes, status: int | None, assembled: Any = UNSET) -> Outcome:
+    """An Outcome from recorded bytes, streamed or not. `assembled`: the stream already
+    reassembled by the caller (`kvmigrate.wire.assemble.assemble`), not to do it twice."""
     if status is None:
         return Outcome(None, None)
     streamed = is_sse(body)
     if streamed:
-        error = next((d for _e, d in sse_events(body) if _is_error(d)), None)
-        return Outcome(status, assemble(route, body), error, True)
+        # An error event has an "error" member (or the value "error"); most streams have
+        # none, and parsing every event one by one to find out cost more than the rest.
+        error = None
+        if b'"error"' in body:
+            error = next((d for _e, d in sse_events(body) if _is_error(d)), None)
+        response = assemble(route, body) if assembled is UNSET else assembled
+        return Outcome(status, response, error, True)
     try:
         data = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:

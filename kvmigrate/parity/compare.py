@@ -12,7 +12,14 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.parity.answer import Answer, Outcome, extract_answer, outcome_of, read_outcome
+from kvmigrate.parity.answer import (
+    UNSET,
+    Answer,
+    Outcome,
+    extract_answer,
+    outcome_of,
+    read_outcome,
+)
 from kvmigrate.parity.context import Comparator, PairContext
 from kvmigrate.parity.finish import compare_finish
 from kvmigrate.parity.length import compare_length
@@ -96,9 +103,11 @@ def score_exchange_pair(
     *,
     settings: ParitySettings = DEFAULT_SETTINGS,
     semantic: SemanticScorer | None = None,
+    candidate_assembled: Any = UNSET,
 ) -> PairScore:
     """Score a recorded pair: bodies as they came off the wire, JSON or SSE. A status of
-    None means the call got no HTTP answer (a transport error)."""
+    None means the call got no HTTP answer (a transport error). `candidate_assembled`: the
+    candidate's streamed answer, already reassembled by the caller."""
     try:
         request = orjson.loads(request_body) if request_body else {}
     except orjson.JSONDecodeError:
@@ -106,7 +115,7 @@ def score_exchange_pair(
     return compare(
         request if isinstance(request, dict) else {},
         read_outcome(route, primary_body, primary_status),
-        read_outcome(route, candidate_body, candidate_status),
+        read_outcome(route, candidate_body, candidate_status, candidate_assembled),
         settings=settings,
         semantic=semantic,
     )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from kvmigrate.parity.aggregate import CANDIDATE, NOISE, ParityAggregator
+from kvmigrate.parity.answer import UNSET
 from kvmigrate.parity.compare import score_exchange_pair
 from kvmigrate.parity.noise import NoiseSettings
 
@@ -40,8 +41,11 @@ class ParityFields:
     json_valid: float | None
 
 
-def parity_fields(kind: str, primary: Answered, other: Answered) -> ParityFields:
-    """Score `other` (the candidate's copy, or a second primary call) against `primary`."""
+def parity_fields(
+    kind: str, primary: Answered, other: Answered, other_assembled: Any = UNSET
+) -> ParityFields:
+    """Score `other` (the candidate's copy, or a second primary call) against `primary`.
+    `other_assembled`: `other`'s answer already reassembled, when the caller has it."""
     pair = score_exchange_pair(
         primary.route,
         primary.request_body,
@@ -49,6 +53,7 @@ def parity_fields(kind: str, primary: Answered, other: Answered) -> ParityFields
         _status(primary),
         b"".join(other.chunks),
         _status(other),
+        candidate_assembled=other_assembled,
     )
     tools, structured = pair.get("tool_calls"), pair.get("structured")
     return ParityFields(

@@ -11,7 +11,8 @@ structure counts when both sides called tools.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 from kvmigrate.parity.answer import Outcome
@@ -35,7 +36,7 @@ _TOOL_CALLS = "choices[].message.tool_calls"
 def shape_paths(value: Any, prefix: str = "") -> set[str]:
     """Dotted paths of every field that holds a value; `[]` stands for any list element."""
     paths: set[str] = set()
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):  # decoded JSON: a dict check is far cheaper than Mapping's
         for key, child in value.items():
             if child is None or child == [] or child == {}:
                 continue
@@ -50,8 +51,10 @@ def shape_paths(value: Any, prefix: str = "") -> set[str]:
     return paths
 
 
-def covered(path: str, patterns: Iterable[str]) -> bool:
-    """Whether a pattern covers the path or a field above it (`a.b.*` and `a.b` alike)."""
+@functools.lru_cache(maxsize=4096)
+def covered(path: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a pattern covers the path or a field above it (`a.b.*` and `a.b` alike).
+    Cached: every answer of a stream of pairs has the same few dozen paths."""
     for pattern in patterns:
         base = pattern.removesuffix(".*")
         if path == base or path.startswith((base + ".", base + "[]")):

@@ -93,7 +93,9 @@ def to_record(
     redactor = redactor or Redactor()
     x = exchange
     body = b"".join(x.chunks)
-    response = _answer(x.route, body, content)
+    scored = mirrored is not None and x.route in TEXT_ROUTES
+    # A pair to score needs the whole answer anyway: reassemble it once, for both uses.
+    response = assemble(x.route, body) if scored else _answer(x.route, body, content)
     usage = _usage(response)
     tokens = token_counts(usage)
     error = x.error
@@ -131,7 +133,7 @@ def to_record(
         source=source,
         content=content,
         **stored,
-        **_parity(x, mirrored),
+        **_parity(x, mirrored, response),
     )
 
 
@@ -195,11 +197,13 @@ def _stream_tail(body: bytes) -> dict[str, Any] | None:
     return {"choices": [choice | {"finish_reason": reason}], "usage": usage}
 
 
-def _parity(exchange: ExchangeLike, mirrored: ExchangeLike | None) -> dict[str, Any]:
+def _parity(
+    exchange: ExchangeLike, mirrored: ExchangeLike | None, assembled: dict[str, Any] | None
+) -> dict[str, Any]:
     if mirrored is None or exchange.route not in TEXT_ROUTES:
         return {}
     kind = NOISE_KIND if exchange.role == "noise" else CANDIDATE_KIND
-    scored = parity_fields(kind, mirrored, exchange)
+    scored = parity_fields(kind, mirrored, exchange, assembled)
     return {
         "parity_kind": scored.kind,
         "parity_score": scored.score,
