@@ -112,7 +112,10 @@ class ProcessWriter:
         self._logs: Any = context.Queue()
         self._log_listener = logging.handlers.QueueListener(self._logs, _Relay())
         self._listening = False
-        self._lanes = [_Lane(context, spec, self._logs) for _ in range(workers)]
+        # Several workers writing one SQLite file take turns on a lock of ours (see
+        # RecordWriter); PostgreSQL takes concurrent writers as they come.
+        lock = context.Lock() if workers > 1 and spec.url.startswith("sqlite") else None
+        self._lanes = [_Lane(context, spec, self._logs, lock) for _ in range(workers)]
         self._pending: deque[tuple[ExchangeLike, float]] = deque()
         self._parent_drops = 0  # queue_full on this side; written by the event loop only
         self._invalid = 0  # items that are not exchanges; written by the feeder only
@@ -203,10 +206,13 @@ class ProcessWriter:
 class _Lane:
     """One worker process, its pipe and its counters (restarted if it dies)."""
 
-    def __init__(self, context: SpawnContext, spec: WorkerSpec, logs: Any) -> None:
+    def __init__(
+        self, context: SpawnContext, spec: WorkerSpec, logs: Any, write_lock: Any = None
+    ) -> None:
         self._context = context
         self._spec = spec
         self._logs = logs
+        self._write_lock = write_lock
         self._shared = context.Array("q", len(SHARED_COUNTERS), lock=False)
         self._counted = [0] * len(SHARED_COUNTERS)  # what the workers gone before counted
         self.lost = 0  # sent into a pipe whose worker had died; written by the feeder only
@@ -233,7 +239,14 @@ class _Lane:
 
         self._process = self._context.Process(
             target=run_worker,
-            args=(self._spec, receiver, self._shared, self._logs, log.getEffectiveLevel()),
+            args=(
+                self._spec,
+                receiver,
+                self._shared,
+                self._logs,
+                log.getEffectiveLevel(),
+                self._write_lock,
+            ),
             name="kvmigrate-recorder",
             daemon=True,  # a proxy that exits without `done()` must not wait for it
         )

@@ -13,6 +13,7 @@ import logging.handlers
 import os
 import signal
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -21,7 +22,14 @@ from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, RecordedExchange,
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings
 
 
-def run_worker(spec: WorkerSpec, conn: Connection, shared: Any, logs: Any, log_level: int) -> None:
+def run_worker(
+    spec: WorkerSpec,
+    conn: Connection,
+    shared: Any,
+    logs: Any,
+    log_level: int,
+    write_lock: Any = None,
+) -> None:
     """The child's main: it ends when the proxy says so or goes away, after writing what
     it holds."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -46,6 +54,7 @@ def run_worker(spec: WorkerSpec, conn: Connection, shared: Any, logs: Any, log_l
         spec.settings,
         maintain=pruner(spec.retention_days),
         on_write_error=convert.history.forget,
+        write_lock=None if write_lock is None else lambda: _turn(write_lock),
     )
     batches = _Batches(writer, spec.settings, shared)
     try:
@@ -121,3 +130,15 @@ def _receive(conn: Connection, batches: _Batches) -> None:
             batches.flush()
         batches.writer.maintain_if_due()
         batches.publish()
+
+
+@contextlib.contextmanager
+def _turn(lock: Any, timeout: float = 5.0) -> Iterator[None]:
+    """Hold the writers' lock, or after `timeout` go ahead without it: a worker killed while
+    holding it must not stop the others (SQLite's own locking still keeps the file whole)."""
+    held = lock.acquire(timeout=timeout)
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()

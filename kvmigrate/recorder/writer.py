@@ -6,11 +6,13 @@ stall the proxy's event loop. The proxy side only ever calls `submit`, which nev
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +52,10 @@ class RecordWriter:
     `open_store` is called on the writer thread, and again after a failure to open, so a
     database that is down at start is picked up once it is back. `maintain` (pruning) runs
     on the same thread every `prune_every` seconds. `on_write_error` is told when a batch
-    is dropped (the converter then forgets which history messages it has stored)."""
+    is dropped (the converter then forgets which history messages it has stored).
+    `write_lock` is entered around each insert: writers of one SQLite file take turns on
+    it, woken as soon as it is free, rather than in SQLite's busy handler, which retries
+    after sleeps of up to 100 ms."""
 
     def __init__(
         self,
@@ -59,9 +64,11 @@ class RecordWriter:
         settings: WriterSettings | None = None,
         maintain: Callable[[RecordStore], None] | None = None,
         on_write_error: Callable[[], None] | None = None,
+        write_lock: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.settings = settings or WriterSettings()
         self._on_write_error = on_write_error
+        self._write_lock = write_lock or contextlib.nullcontext
         self.stats = WriterStats()
         self._open_store = open_store
         self._convert = convert
@@ -162,7 +169,8 @@ class RecordWriter:
                 self.stats.drop("invalid")
         try:
             store = self._store = self._store or self._open_store()
-            store.insert(records)
+            with self._write_lock():
+                store.insert(records)
         except Exception as exc:
             # A full disk or a database that is down must never reach the proxy: count,
             # drop this batch, and say so once (a log line per batch would flood).
