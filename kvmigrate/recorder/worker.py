@@ -265,7 +265,14 @@ class _Lane:
             self.lost += len(batch)
             if time.monotonic() - self._last_spawn >= _RESPAWN_S:
                 log.error("recorder: the worker process is gone (%s); restarting it", exc)
-                self.spawn()
+                self._respawn()
+
+    def _respawn(self) -> None:
+        try:
+            self.spawn()
+        except Exception:
+            # Out of processes or memory: the feeder must live on, and try again later.
+            log.exception("recorder: cannot start a worker process; records are dropped")
 
     def join(self, deadline: float) -> bool:
         """Wait for the worker to finish; False if it is still writing at `deadline`."""
