@@ -142,14 +142,13 @@ def _stored_request(
 ) -> dict[str, Any]:
     """The Record fields that hold the request: its body less its history, and the history
     as message digests plus the rows of messages not stored before."""
-    request = _json_object(x.request_body)
-    if request is None:
-        return {}
 
     def encode(value: Any) -> bytes:
         return orjson.dumps(redactor(value) if content == "redacted" else value)
 
-    split = history.split(x.route, request, ts, encode)
+    split = history.split(x.route, x.request_body, ts, encode)
+    if split is None:
+        return {}
     return {
         "request_json": encode(split.rest).decode(),
         "request_messages": split.refs,

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+import msgspec
 import orjson
 
 from kvmigrate.recorder.record import MessageRow
@@ -31,6 +32,10 @@ from kvmigrate.recorder.store import RecordStore
 HISTORY_KEYS = {"chat/completions": "messages", "responses": "input"}
 TOUCH_S = 3600.0
 _LOOKUP_CHUNK = 500  # digests per SELECT ... IN (...): well under every driver's limit
+# A body's members and an array's elements, as raw JSON: checked, but not built into objects.
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+_INVALID = (msgspec.DecodeError, msgspec.ValidationError)
 
 Encode = Callable[[Any], bytes]
 
@@ -43,8 +48,9 @@ class SplitRequest(NamedTuple):
 
 
 class HistoryMemo:
-    """The messages this converter has stored, by their raw JSON: a hit costs one dumps
-    and one dict lookup instead of a redaction walk and a row. Bounded by bytes, LRU."""
+    """The messages this converter has stored, by their raw JSON as the client sent them:
+    a hit costs a dict lookup instead of a parse, a redaction walk and a row. Bounded by
+    bytes, LRU."""
 
     def __init__(self, max_bytes: int = 64 << 20) -> None:
         self.max_bytes = max_bytes
@@ -56,22 +62,33 @@ class HistoryMemo:
         self._seen.clear()
         self._bytes = 0
 
-    def split(self, route: str, request: dict[str, Any], ts: float, encode: Encode) -> SplitRequest:
+    def split(self, route: str, body: bytes, ts: float, encode: Encode) -> SplitRequest | None:
+        """The request body split into its history and the rest; None when it is not a
+        JSON object. Only the members are parsed, and of the history only the messages
+        not seen before: a long history costs a scan, not a parse and a redaction."""
+        try:
+            return self._split(route, _OBJECT.decode(body), ts, encode)
+        except (*_INVALID, orjson.JSONDecodeError):
+            return None  # msgspec and orjson disagree at the edges (huge numbers, ...)
+
+    def _split(
+        self, route: str, members: dict[str, msgspec.Raw], ts: float, encode: Encode
+    ) -> SplitRequest:
         key = HISTORY_KEYS.get(route)
-        items = request.get(key) if key else None
-        if key is None or not isinstance(items, list) or not items:
-            return SplitRequest(request, None, [], [])
-        rest = {k: v for k, v in request.items() if k != key}
+        items = _items(members.get(key)) if key else None
+        rest = {k: orjson.loads(bytes(v)) for k, v in members.items() if k != key or not items}
+        if key is None or not items:
+            return SplitRequest(rest, None, [], [])
         digests: list[str] = []
         new: list[MessageRow] = []
         touched: list[str] = []
         for item in items:
-            raw = orjson.dumps(item)
+            raw = bytes(item)
             known = self._seen.get(raw)
             if known is None:
-                body = encode(item)
-                digest = message_digest(body)
-                new.append(MessageRow(digest, ts, body.decode()))
+                stored = encode(orjson.loads(raw))
+                digest = message_digest(stored)
+                new.append(MessageRow(digest, ts, stored.decode()))
                 self._remember(raw, digest, ts)
             else:
                 digest = known[0]
@@ -88,6 +105,16 @@ class HistoryMemo:
         while self._bytes > self.max_bytes and self._seen:
             old, _ = self._seen.popitem(last=False)
             self._bytes -= len(old)
+
+
+def _items(raw: msgspec.Raw | None) -> list[msgspec.Raw] | None:
+    """The elements of a JSON array, unparsed; None for anything else."""
+    if raw is None:
+        return None
+    try:
+        return _ARRAY.decode(raw)
+    except _INVALID:
+        return None
 
 
 def message_digest(body: bytes) -> str:
