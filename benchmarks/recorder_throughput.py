@@ -4,9 +4,10 @@ process (`exchange_done` on the response path, plus feeding the worker process).
     .venv/bin/python benchmarks/recorder_throughput.py [--records 50000] [--content redacted]
         [--worker process|thread]
 
-Each record is a realistic streamed chat answer (about 40 SSE chunks with usage) for a
-multi-turn request of a few KB, so the figure includes SSE reassembly and redaction, not
-just the INSERT."""
+Each record is a streamed chat answer (40 SSE chunks with usage) to one turn of an agent
+loop: 500 conversations at once, 12 turns each, every request its predecessor plus the
+last answer and a new message (1-4 KB; 24 messages by the 12th turn). So the figure
+includes SSE reassembly, redaction and the history's storage, not just the INSERT."""
 
 from __future__ import annotations
 
@@ -21,27 +22,38 @@ import psutil
 from kvmigrate.proxy.exchange import SERVE, SHADOW, Exchange
 from kvmigrate.recorder import RecorderAddon, WriterSettings
 
+CONVERSATIONS = 500  # interleaved, as many agents at once would be
+TURNS = 12
+
 
 def _exchange(
     i: int, messages: list[dict[str, str]], chunks: list[bytes], shadow: bool = False
 ) -> Exchange:
-    """With `shadow`, odd records are the shadow copies of the even ones before them, with
-    a slightly different answer: each pair is scored for parity, as in shadow mode."""
-    # The history repeats across records (as an agent resends it), the newest message is new.
+    """The i-th record: turn `t` of one of CONVERSATIONS agent loops, whose request is its
+    previous one plus the last answer and a new user message, as an agent resends it.
+    With `shadow`, odd records are the shadow copies of the even ones before them, with a
+    slightly different answer: each pair is scored for parity, as in shadow mode."""
     if shadow and i % 2:
-        x = _exchange(i - 1, messages, chunks)
+        x = _exchange(i - 1, messages, chunks, shadow)
         x.request_id, x.backend, x.role, x.pair_id = f"req_{i:012d}", "vllm", SHADOW, x.request_id
         x.chunks = [c.replace(b"word3 ", b"other ") for c in chunks]
+        x.mirrored = False
         return x
-    latest = {"role": "user", "content": f"request {i}: mail the log to dev{i}@example.com"}
-    request = orjson.dumps(
-        {"model": "gpt-4o-mini", "stream": True, "messages": [*messages, latest]}
-    )
+    block, slot = divmod(i // 2 if shadow else i, CONVERSATIONS)
+    turn = block % TURNS
+    conversation = f"conv-{slot + CONVERSATIONS * (block // TURNS)}"
+    history = list(messages)
+    for step in range(turn + 1):
+        ask = f"{conversation} step {step}: call me at +1 415-555-0132, or mail dev{slot}@x.com"
+        history.append({"role": "user", "content": ask})
+        if step < turn:
+            history.append({"role": "assistant", "content": f"{conversation}: done. " * 8})
+    request = orjson.dumps({"model": "gpt-4o-mini", "stream": True, "messages": history})
     now = time.perf_counter()
     x = Exchange(
         request_id=f"req_{i:012d}", route="chat/completions", backend="hosted", role=SERVE,
-        model="gpt-4o-mini", served_model="gpt-4o-mini", conversation=f"conv-{i % 500}",
-        turn=i % 12 + 1, stream=True, started=now - 0.2, request_body=request,
+        model="gpt-4o-mini", served_model="gpt-4o-mini", conversation=conversation,
+        turn=turn + 1, stream=True, started=now - 0.2, request_body=request,
         status=200, first_byte=now - 0.15, finished=now,
     )  # fmt: skip
     x.chunks = chunks
@@ -51,9 +63,6 @@ def _exchange(
 
 def _payload() -> tuple[list[dict[str, str]], list[bytes]]:
     messages = [{"role": "system", "content": "You are a coding agent. " * 40}]
-    for turn in range(6):
-        messages.append({"role": "user", "content": f"step {turn}: call me at +1 415-555-0132"})
-        messages.append({"role": "assistant", "content": "Working on it. " * 10})
     chunks = []
     for k in range(40):
         delta = {"content": f"word{k} "}  # 40 chunks of streamed answer

@@ -146,7 +146,7 @@ def _stored_request(
     def encode(value: Any) -> bytes:
         return orjson.dumps(redactor(value) if content == "redacted" else value)
 
-    split = history.split(x.route, x.request_body, ts, encode)
+    split = history.split(x.route, x.request_body, ts, encode, x.conversation)
     if split is None:
         return {}
     return {

@@ -56,30 +56,46 @@ class HistoryMemo:
         self.max_bytes = max_bytes
         self._seen: OrderedDict[bytes, list[Any]] = OrderedDict()  # raw -> [digest, touched]
         self._bytes = 0
+        self._prefixes = _Prefixes(max_bytes)
 
     def forget(self) -> None:
         """After a failed write: what this memo vouches for may not be in the database."""
         self._seen.clear()
         self._bytes = 0
+        self._prefixes = _Prefixes(self.max_bytes)
 
-    def split(self, route: str, body: bytes, ts: float, encode: Encode) -> SplitRequest | None:
+    def split(
+        self, route: str, body: bytes, ts: float, encode: Encode, conversation: str = ""
+    ) -> SplitRequest | None:
         """The request body split into its history and the rest; None when it is not a
         JSON object. Only the members are parsed, and of the history only the messages
-        not seen before: a long history costs a scan, not a parse and a redaction."""
+        not seen before: a long history costs a scan, not a parse and a redaction. When
+        the history starts with the conversation's previous one, byte for byte, only the
+        messages after it are even looked at."""
         try:
-            return self._split(route, _OBJECT.decode(body), ts, encode)
+            return self._split(route, _OBJECT.decode(body), ts, encode, conversation)
         except (*_INVALID, orjson.JSONDecodeError):
             return None  # msgspec and orjson disagree at the edges (huge numbers, ...)
 
     def _split(
-        self, route: str, members: dict[str, msgspec.Raw], ts: float, encode: Encode
+        self,
+        route: str,
+        members: dict[str, msgspec.Raw],
+        ts: float,
+        encode: Encode,
+        conversation: str,
     ) -> SplitRequest:
         key = HISTORY_KEYS.get(route)
-        items = _items(members.get(key)) if key else None
-        rest = {k: orjson.loads(bytes(v)) for k, v in members.items() if k != key or not items}
-        if key is None or not items:
+        array = bytes(members[key]) if key in members else b""
+        matched = self._prefixes.match(conversation, array, ts) if conversation else None
+        digests, items = matched if matched is not None else ([], _items(array))
+        rest = {
+            k: orjson.loads(bytes(v))
+            for k, v in members.items()
+            if k != key or not (items or digests)
+        }
+        if key is None or items is None or not (items or digests):
             return SplitRequest(rest, None, [], [])
-        digests: list[str] = []
         new: list[MessageRow] = []
         touched: list[str] = []
         for item in items:
@@ -97,6 +113,8 @@ class HistoryMemo:
                     known[1] = ts
                     touched.append(digest)
             digests.append(digest)
+        if conversation:
+            self._prefixes.keep(conversation, array, digests, ts)
         return SplitRequest(rest, orjson.dumps({key: digests}).decode(), new, touched)
 
     def _remember(self, raw: bytes, digest: str, ts: float) -> None:
@@ -107,14 +125,62 @@ class HistoryMemo:
             self._bytes -= len(old)
 
 
-def _items(raw: msgspec.Raw | None) -> list[msgspec.Raw] | None:
+def _items(raw: bytes) -> list[msgspec.Raw] | None:
     """The elements of a JSON array, unparsed; None for anything else."""
-    if raw is None:
+    if not raw:
         return None
     try:
         return _ARRAY.decode(raw)
     except _INVALID:
         return None
+
+
+class _Prefix(NamedTuple):
+    head: bytes  # the history array as sent, less its closing `]`: ends with an element
+    digests: list[str]
+    ts: float  # when its messages' `last_seen` was last checked
+
+
+class _Prefixes:
+    """Each conversation's last history, as bytes. An agent's next request starts with it
+    byte for byte, so one comparison vouches for every message in it; only what follows
+    is decoded. Bounded by bytes, LRU; entries older than TOUCH_S are not used, so that
+    the messages' `last_seen` is refreshed on the per-message path."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._by_conversation: OrderedDict[str, _Prefix] = OrderedDict()
+        self._bytes = 0
+
+    def match(
+        self, conversation: str, array: bytes, ts: float
+    ) -> tuple[list[str], list[msgspec.Raw] | None] | None:
+        """(digests of the known messages, the messages after them) or None."""
+        prefix = self._by_conversation.get(conversation)
+        if prefix is None or ts - prefix.ts > TOUCH_S or not array.startswith(prefix.head):
+            return None
+        # Parsing "[e1,...,en" is settled whatever follows; the next byte says what does.
+        tail = array[len(prefix.head) :].lstrip()
+        if tail.startswith(b"]"):
+            return list(prefix.digests), []
+        if not tail.startswith(b","):
+            return None
+        return list(prefix.digests), _items(b"[" + tail[1:])
+
+    def keep(self, conversation: str, array: bytes, digests: list[str], ts: float) -> None:
+        head = array.rstrip()
+        if not head.endswith(b"]") or not digests:
+            return
+        old = self._by_conversation.pop(conversation, None)
+        if old is not None:
+            self._bytes -= len(old.head)
+            ts = old.ts if array.startswith(old.head) else ts
+        prefix = _Prefix(head[:-1].rstrip(), digests, ts)
+        self._by_conversation[conversation] = prefix
+        self._bytes += len(prefix.head)
+        while self._bytes > self.max_bytes and self._by_conversation:
+            _, evicted = self._by_conversation.popitem(last=False)
+            self._bytes -= len(evicted.head)
 
 
 def message_digest(body: bytes) -> str:

@@ -15,7 +15,7 @@ from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder import open_store
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.recorder.export import recorded_requests
-from kvmigrate.recorder.history import TOUCH_S
+from kvmigrate.recorder.history import TOUCH_S, HistoryMemo
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings
 
@@ -155,3 +155,45 @@ def test_a_failed_batch_makes_the_converter_store_its_messages_again(tmp_path: P
         exported = list(recorded_requests(reader, 0, time.time() + 1))
     assert [line["body"]["messages"] for line in exported] == [messages]
     writer.stop()
+
+
+def _bodies(shape: str) -> list[bytes]:
+    """Successive requests of one conversation, in a few shapes a client may send."""
+    sys_msg = {"role": "system", "content": "sys"}
+    turns = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"m{n}"} for n in range(6)]
+    append = [[sys_msg, *turns[: n + 1]] for n in range(6)]
+    if shape == "append":
+        return [orjson.dumps({"model": "m", "messages": m}) for m in append]
+    if shape == "spaced":  # non-compact JSON, as json.dumps writes it
+        import json
+
+        return [json.dumps({"messages": m, "model": "m"}).encode() for m in append]
+    if shape == "edited":  # the agent rewrites an earlier message (e.g. trims a tool result)
+        edited = [dict(m) for m in append[4]]
+        edited[2]["content"] = "rewritten"
+        return [orjson.dumps({"messages": m}) for m in (*append[:4], edited, append[5])]
+    if shape == "resent":  # the same history twice (a retry), then a shorter one
+        return [orjson.dumps({"messages": m}) for m in (append[3], append[3], append[1])]
+    raise AssertionError(shape)
+
+
+@pytest.mark.parametrize("shape", ["append", "spaced", "edited", "resent"])
+def test_the_conversation_prefix_shortcut_names_the_same_messages(shape: str) -> None:
+    """Digests through the byte-prefix shortcut equal those of the per-message path."""
+    shortcut, plain = HistoryMemo(), HistoryMemo()
+    for n, body in enumerate(_bodies(shape)):
+        fast = shortcut.split("chat/completions", body, float(n), orjson.dumps, "conv-1")
+        slow = plain.split("chat/completions", body, float(n), orjson.dumps)
+        assert fast is not None
+        assert slow is not None
+        assert (fast.refs, fast.rest, fast.new) == (slow.refs, slow.rest, slow.new)
+    assert fast.refs is not None
+
+
+def test_the_shortcut_still_refreshes_last_seen() -> None:
+    memo = HistoryMemo()
+    first, second = _bodies("append")[2:4]
+    memo.split("chat/completions", first, 0.0, orjson.dumps, "conv-1")
+    later = memo.split("chat/completions", second, TOUCH_S + 1, orjson.dumps, "conv-1")
+    assert later is not None
+    assert len(later.touched) == 4  # every message seen before, an hour and more ago
