@@ -56,13 +56,14 @@ class HistoryMemo:
         self.max_bytes = max_bytes
         self._seen: OrderedDict[bytes, list[Any]] = OrderedDict()  # raw -> [digest, touched]
         self._bytes = 0
-        self._prefixes = _Prefixes(max_bytes)
+        # Half as much again for each conversation's last history (the shortcut below).
+        self._prefixes = _Prefixes(max_bytes // 2)
 
     def forget(self) -> None:
         """After a failed write: what this memo vouches for may not be in the database."""
         self._seen.clear()
         self._bytes = 0
-        self._prefixes = _Prefixes(self.max_bytes)
+        self._prefixes = _Prefixes(self.max_bytes // 2)
 
     def split(
         self, route: str, body: bytes, ts: float, encode: Encode, conversation: str = ""
