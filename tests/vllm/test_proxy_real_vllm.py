@@ -75,7 +75,10 @@ def test_streamed_reply_arrives_chunk_by_chunk(proxy_client: openai.OpenAI) -> N
     stream = proxy_client.chat.completions.create(
         model="gpt-4o-mini",
         stream=True,
-        max_tokens=48,
+        # Enough tokens to take a while even on a fast core: the tiny model decodes 48 in
+        # under 5 ms when the machine is idle, too fast to tell relaying from buffering.
+        max_tokens=200,
+        extra_body={"ignore_eos": True},
         stream_options={"include_usage": True},
         messages=[{"role": "user", "content": f"{uuid.uuid4().hex} tell me about caching"}],
     )
