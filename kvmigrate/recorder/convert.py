@@ -144,7 +144,7 @@ def _stored_request(
     as message digests plus the rows of messages not stored before."""
 
     def encode(value: Any) -> bytes:
-        return orjson.dumps(redactor(value) if content == "redacted" else value)
+        return _encode(value, content, redactor)
 
     split = history.split(x.route, x.request_body, ts, encode, x.conversation)
     if split is None:
@@ -224,9 +224,12 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 
 
 def _dump(value: dict[str, Any] | None, content: str, redactor: Redactor) -> str | None:
-    if value is None:
-        return None
-    return orjson.dumps(redactor(value) if content == "redacted" else value).decode()
+    return None if value is None else _encode(value, content, redactor).decode()
+
+
+def _encode(value: Any, content: str, redactor: Redactor) -> bytes:
+    """JSON as stored under the content policy (`redacted` or `full`)."""
+    return orjson.dumps(redactor(value) if content == "redacted" else value)
 
 
 def _usage(response: dict[str, Any] | None) -> dict[str, Any]:

@@ -115,7 +115,7 @@ class HistoryMemo:
                     touched.append(digest)
             digests.append(digest)
         if conversation:
-            self._prefixes.keep(conversation, array, digests, ts)
+            self._prefixes.keep(conversation, array, digests, ts, reused=matched is not None)
         return SplitRequest(rest, orjson.dumps({key: digests}).decode(), new, touched)
 
     def _remember(self, raw: bytes, digest: str, ts: float) -> None:
@@ -168,14 +168,19 @@ class _Prefixes:
             return None
         return list(prefix.digests), _items(b"[" + tail[1:])
 
-    def keep(self, conversation: str, array: bytes, digests: list[str], ts: float) -> None:
+    def keep(
+        self, conversation: str, array: bytes, digests: list[str], ts: float, reused: bool
+    ) -> None:
+        """Remember `array` for the conversation's next request. `reused`: its messages
+        came from the last prefix, unchecked, so its age carries over; otherwise they all
+        went through the per-message path just now (touches included) and it starts anew."""
         head = array.rstrip()
         if not head.endswith(b"]") or not digests:
             return
         old = self._by_conversation.pop(conversation, None)
         if old is not None:
             self._bytes -= len(old.head)
-            ts = old.ts if array.startswith(old.head) else ts
+            ts = old.ts if reused else ts
         prefix = _Prefix(head[:-1].rstrip(), digests, ts)
         self._by_conversation[conversation] = prefix
         self._bytes += len(prefix.head)

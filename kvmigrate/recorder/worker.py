@@ -286,8 +286,9 @@ class _Lane:
 
 
 def _widen(conn: Connection) -> None:
-    """A 1 MiB pipe instead of 64 KiB: a message of 64 exchanges is about 600 KB, and each
-    time the pipe fills, both processes pay a read, a write and a context switch."""
+    """A 1 MiB pipe instead of 64 KiB: a message of `_MAX_MESSAGE` exchanges is about
+    300 KB, and each time the pipe fills, both processes pay a read, a write and a context
+    switch."""
     with contextlib.suppress(ImportError, AttributeError, OSError):  # not Linux, or a limit
         import fcntl
 

@@ -108,22 +108,26 @@ def _envelope(first: dict[str, Any], obj: str) -> dict[str, Any]:
 
 
 def _assemble_chat(body: bytes) -> dict[str, Any] | None:
-    framed = _framed_array(body)
-    if framed is not None:
+    # Typed decoding of the chunks as one JSON array, reached the fast way if the stream
+    # is plainly framed, else line by line; chunks the types refuse take the dict path.
+    for as_array in (_framed_array, _line_array):
+        found = as_array(body)
+        if found is None:
+            continue
         try:
-            choices, usage = feed_chunks(framed[0], _Choice)
-            return _chat_completion(orjson.loads(framed[1]), choices, usage)
+            choices, usage = feed_chunks(found[0], _Choice)
+            return _chat_completion(orjson.loads(found[1]), choices, usage)
         except (*DecodeError, orjson.JSONDecodeError):
-            pass  # not that plain after all: the line-by-line path below
+            continue
+    return _assemble_chat_dicts(sse_data(body))
+
+
+def _line_array(body: bytes) -> tuple[bytes, bytes] | None:
+    """(every `data:` object line joined into one JSON array, the first of them)."""
     payloads = sse_payloads(body)
     if not payloads:
         return None
-    try:
-        choices, usage = feed_chunks(b"[" + b",".join(payloads) + b"]", _Choice)
-        first = orjson.loads(payloads[0])
-    except (*DecodeError, orjson.JSONDecodeError):
-        return _assemble_chat_dicts(sse_data(body))
-    return _chat_completion(first, choices, usage)
+    return b"[" + b",".join(payloads) + b"]", payloads[0]
 
 
 _EVENT_GAP = b"\n\ndata: "

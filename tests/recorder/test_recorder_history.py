@@ -15,7 +15,7 @@ from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder import open_store
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.recorder.export import recorded_requests
-from kvmigrate.recorder.history import TOUCH_S, HistoryMemo
+from kvmigrate.recorder.history import TOUCH_S, HistoryMemo, _Prefixes
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings
 
@@ -197,3 +197,22 @@ def test_the_shortcut_still_refreshes_last_seen() -> None:
     later = memo.split("chat/completions", second, TOUCH_S + 1, orjson.dumps, "conv-1")
     assert later is not None
     assert len(later.touched) == 4  # every message seen before, an hour and more ago
+
+
+def test_a_prefix_checked_again_is_used_again() -> None:
+    """Past TOUCH_S a history goes through the per-message path once (refreshing
+    `last_seen`); the prefix it leaves must be fresh, or no later turn could use it."""
+    prefixes = _Prefixes(1 << 20)
+    first, second, third = _bodies("append")[2:5]
+    arrays = [orjson.loads(b)["messages"] for b in (first, second, third)]
+    raw = [orjson.dumps(a) for a in arrays]
+    prefixes.keep("conv-1", raw[0], ["d"] * len(arrays[0]), 0.0, reused=False)
+    later = TOUCH_S + 1
+    assert prefixes.match("conv-1", raw[1], later) is None  # too old: checked again
+    prefixes.keep("conv-1", raw[1], ["d"] * len(arrays[1]), later, reused=False)
+    matched = prefixes.match("conv-1", raw[2], later + 1)
+    assert matched is not None
+    digests, items = matched
+    assert len(digests) == len(arrays[1])
+    assert items is not None
+    assert len(items) == 1
