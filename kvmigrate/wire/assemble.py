@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.wire.chat_chunks import ChoiceSink, DecodeError, feed_chunks
+from kvmigrate.wire.chat_chunks import ChoiceSink, DecodeError, feed_chunks, plain_choice
 from kvmigrate.wire.sse import sse_data, sse_events, sse_payloads
 
 
@@ -115,6 +115,12 @@ def _assemble_chat(body: bytes) -> dict[str, Any] | None:
         if found is None:
             continue
         try:
+            plain = plain_choice(found[0])
+            if plain is not None:
+                out = _envelope(orjson.loads(found[1]), "chat.completion")
+                out["choices"] = [] if plain[0] is None else [plain[0]]
+                out["usage"] = plain[1]
+                return out
             choices, usage = feed_chunks(found[0], _Choice)
             return _chat_completion(orjson.loads(found[1]), choices, usage)
         except (*DecodeError, orjson.JSONDecodeError):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder.convert import to_record
 from kvmigrate.wire.assemble import _assemble_chat_dicts, assemble
+from kvmigrate.wire.chat_chunks import plain_choice
 from kvmigrate.wire.sse import sse_data
 
 TEXT = st.text(max_size=12)
@@ -119,3 +120,62 @@ def test_a_metrics_only_record_reads_the_stream_tail_alike(
         assert getattr(metrics_only, field) == getattr(whole, field)
     assert metrics_only.tool_calls == whole.tool_calls
     assert (metrics_only.tool_calls is not None) == tool
+
+
+PLAIN_DELTA = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["assistant", ""]),
+        "content": st.one_of(st.none(), TEXT),
+        "refusal": st.none(),
+        "tool_calls": st.just([]),
+    },
+)
+PLAIN_PART = st.fixed_dictionaries(
+    {"index": st.just(0), "delta": PLAIN_DELTA},
+    optional={"finish_reason": st.one_of(st.none(), st.sampled_from(["stop", "length"]))},
+)
+PLAIN_CHUNK = st.fixed_dictionaries(
+    {"id": st.just("c1"), "object": st.just("chat.completion.chunk"), "model": st.just("m")},
+    optional={
+        "choices": st.one_of(st.none(), st.lists(PLAIN_PART, max_size=2)),
+        "usage": st.one_of(st.none(), USAGE),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PLAIN_CHUNK, min_size=1, max_size=8))
+def test_the_plain_path_takes_text_only_streams_and_agrees(chunks: list[dict[str, Any]]) -> None:
+    body = _stream(chunks)
+    assert plain_choice(b"[" + b",".join(orjson.dumps(c) for c in chunks) + b"]") is not None
+    assert assemble("chat/completions", body) == _assemble_chat_dicts(sse_data(body))
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        {"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f"}}]},
+        {"reasoning_content": "thinking"},
+        {"reasoning": "thinking"},
+        {"refusal": "no"},
+        {"function_call": {"name": "f"}},
+        {"audio": {"id": "a"}},
+    ],
+)
+def test_anything_but_text_leaves_the_plain_path(delta: dict[str, Any]) -> None:
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]},
+        {"choices": [{"index": 0, "delta": delta}]},
+    ]
+    assert plain_choice(orjson.dumps(chunks)) is None
+    body = _stream(chunks)
+    assert assemble("chat/completions", body) == _assemble_chat_dicts(sse_data(body))
+
+
+def test_a_second_choice_leaves_the_plain_path() -> None:
+    chunks = [{"choices": [{"index": i, "delta": {"content": str(i)}} for i in (0, 1)]}]
+    assert plain_choice(orjson.dumps(chunks)) is None
+    assembled = assemble("chat/completions", _stream(chunks))
+    assert assembled is not None
+    assert [c["message"]["content"] for c in assembled["choices"]] == ["0", "1"]
