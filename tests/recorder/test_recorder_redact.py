@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
+import string
 
-from kvmigrate.recorder.redact import Redactor, luhn_ok, redact, redact_text
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvmigrate.recorder.redact import (
+    _CARD,
+    _DIGIT_RUN,
+    _MAYBE_SECRET,
+    Redactor,
+    _maybe_secret_or_digits,
+    luhn_ok,
+    redact,
+    redact_text,
+)
 
 
 @pytest.mark.parametrize(
@@ -63,3 +76,24 @@ def test_structure_is_kept_and_strings_scrubbed() -> None:
     assert call["function"]["name"] == "email"
     assert call["function"]["arguments"] == '{"to": "[EMAIL]"}'
     assert Redactor()(body) == out
+
+
+# Characters every prefilter and pattern cares about, plus non-ASCII ones (an accented
+# letter, an Arabic-Indic digit) that send a string to the regex prefilters instead.
+_ALPHABET = string.ascii_letters + string.digits + "+/_-@ \t().:=\n" + "é٤"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.text(alphabet=_ALPHABET, max_size=60),
+    st.sampled_from(
+        ["", " bearer x", " BeArEr ", " 415-555-0132", " sk-" + "a1" * 10, " 4111 1111 1111 1111"]
+    ),
+)
+def test_the_bytes_prefilters_agree_with_the_regex_ones(text: str, extra: str) -> None:
+    text += extra
+    secret, digits, card = _maybe_secret_or_digits(text)
+    assert secret == (_MAYBE_SECRET.search(text) is not None)
+    assert digits == (_DIGIT_RUN.search(text) is not None)
+    if _CARD.search(text):
+        assert card  # the card prefilter may pass text without one, never miss one
