@@ -150,7 +150,7 @@ def _stored_request(
     if split is None:
         return {}
     return {
-        "request_json": encode(split.rest).decode(),
+        "request_json": split.rest.decode(),
         "request_messages": split.refs,
         "messages": tuple(split.new),
         "touched": tuple(split.touched),

@@ -41,7 +41,7 @@ Encode = Callable[[Any], bytes]
 
 
 class SplitRequest(NamedTuple):
-    rest: dict[str, Any]  # the request without its history key
+    rest: bytes  # the request without its history key, as stored (encoded)
     refs: str | None  # `request_messages`: {"<key>": [digest, ...]}, as JSON
     new: list[MessageRow]  # messages not stored before
     touched: list[str]  # stored messages whose `last_seen` is due for a refresh
@@ -58,6 +58,9 @@ class HistoryMemo:
         self._bytes = 0
         # Half as much again for each conversation's last history (the shortcut below).
         self._prefixes = _Prefixes(max_bytes // 2)
+        # The rest of a request repeats too (model, parameters, and the `tools` schemas,
+        # often kilobytes): stored once encoded, it is not parsed and redacted again.
+        self._rests = _Encoded(max_bytes // 8)
 
     def forget(self) -> None:
         """After a failed write: what this memo vouches for may not be in the database."""
@@ -90,11 +93,10 @@ class HistoryMemo:
         array = bytes(members[key]) if key in members else b""
         matched = self._prefixes.match(conversation, array, ts) if conversation else None
         digests, items = matched if matched is not None else ([], _items(array))
-        rest = {
-            k: orjson.loads(bytes(v))
-            for k, v in members.items()
-            if k != key or not (items or digests)
-        }
+        rest = self._rests.encoded(
+            tuple((k, bytes(v)) for k, v in members.items() if k != key or not (items or digests)),
+            encode,
+        )
         if key is None or items is None or not (items or digests):
             return SplitRequest(rest, None, [], [])
         new: list[MessageRow] = []
@@ -124,6 +126,31 @@ class HistoryMemo:
         while self._bytes > self.max_bytes and self._seen:
             old, _ = self._seen.popitem(last=False)
             self._bytes -= len(old)
+
+
+class _Encoded:
+    """JSON objects as stored, by their members as sent (name, raw JSON); bounded by
+    bytes, LRU."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._by_members: OrderedDict[tuple[tuple[str, bytes], ...], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def encoded(self, members: tuple[tuple[str, bytes], ...], encode: Encode) -> bytes:
+        done = self._by_members.get(members)
+        if done is not None:
+            self._by_members.move_to_end(members)
+            return done
+        done = encode({name: orjson.loads(raw) for name, raw in members})
+        size = len(done) + sum(len(raw) for _, raw in members)
+        if size <= self.max_bytes:
+            self._by_members[members] = done
+            self._bytes += size
+        while self._bytes > self.max_bytes:
+            old_members, old = self._by_members.popitem(last=False)
+            self._bytes -= len(old) + sum(len(raw) for _, raw in old_members)
+        return done
 
 
 def _items(raw: bytes) -> list[msgspec.Raw] | None:
