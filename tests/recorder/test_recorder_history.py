@@ -216,3 +216,30 @@ def test_a_prefix_checked_again_is_used_again() -> None:
     assert len(digests) == len(arrays[1])
     assert items is not None
     assert len(items) == 1
+
+
+def test_the_rest_of_a_request_is_encoded_once_and_redacted() -> None:
+    """Agents resend the same tools and parameters every turn: encoded once, reused while
+    identical, and never reused for a request whose rest differs by a byte."""
+    calls: list[Any] = []
+
+    def encode(value: Any) -> bytes:
+        calls.append(value)
+        return orjson.dumps(value).replace(b"jane@example.com", b"[EMAIL]")
+
+    tools = [{"type": "function", "function": {"name": "grep", "description": "x" * 2000}}]
+    memo = HistoryMemo()
+
+    def body(turn: int, user: str) -> bytes:
+        history = [{"role": "user", "content": f"turn {n}"} for n in range(turn + 1)]
+        return orjson.dumps({"model": "m", "tools": tools, "user": user, "messages": history})
+
+    rests = []
+    for turn, user in enumerate(["jane@example.com", "jane@example.com", "bob"]):
+        split = memo.split("chat/completions", body(turn, user), float(turn), encode, "c1")
+        assert split is not None
+        rests.append(orjson.loads(split.rest))
+    assert rests[0] == rests[1] == {"model": "m", "tools": tools, "user": "[EMAIL]"}
+    assert rests[2]["user"] == "bob"
+    # Two distinct rests encoded, plus one call per new message (three turns, three new).
+    assert sum(1 for c in calls if isinstance(c, dict) and "tools" in c) == 2
