@@ -1,5 +1,6 @@
-"""The cache-buster detector as a proxy addon: `exchange_done` only queues; a worker thread
-parses, compares and counts, off the response path.
+"""The cache-buster detector as a proxy addon: `exchange_done` only queues; a worker
+process (kvmigrate.cachecheck.process) parses, compares and fingerprints, off the proxy's
+GIL, and a feeder thread counts its verdicts into the proxy's metrics.
 
 Metrics (on the proxy's registry):
     kvmigrate_cache_breaks_total{class}        prefix breaks by cause
@@ -18,23 +19,29 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from kvmigrate.cachecheck.compare import Tokenize, TurnCheck
-from kvmigrate.cachecheck.fingerprint import FingerprintStore
-from kvmigrate.cachecheck.tracker import ConversationTracker, tracking_key
-from kvmigrate.wire.assemble import assemble
+from kvmigrate.cachecheck.checker import (
+    CHAT_ROUTE,
+    CacheChecker,
+    CacheCheckResult,
+    CheckItem,
+    StoreLimits,
+)
+from kvmigrate.cachecheck.compare import Tokenize
+from kvmigrate.cachecheck.process import CheckerProcess, Failed, Outcome, WorkerGone, check_one
 
 log = logging.getLogger("kvmigrate.cachecheck")
 
-CHAT_ROUTE = "chat/completions"
+__all__ = ["CHAT_ROUTE", "CacheBusterAddon", "CacheCheckResult"]
+
 RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+WORKERS = ("process", "thread")
+_BATCH = 64  # exchanges per round trip to the worker process
 
 
 class ExchangeLike(Protocol):
@@ -52,19 +59,11 @@ class ExchangeLike(Protocol):
     def ok(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class CacheCheckResult:
-    """The verdict on one served request, for the recorder or anyone else to keep."""
-
-    request_id: str
-    conversation: str
-    check: TurnCheck
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"request_id": self.request_id, **self.check.as_dict()}
-
-
 class CacheBusterAddon:
+    """`worker="process"` (the default) checks in a child process; `"thread"` on a thread
+    of this one (simpler, for tests and one-off use: its parsing shares the GIL with the
+    caller). A `tokenize` for the process must pickle (a module-level function)."""
+
     def __init__(
         self,
         max_conversations: int = 50_000,
@@ -74,16 +73,21 @@ class CacheBusterAddon:
         keep_results: int = 1000,
         tokenize: Tokenize | None = None,
         on_result: Callable[[CacheCheckResult], None] | None = None,
+        worker: str = "process",
     ) -> None:
-        self.store = FingerprintStore(max_conversations, max_bytes, ttl_s)
-        self._tracker = ConversationTracker(self.store, tokenize)
+        if worker not in WORKERS:
+            raise ValueError(f"worker must be one of {WORKERS}, got {worker!r}")
+        limits = StoreLimits(max_conversations, max_bytes, ttl_s)
+        self._checker = CacheChecker(limits, tokenize) if worker == "thread" else None
+        self._process = CheckerProcess(limits, tokenize) if worker == "process" else None
+        self._tracked = 0  # conversations tracked, as the checker last said
         # A SimpleQueue (C, lock-free put) bounded by hand: the event loop is its only
         # producer, so checking qsize() first is exact enough and costs far less than
         # queue.Queue's locks.
         self._queue: queue.SimpleQueue[ExchangeLike | None] = queue.SimpleQueue()
         self.queue_size = queue_size
         self._enqueued = 0  # written by the event loop only
-        self._handled = 0  # written by the worker only
+        self._handled = 0  # written by the feeder only
         self.results: deque[CacheCheckResult] = deque(maxlen=keep_results)
         self.on_result = on_result
         self.processed = 0
@@ -116,7 +120,7 @@ class CacheBusterAddon:
     def register_metrics(self, registry: CollectorRegistry) -> None:
         for metric in (self.breaks, self.tokens_lost, self.reuse, self.dropped):
             registry.register(metric)
-        registry.register(_StoreCollector(self.store))
+        registry.register(_TrackedCollector(lambda: self._tracked))
 
     async def running(self) -> None:
         self.start()
@@ -139,6 +143,8 @@ class CacheBusterAddon:
     def start(self) -> None:
         with self._lock:
             if self._thread is None:
+                if self._process is not None:
+                    self._process.start()
                 self._thread = threading.Thread(
                     target=self._run, name="kvmigrate-cachecheck", daemon=True
                 )
@@ -150,6 +156,8 @@ class CacheBusterAddon:
         if thread is not None:
             self._queue.put(None)
             thread.join(timeout)
+            if self._process is not None:
+                self._process.close(timeout)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """True once every queued exchange is processed (for tests and benchmarks)."""
@@ -160,50 +168,99 @@ class CacheBusterAddon:
             time.sleep(0.005)
         return True
 
-    # -- the worker thread ------------------------------------------------------------------
+    # -- the feeder thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            exchange = self._queue.get()
-            if exchange is None:
-                return
+            batch, stopping = self._take()
             try:
-                self._process(exchange)
-            except Exception:
-                # One odd request must not stop the checking of all the others.
-                self.failed += 1
-                log.exception(
-                    "cachecheck: could not check %s", getattr(exchange, "request_id", "?")
-                )
+                self._check_batch(batch)
             finally:
-                self._handled += 1
+                self._handled += len(batch)
+            if stopping:
+                return
 
-    def _process(self, exchange: ExchangeLike) -> None:
-        if not exchange.ok:
-            return  # a failed call is retried with the same prompt; it leaves no answer
-        request = orjson.loads(exchange.request_body)
-        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+    def _take(self) -> tuple[list[ExchangeLike], bool]:
+        """(up to _BATCH exchanges, whether close() was called): waits for the first."""
+        batch: list[ExchangeLike] = []
+        item = self._queue.get()
+        while item is not None:
+            batch.append(item)
+            if len(batch) >= _BATCH:
+                return batch, False
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, False
+        return batch, True
+
+    def _check_batch(self, batch: list[ExchangeLike]) -> None:
+        items = []
+        for exchange in batch:
+            try:
+                items.append(_item(exchange))
+            except Exception:
+                self.failed += 1
+                log.exception("cachecheck: not an exchange: %r", exchange)
+        if not items:
             return
-        response = assemble(exchange.route, b"".join(exchange.chunks))
-        key = tracking_key(exchange.conversation, request)
-        check = self._tracker.observe(key, request, response, time.monotonic(), exchange.turn)
+        try:
+            outcomes = self._outcomes(items)
+        except WorkerGone as exc:
+            self.failed += len(items)
+            log.error("cachecheck: %d exchanges not checked: %s", len(items), exc)
+            return
+        for item, outcome in zip(items, outcomes, strict=True):
+            try:
+                self._count(item, outcome)
+            except Exception:  # an `on_result` that raises must not stop the feeder
+                self.failed += 1
+                log.exception("cachecheck: could not count %s", item.request_id)
+
+    def _outcomes(self, items: list[CheckItem]) -> list[Outcome]:
+        if self._process is not None:
+            outcomes, self._tracked = self._process.check(items)
+            return outcomes
+        assert self._checker is not None
+        outcomes = [check_one(self._checker, item) for item in items]
+        self._tracked = len(self._checker.store)
+        return outcomes
+
+    def _count(self, item: CheckItem, outcome: Outcome) -> None:
+        if isinstance(outcome, Failed):
+            self.failed += 1
+            log.error("cachecheck: could not check %s\n%s", item.request_id, outcome.message)
+            return
+        if outcome is None:
+            return  # a failed call, or not a chat request
         self.processed += 1
+        check = outcome.check
         if check.expected_tokens:
             self.reuse.observe(check.ratio)
         if check.brk is not None:
             self.breaks.labels(check.brk.cls.value).inc()
             self.tokens_lost.labels(check.brk.cls.value).inc(check.tokens_lost)
-        result = CacheCheckResult(exchange.request_id, exchange.conversation, check)
-        self.results.append(result)
+        self.results.append(outcome)
         if self.on_result is not None:
-            self.on_result(result)
+            self.on_result(outcome)
 
 
-class _StoreCollector:
-    """The store's size, read at scrape time."""
+def _item(exchange: ExchangeLike) -> CheckItem:
+    return CheckItem(
+        exchange.request_id,
+        exchange.conversation,
+        exchange.turn,
+        exchange.ok,
+        exchange.request_body,
+        b"".join(exchange.chunks),
+    )
 
-    def __init__(self, store: FingerprintStore) -> None:
-        self._store = store
+
+class _TrackedCollector:
+    """How many conversations the checker tracks, read at scrape time."""
+
+    def __init__(self, tracked: Callable[[], int]) -> None:
+        self._tracked = tracked
 
     def describe(self) -> list[Metric]:
         return list(self.collect())
@@ -212,5 +269,5 @@ class _StoreCollector:
         gauge = GaugeMetricFamily(
             "kvmigrate_cachecheck_conversations", "Conversations whose last prompt is tracked."
         )
-        gauge.add_metric([], len(self._store))
+        gauge.add_metric([], self._tracked())
         yield gauge

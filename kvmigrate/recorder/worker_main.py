@@ -10,13 +10,12 @@ import contextlib
 import gc
 import logging
 import logging.handlers
-import os
-import signal
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kvmigrate.background import become_background_worker
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, RecordedExchange, WorkerSpec, unpack
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings
@@ -32,11 +31,7 @@ def run_worker(
 ) -> None:
     """The child's main: it ends when the proxy says so or goes away, after writing what
     it holds."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Below the proxy: when they share a core, the response path wins and the queue absorbs
-    # the burst (or counts what it drops).
-    with contextlib.suppress(OSError):
-        os.nice(5)
+    become_background_worker()
     package_log = logging.getLogger("kvmigrate")
     package_log.handlers[:] = [logging.handlers.QueueHandler(logs)]
     package_log.setLevel(log_level)

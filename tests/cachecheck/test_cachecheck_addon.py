@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import time
 import urllib.request
@@ -9,9 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import openai
+import orjson
 import pytest
 
-from kvmigrate.cachecheck.addon import CacheBusterAddon
+from kvmigrate.cachecheck.addon import CacheBusterAddon, CacheCheckResult
 from kvmigrate.cachecheck.fingerprint import Fingerprint, FingerprintStore
 from kvmigrate.cachecheck.render import render_chat
 from kvmigrate.config import parse_config
@@ -31,8 +34,10 @@ def emulators() -> Iterator[tuple[str, str]]:
         yield hosted.url, vllm.url
 
 
-@pytest.fixture
-def proxy(emulators: tuple[str, str]) -> Iterator[tuple[str, CacheBusterAddon]]:
+@pytest.fixture(params=["process", "thread"])
+def proxy(
+    emulators: tuple[str, str], request: pytest.FixtureRequest
+) -> Iterator[tuple[str, CacheBusterAddon]]:
     hosted, vllm = emulators
     config = parse_config(
         f"""
@@ -45,7 +50,7 @@ rollout: {{mode: shadow}}
 """,
         env={},
     )
-    addon = CacheBusterAddon()
+    addon = CacheBusterAddon(worker=request.param)
     with BackgroundServer(lambda: build_proxy_app(config, addons=[addon])) as server:
         yield server.url, addon
 
@@ -156,3 +161,70 @@ def test_store_is_bounded_by_count_bytes_and_age() -> None:
     assert small.bytes <= 2 * size
     assert small.get("k4", 5.0) is not None
     assert small.get("k4", 5.0).rendering().text == rendering.text
+
+
+def _turns(conversation: str, turns: int, stamp: bool) -> list[_FakeExchange]:
+    """An agent's turns as served exchanges; with `stamp`, a clock in the system prompt."""
+    out, history = [], []
+    for turn in range(turns):
+        system = f"Now: 2025-01-06T10:{turn:02d}:00Z. {SYSTEM}" if stamp else SYSTEM
+        history.append({"role": "user", "content": f"step {turn}: next file"})
+        request = {"model": MODEL, "messages": [{"role": "system", "content": system}, *history]}
+        answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+        out.append(
+            _FakeExchange(
+                request_id=f"{conversation}-{turn}",
+                conversation=conversation,
+                turn=turn + 1,
+                request_body=orjson.dumps(request),
+                chunks=[orjson.dumps(answer)],
+            )
+        )
+        history.append({"role": "assistant", "content": "ok"})
+    return out
+
+
+def test_a_killed_worker_is_restarted_and_what_it_lost_counted() -> None:
+    addon = CacheBusterAddon(worker="process")
+    addon.start()
+    try:
+        for x in _turns("a", 3, stamp=True):
+            addon.exchange_done(x)
+        assert addon.wait_idle()
+        assert [r.check.brk is not None for r in addon.results] == [False, True, True]
+        assert addon._process is not None
+        assert addon._process._process is not None
+        os.kill(addon._process._process.pid, signal.SIGKILL)
+        addon._process._process.join(5)
+        time.sleep(1.1)  # restarts are at most once a second
+        for x in _turns("b", 3, stamp=True):
+            addon.exchange_done(x)
+        assert addon.wait_idle(timeout=30)
+        # The new worker tracks conversations from scratch; its verdicts are the same.
+        assert [r.check.brk is not None for r in list(addon.results)[3:]] == [False, True, True]
+        assert addon._process.restarts == 1
+    finally:
+        addon.close()
+
+
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_a_request_that_breaks_the_checker_is_counted_and_the_rest_checked(worker: str) -> None:
+    seen: list[str] = []
+
+    def on_result(result: CacheCheckResult) -> None:
+        seen.append(result.request_id)
+        if result.request_id == "ok2-0":
+            raise RuntimeError("a consumer that fails")
+
+    addon = CacheBusterAddon(worker=worker, on_result=on_result)
+    addon.start()
+    try:
+        broken = _FakeExchange(request_id="broken", request_body=b'{"messages": [')
+        for x in [*_turns("ok", 1, stamp=False), broken, *_turns("ok2", 2, stamp=False)]:
+            addon.exchange_done(x)
+        assert addon.wait_idle(timeout=30)
+        assert addon.failed == 2  # the unparseable body, and the failing consumer
+        assert seen == ["ok-0", "ok2-0", "ok2-1"]  # the feeder went on after both
+        assert addon.processed == 3
+    finally:
+        addon.close()
