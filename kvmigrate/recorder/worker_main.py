@@ -17,7 +17,8 @@ from typing import Any
 
 from kvmigrate.background import become_background_worker
 from kvmigrate.recorder.convert import RecordConverter
-from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, RecordedExchange, WorkerSpec, unpack
+from kvmigrate.recorder.record import Record
+from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, WorkerSpec, unpack
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings
 
 
@@ -61,25 +62,33 @@ def run_worker(
 
 
 class _Batches:
-    """Exchanges waiting for their batch: written once `batch_size` are in, or when the
-    oldest has waited `flush_interval`."""
+    """Records waiting for their batch: written once `batch_size` are in, or when the
+    oldest has waited `flush_interval`.
+
+    Each message is converted as it arrives, not when its batch is full: a worker that
+    stops reading its pipe for a whole batch's conversion (50 ms) blocks the proxy's
+    feeder on that pipe, and with several workers the others then starve for it."""
 
     def __init__(self, writer: RecordWriter, settings: WriterSettings, shared: Any) -> None:
         self.writer = writer
         self.settings = settings
         self.shared = shared
-        self.items: list[tuple[RecordedExchange, float]] = []
+        self.records: list[Record] = []
         self.deadline: float | None = None
 
     def add(self, packed: list[Packed]) -> None:
         for item in packed:
             try:
-                self.items.append(unpack(item))
+                exchange = unpack(item)
             except Exception:
                 self.writer.stats.drop("invalid")
-        if self.deadline is None and self.items:
+                continue
+            record = self.writer.convert(exchange)
+            if record is not None:
+                self.records.append(record)
+        if self.deadline is None and self.records:
             self.deadline = time.monotonic() + self.settings.flush_interval
-        if len(self.items) >= self.settings.batch_size:
+        if len(self.records) >= self.settings.batch_size:
             self.flush()
 
     def wait_s(self) -> float:
@@ -88,9 +97,9 @@ class _Batches:
         return max(0.0, self.deadline - time.monotonic())
 
     def flush(self) -> None:
-        if self.items:
-            self.writer.write_batch(self.items)
-        self.items = []
+        if self.records:
+            self.writer.write_records(self.records)
+        self.records = []
         self.deadline = None
         self.publish()
 
@@ -101,7 +110,7 @@ class _Batches:
             "written": stats.written,
             "batches": stats.batches,
             "write_errors": stats.write_errors,
-            "depth": len(self.items),
+            "depth": len(self.records),
             **{reason: stats.dropped.get(reason, 0) for reason in _DROPS},
         }
         for index, name in enumerate(SHARED_COUNTERS):

@@ -158,15 +158,21 @@ class RecordWriter:
         return items
 
     def write_batch(self, items: Sequence[Any]) -> None:
-        """Convert and write one batch now, on the caller's thread (the writer thread, or a
-        worker process that batches by itself)."""
-        records: list[Record] = []
-        for item in items:
-            try:
-                records.append(self._convert(item))
-            except Exception:
-                log.debug("recorder: cannot convert %r", item, exc_info=True)
-                self.stats.drop("invalid")
+        """Convert and write one batch now, on the caller's thread."""
+        self.write_records([r for r in map(self.convert, items) if r is not None])
+
+    def convert(self, item: Any) -> Record | None:
+        """The record for one item; None (and a drop counted) for one that is not valid."""
+        try:
+            return self._convert(item)
+        except Exception:
+            log.debug("recorder: cannot convert %r", item, exc_info=True)
+            self.stats.drop("invalid")
+            return None
+
+    def write_records(self, records: list[Record]) -> None:
+        """Write converted records in one transaction, now. A worker process converts each
+        message as it arrives and writes in batches (kvmigrate.recorder.worker_main)."""
         try:
             store = self._store = self._store or self._open_store()
             with self._write_lock():
