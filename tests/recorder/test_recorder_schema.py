@@ -52,3 +52,17 @@ def test_postgres_replicas_migrating_at_once_apply_each_migration_once(pg_url: s
     with open_store(pg_url) as store:
         assert store.applied_migrations() == [m.name for m in MIGRATIONS]
         assert "pair_id" in store.columns("records")
+
+
+def test_only_the_time_range_index_is_left_on_records(tmp_path: Path) -> None:
+    """Every index is paid on each insert: only the one the report and gates read stays."""
+    with open_store(f"sqlite:///{tmp_path}/r.db") as store:
+        names = store.query(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'records'"
+            " AND name NOT LIKE 'sqlite_autoindex%'"
+        )
+        assert names == [("records_ts",)]
+        plan = store.query(
+            "EXPLAIN QUERY PLAN SELECT * FROM records WHERE ts >= ? AND ts < ?", (0, 1)
+        )
+        assert "records_ts" in str(plan)
