@@ -44,6 +44,8 @@ _SECRET_RUN = b"s" * 16
 _NOT_DIGITS = bytes(i for i in range(256) if not chr(i).isdigit() or i > 127)
 _DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}")
 _DOTTED_PHONE = re.compile(r"\d{3}\.\d{3}\.\d{4}")
+_DIGITS_AND_DOTS = re.compile(r"[\d.]+")
+_NOT_A_DIGIT = re.compile(r"\D")
 
 # Values under these keys are structure, not content: redacting them would break replay.
 STRUCTURAL_KEYS = frozenset(
@@ -77,7 +79,7 @@ def luhn_ok(digits: str) -> bool:
 
 
 def _card(match: re.Match[str]) -> str:
-    digits = re.sub(r"\D", "", match.group())
+    digits = _NOT_A_DIGIT.sub("", match.group())
     return CARD if luhn_ok(digits) else match.group()
 
 
@@ -90,7 +92,7 @@ def _phone(match: re.Match[str]) -> str:
         return PHONE if 10 <= digits <= 15 else text
     if not 7 <= digits <= 15 or _DATE.fullmatch(text):
         return text
-    if re.fullmatch(r"[\d.]+", text):
+    if _DIGITS_AND_DOTS.fullmatch(text):
         # Dots alone: versions and IP addresses, except the 415.555.0132 shape.
         return PHONE if _DOTTED_PHONE.fullmatch(text) else text
     return PHONE

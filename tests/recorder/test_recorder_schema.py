@@ -66,3 +66,14 @@ def test_only_the_time_range_index_is_left_on_records(tmp_path: Path) -> None:
             "EXPLAIN QUERY PLAN SELECT * FROM records WHERE ts >= ? AND ts < ?", (0, 1)
         )
         assert "records_ts" in str(plan)
+
+
+def test_a_new_sqlite_file_gets_16k_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE t (x)")  # a file made before: 4 KiB pages
+    conn.close()
+    for path, size in ((tmp_path / "new.db", 16384), (old, 4096)):
+        with open_store(f"sqlite:///{path}") as store:
+            assert store.query("PRAGMA page_size") == [(size,)]
+            assert store.query("PRAGMA journal_mode") == [("wal",)]
