@@ -104,17 +104,18 @@ def score_exchange_pair(
     settings: ParitySettings = DEFAULT_SETTINGS,
     semantic: SemanticScorer | None = None,
     candidate_assembled: Any = UNSET,
+    primary_assembled: Any = UNSET,
 ) -> PairScore:
     """Score a recorded pair: bodies as they came off the wire, JSON or SSE. A status of
-    None means the call got no HTTP answer (a transport error). `candidate_assembled`: the
-    candidate's streamed answer, already reassembled by the caller."""
+    None means the call got no HTTP answer (a transport error). `candidate_assembled`,
+    `primary_assembled`: the streamed answers, already reassembled by the caller."""
     try:
         request = orjson.loads(request_body) if request_body else {}
     except orjson.JSONDecodeError:
         request = {}
     return compare(
         request if isinstance(request, dict) else {},
-        read_outcome(route, primary_body, primary_status),
+        read_outcome(route, primary_body, primary_status, primary_assembled),
         read_outcome(route, candidate_body, candidate_status, candidate_assembled),
         settings=settings,
         semantic=semantic,

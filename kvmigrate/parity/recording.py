@@ -42,10 +42,15 @@ class ParityFields:
 
 
 def parity_fields(
-    kind: str, primary: Answered, other: Answered, other_assembled: Any = UNSET
+    kind: str,
+    primary: Answered,
+    other: Answered,
+    other_assembled: Any = UNSET,
+    primary_assembled: Any = UNSET,
 ) -> ParityFields:
     """Score `other` (the candidate's copy, or a second primary call) against `primary`.
-    `other_assembled`: `other`'s answer already reassembled, when the caller has it."""
+    `other_assembled`, `primary_assembled`: their answers already reassembled, when the
+    caller has them."""
     pair = score_exchange_pair(
         primary.route,
         primary.request_body,
@@ -54,6 +59,7 @@ def parity_fields(
         b"".join(other.chunks),
         _status(other),
         candidate_assembled=other_assembled,
+        primary_assembled=primary_assembled,
     )
     tools, structured = pair.get("tool_calls"), pair.get("structured")
     return ParityFields(

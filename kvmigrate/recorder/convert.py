@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from kvmigrate.parity.answer import UNSET
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
@@ -60,20 +61,31 @@ class RecordConverter:
         self.source = source
         self._redactor = redactor or Redactor()
         self.history = HistoryMemo()
-        self._mirrored: OrderedDict[str, ExchangeLike] = OrderedDict()
+        # Answers awaiting their copies, with the answer reassembled once for all scorings.
+        self._mirrored: OrderedDict[str, tuple[ExchangeLike, Any]] = OrderedDict()
 
     def __call__(self, item: tuple[ExchangeLike, float]) -> Record:
         exchange, ts = item
-        mirrored = None
+        mirrored, answer, mirrored_answer = None, UNSET, UNSET
         if exchange.mirrored:
             # Its shadow copy (and maybe a noise call) will follow: keep it to score them.
-            self._mirrored[exchange.request_id] = exchange
+            if exchange.route in TEXT_ROUTES:
+                answer = assemble(exchange.route, b"".join(exchange.chunks))
+            self._mirrored[exchange.request_id] = (exchange, answer)
             if len(self._mirrored) > MAX_MIRRORED:
                 self._mirrored.popitem(last=False)
         elif exchange.pair_id is not None:
-            mirrored = self._mirrored.get(exchange.pair_id)
+            mirrored, mirrored_answer = self._mirrored.get(exchange.pair_id, (None, UNSET))
         return to_record(
-            exchange, ts, self.content, self.source, self._redactor, mirrored, self.history
+            exchange,
+            ts,
+            self.content,
+            self.source,
+            self._redactor,
+            mirrored,
+            self.history,
+            answer=answer,
+            mirrored_answer=mirrored_answer,
         )
 
 
@@ -85,17 +97,24 @@ def to_record(
     redactor: Redactor | None = None,
     mirrored: ExchangeLike | None = None,
     history: HistoryMemo | None = None,
+    answer: Any = UNSET,
+    mirrored_answer: Any = UNSET,
 ) -> Record:
     """`ts` is the wall-clock time the call started (the Exchange keeps monotonic times).
     Pass one `redactor` and one `history` per writer to reuse their memos across records.
     `mirrored` is the primary answer a shadow copy or noise call mirrors: the pair is
-    scored for parity."""
+    scored for parity. `answer` and `mirrored_answer`: those answers already reassembled
+    (`kvmigrate.wire.assemble.assemble`), when the caller has them."""
     redactor = redactor or Redactor()
     x = exchange
     body = b"".join(x.chunks)
     scored = mirrored is not None and x.route in TEXT_ROUTES
-    # A pair to score needs the whole answer anyway: reassemble it once, for both uses.
-    response = assemble(x.route, body) if scored else _answer(x.route, body, content)
+    if answer is not UNSET:
+        response = answer
+    elif scored:  # a pair to score needs the whole answer: reassemble it once, for both
+        response = assemble(x.route, body)
+    else:
+        response = _answer(x.route, body, content)
     usage = _usage(response)
     tokens = token_counts(usage)
     error = x.error
@@ -133,7 +152,7 @@ def to_record(
         source=source,
         content=content,
         **stored,
-        **_parity(x, mirrored, response),
+        **_parity(x, mirrored, response, mirrored_answer),
     )
 
 
@@ -197,12 +216,15 @@ def _stream_tail(body: bytes) -> dict[str, Any] | None:
 
 
 def _parity(
-    exchange: ExchangeLike, mirrored: ExchangeLike | None, assembled: dict[str, Any] | None
+    exchange: ExchangeLike,
+    mirrored: ExchangeLike | None,
+    assembled: dict[str, Any] | None,
+    mirrored_assembled: Any,
 ) -> dict[str, Any]:
     if mirrored is None or exchange.route not in TEXT_ROUTES:
         return {}
     kind = NOISE_KIND if exchange.role == "noise" else CANDIDATE_KIND
-    scored = parity_fields(kind, mirrored, exchange, assembled)
+    scored = parity_fields(kind, mirrored, exchange, assembled, mirrored_assembled)
     return {
         "parity_kind": scored.kind,
         "parity_score": scored.score,
