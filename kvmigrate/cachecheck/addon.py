@@ -175,6 +175,9 @@ class CacheBusterAddon:
             batch, stopping = self._take()
             try:
                 self._check_batch(batch)
+            except Exception:  # whatever befalls one batch, the feeder goes on
+                self.failed += len(batch)
+                log.exception("cachecheck: %d exchanges not checked", len(batch))
             finally:
                 self._handled += len(batch)
             if stopping:

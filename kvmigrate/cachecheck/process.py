@@ -88,7 +88,11 @@ class CheckerProcess:
         if time.monotonic() - self._last_spawn < _RESPAWN_S:
             raise WorkerGone("the cache-check worker died less than a second ago")
         self.restarts += 1
-        self.start()
+        try:
+            self.start()
+        except Exception as exc:  # out of processes or memory: try again later
+            self._discard()
+            raise WorkerGone(f"cannot start the cache-check worker ({exc})") from exc
 
     def _discard(self) -> None:
         if self._conn is not None:
