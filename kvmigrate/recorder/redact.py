@@ -142,20 +142,29 @@ def redact_text(text: str) -> str:
 
 class Redactor:
     """`redact` with a memo of recent strings. An agent resends its whole history every
-    turn, so most strings of a request were already scrubbed on an earlier turn."""
+    turn, so most strings of a request were already scrubbed on an earlier turn: its last
+    answer comes back as the next turn's assistant message.
+
+    Two generations of `capacity` strings each: when the newer fills, it becomes the older
+    and the oldest go. Clearing everything at once (as before) forgot the answer scrubbed
+    just before the clear, exactly when its next turn was about to resend it."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
         self._memo: dict[str, str] = {}
+        self._older: dict[str, str] = {}
 
     def text(self, text: str) -> str:
         if len(text) < 6:
             return text
         done = self._memo.get(text)
         if done is None:
+            done = self._older.get(text)
+            if done is None:
+                done = redact_text(text)
             if len(self._memo) >= self.capacity:
-                self._memo.clear()  # crude, but bounded and O(1) amortised
-            done = self._memo[text] = redact_text(text)
+                self._older, self._memo = self._memo, {}
+            self._memo[text] = done
         return done
 
     def __call__(self, value: Any, key: str | None = None) -> Any:
@@ -172,7 +181,7 @@ class Redactor:
         # String members inline: most of a chat history is {"role": ..., "content": str},
         # and a call per member was most of the walk's cost.
         out: dict[str, Any] = {}
-        text, memo = self.text, self._memo
+        text, memo = self.text, self._memo  # a hit here, a miss and the rest in `text`
         for k, v in value.items():
             if type(v) is str:
                 if k in STRUCTURAL_KEYS or len(v) < 6:

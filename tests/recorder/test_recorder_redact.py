@@ -97,3 +97,23 @@ def test_the_bytes_prefilters_agree_with_the_regex_ones(text: str, extra: str) -
     assert digits == (_DIGIT_RUN.search(text) is not None)
     if _CARD.search(text):
         assert card  # the card prefilter may pass text without one, never miss one
+
+
+def test_the_memo_keeps_the_last_strings_across_a_turnover(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A string scrubbed just before the memo fills is still known afterwards."""
+    calls: list[str] = []
+    real = redact_text
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr("kvmigrate.recorder.redact.redact_text", counting)
+    redactor = Redactor(capacity=3)
+    texts = [f"answer number {n} to mail jo{n}@example.com" for n in range(7)]
+    scrubbed = [redactor.text(t) for t in texts]
+    assert all("[EMAIL]" in s for s in scrubbed)
+    assert [redactor.text(t) for t in texts[3:]] == scrubbed[3:]  # the last 4: remembered
+    assert len(calls) == 7
+    assert redactor.text(texts[0]) == scrubbed[0]  # long gone: scrubbed again, the same
+    assert len(calls) == 8
