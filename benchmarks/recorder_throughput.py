@@ -4,14 +4,17 @@ process (`exchange_done` on the response path, plus feeding the worker process).
     .venv/bin/python benchmarks/recorder_throughput.py [--records 50000] [--content redacted]
         [--worker process|thread]
 
-Each record is a streamed chat answer (40 SSE chunks with usage) to one turn of an agent
-loop: 500 conversations at once, 12 turns each, every request its predecessor plus the
-last answer and a new message (1-4 KB; 24 messages by the 12th turn). So the figure
-includes SSE reassembly, redaction and the history's storage, not just the INSERT."""
+Each record is a streamed chat answer (40 SSE chunks with usage, its own words) to one
+turn of an agent loop: 500 conversations at once, 12 turns each, every request its
+predecessor plus the last answer and a new message (1-4 KB; 24 messages by the 12th
+turn). So the figure includes SSE reassembly, redaction and the history's storage, not
+just the INSERT."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,12 +34,15 @@ def _exchange(
 ) -> Exchange:
     """The i-th record: turn `t` of one of CONVERSATIONS agent loops, whose request is its
     previous one plus the last answer and a new user message, as an agent resends it.
+    Every answer is different (`_answer`), and comes back in the next turn's history.
     With `shadow`, odd records are the shadow copies of the even ones before them, with a
-    slightly different answer: each pair is scored for parity, as in shadow mode."""
+    slightly different answer: each pair is scored for parity, as in shadow mode.
+    `chunks` (from `_payload`) gives the answers' framing; their words are the record's."""
     if shadow and i % 2:
         x = _exchange(i - 1, messages, chunks, shadow)
         x.request_id, x.backend, x.role, x.pair_id = f"req_{i:012d}", "vllm", SHADOW, x.request_id
-        x.chunks = [c.replace(b"word3 ", b"other ") for c in chunks]
+        words = _answer(x.conversation, x.turn - 1)
+        x.chunks = _stream([*words[:3], "other ", *words[4:]])
         x.mirrored = False
         return x
     block, slot = divmod(i // 2 if shadow else i, CONVERSATIONS)
@@ -47,7 +53,7 @@ def _exchange(
         ask = f"{conversation} step {step}: call me at +1 415-555-0132, or mail dev{slot}@x.com"
         history.append({"role": "user", "content": ask})
         if step < turn:
-            history.append({"role": "assistant", "content": f"{conversation}: done. " * 8})
+            history.append({"role": "assistant", "content": "".join(_answer(conversation, step))})
     request = orjson.dumps({"model": "gpt-4o-mini", "stream": True, "messages": history})
     now = time.perf_counter()
     x = Exchange(
@@ -56,26 +62,47 @@ def _exchange(
         turn=turn + 1, stream=True, started=now - 0.2, request_body=request,
         status=200, first_byte=now - 0.15, finished=now,
     )  # fmt: skip
-    x.chunks = chunks
+    x.chunks = _stream(_answer(conversation, turn))
     x.mirrored = shadow
     return x
 
 
-def _payload() -> tuple[list[dict[str, str]], list[bytes]]:
-    messages = [{"role": "system", "content": "You are a coding agent. " * 40}]
+# Prose with the odd number, as an agent's answers are.
+_VOCABULARY = tuple(
+    "the parser fails on the second token because its buffer is reset before the "  # noqa: SIM905
+    "stream ends so I will move the reset after the loop and add a test that reads "
+    "a long input in small pieces then run the suite again to check nothing else "
+    "breaks in module 3 line 214".split()
+)
+
+
+@functools.cache
+def _answer(conversation: str, turn: int) -> list[str]:
+    """A turn's 40 streamed words: prose, drawn from the vocabulary by the turn."""
+    draw = random.Random(f"{conversation}/{turn}")
+    return [draw.choice(_VOCABULARY) + " " for _ in range(40)]
+
+
+def _stream(words: list[str]) -> list[bytes]:
+    """An answer as an OpenAI-style stream: one chunk a word, usage, then [DONE]."""
     chunks = []
-    for k in range(40):
-        delta = {"content": f"word{k} "}  # 40 chunks of streamed answer
+    for word in words:
+        choice = {"index": 0, "delta": {"content": word}, "finish_reason": None}
         event = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                 "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}  # fmt: skip
+                 "choices": [choice]}  # fmt: skip
         chunks.append(b"data: " + orjson.dumps(event) + b"\n\n")
-    usage = {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940,
+    usage = {"prompt_tokens": 900, "completion_tokens": len(words), "total_tokens": 940,
              "prompt_tokens_details": {"cached_tokens": 768}}  # fmt: skip
     last = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
     final = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
              "choices": last, "usage": usage}  # fmt: skip
-    chunks += [b"data: " + orjson.dumps(final) + b"\n\n", b"data: [DONE]\n\n"]
-    return messages, chunks
+    return [*chunks, b"data: " + orjson.dumps(final) + b"\n\n", b"data: [DONE]\n\n"]
+
+
+def _payload() -> tuple[list[dict[str, str]], list[bytes]]:
+    """The system prompt every conversation starts with, and one 40-chunk answer."""
+    messages = [{"role": "system", "content": "You are a coding agent. " * 40}]
+    return messages, _stream([f"word{k} " for k in range(40)])
 
 
 def main() -> None:
