@@ -20,6 +20,7 @@ import time
 
 from recorder_throughput import _exchange, _payload
 
+from kvmigrate.config.model import RecordConfig
 from kvmigrate.percentile import percentile
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder import RecorderAddon, WriterSettings
@@ -84,7 +85,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=4000, help="records handed over per second")
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=RecordConfig().workers,
+        help="worker processes (default: record.workers' default)",
+    )
     parser.add_argument("--skip-thread", action="store_true", help="no thread set-up")
     args = parser.parse_args()
     print(f"{args.rate:,} records/s for {args.seconds:g} s; event-loop lateness per 1 ms tick")

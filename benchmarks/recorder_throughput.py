@@ -22,6 +22,7 @@ from collections.abc import Callable
 import orjson
 import psutil
 
+from kvmigrate.config.model import RecordConfig
 from kvmigrate.proxy.exchange import SERVE, SHADOW, Exchange
 from kvmigrate.recorder import RecorderAddon, WriterSettings
 
@@ -111,7 +112,12 @@ def main() -> None:
     parser.add_argument("--content", choices=["none", "redacted", "full"], default="redacted")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--worker", choices=["process", "thread"], default="process")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=RecordConfig().workers,
+        help="worker processes (default: record.workers' default)",
+    )
     parser.add_argument(
         "--shadow", action="store_true", help="every other record a shadow copy, parity-scored"
     )

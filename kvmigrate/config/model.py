@@ -79,7 +79,10 @@ class RecordConfig:
     db: str = "sqlite:///.kvmigrate/records.db"
     content: str = "redacted"
     retention_days: int = 30
-    workers: int = 1  # processes that parse, redact and write records (kvmigrate.recorder)
+    # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
+    # one does about 9,500 records/s here, two 14,000; at idle CPU priority the second
+    # costs 24 MiB and only ever takes a core the proxy is not using.
+    workers: int = 2
 
 
 @dataclass(frozen=True, slots=True)
