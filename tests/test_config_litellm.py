@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from kvmigrate.cli import main
 from kvmigrate.config import ConfigError, Secret, parse_config
 
 BACKENDS = """
@@ -146,3 +148,31 @@ def test_without_litellm_the_cli_says_how_to_install_it(tmp_path: Path, command:
     assert proc.returncode == 1
     assert "backend 'hosted' is type litellm: pip install 'kvmigrate[litellm]'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "backend"),
+    [(["bench"], "vllm"), (["doctor"], "vllm"), (["parity", "--dataset", "D"], "hosted")],
+)
+def test_commands_that_call_backends_themselves_refuse_a_litellm_one(
+    tmp_path: Path, command: list[str], backend: str
+) -> None:
+    """bench, doctor and parity replay call backends over HTTP; a litellm backend's model
+    strings are litellm's, and without `api_base` it has no URL at all (bench crashed)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        """
+backends:
+  hosted: {type: litellm}
+  vllm: {type: litellm}
+models:
+  - {model_name: claude, hosted: bedrock/anthropic.claude-3-haiku, vllm: hosted_vllm/llama}
+"""
+    )
+    dataset = tmp_path / "requests.jsonl"
+    dataset.write_text('{"model": "claude", "messages": [{"role": "user", "content": "hi"}]}\n')
+    args = [str(dataset) if a == "D" else a for a in command]
+    result = CliRunner().invoke(main, [*args, "--config", str(config)])
+    assert result.exit_code == 1, result.output
+    assert f"backend '{backend}' is type litellm: `kvmigrate {command[0]}` calls" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -39,6 +39,7 @@ from kvmigrate.adapters.litellm_wire import (
     backend_secrets,
     call_kwargs,
     error_from,
+    log_scrubbed,
     openai_dict,
     to_json,
 )
@@ -159,8 +160,9 @@ class LiteLLMGateway:
             return body_too_large(self.max_body_bytes).response()
         except (asyncio.CancelledError, ConnectionResetError):
             raise
-        except Exception:
-            log.exception("gateway of %s: %s %s", self.backend.name, request.method, request.path)
+        except Exception as exc:
+            what = f"gateway of {self.backend.name}: {request.method} {request.path}"
+            log_scrubbed(what, exc, self._secrets)
             return ProxyError(500, "The litellm gateway failed.", "server_error").response()
 
     def _handler(self, route: Route) -> Handler:

@@ -9,6 +9,7 @@ credentials to a host of its choosing. Backend settings come from the config alo
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -232,12 +233,10 @@ def error_from(exc: BaseException, backend: str, secrets: Iterable[str]) -> Lite
     never a traceback."""
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int) or not 400 <= status <= 599:
-        log.error("backend %s: litellm raised %s", backend, type(exc).__name__, exc_info=exc)
+        log_scrubbed(f"backend {backend}: litellm raised", exc, secrets)
         message = f"Backend `{backend}` (litellm) failed: {type(exc).__name__}."
         return LiteLLMError(500, message, "upstream_error", None)
-    message = str(getattr(exc, "message", None) or exc)
-    for secret in secrets:
-        message = message.replace(secret, "***")
+    message = scrub(str(getattr(exc, "message", None) or exc), secrets)
     param = getattr(exc, "param", None)
     code = _ERROR_CODES.get(status, "upstream_error" if status >= 500 else None)
     error = LiteLLMError(status, message, code, param if isinstance(param, str) else None)
@@ -246,6 +245,19 @@ def error_from(exc: BaseException, backend: str, secrets: Iterable[str]) -> Lite
         error.headers["Retry-After"] = retry_after
     log.info("backend %s: litellm answered %d", backend, status)
     return error
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def log_scrubbed(what: str, exc: BaseException, secrets: Iterable[str]) -> None:
+    """An error and its traceback, logged with the configured secrets masked: a provider
+    SDK's exception may quote the credentials it was given."""
+    trace = "".join(traceback.format_exception(exc))
+    log.error("%s\n%s", what, scrub(trace, secrets))
 
 
 def _header(exc: BaseException, name: str) -> str | None:

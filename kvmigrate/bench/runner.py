@@ -39,7 +39,8 @@ class Target:
         backend = config.candidate
         served = [r.served[backend.name] for r in config.models if backend.name in r.served]
         key = backend.api_key.reveal() if backend.api_key is not None else "EMPTY"
-        return cls(backend.api_base, served[0] if served else None, key, backend.name)
+        base = backend.direct_api_bases("bench")[0]
+        return cls(base, served[0] if served else None, key, backend.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,23 @@ from kvmigrate.cli.records_cmd import records_group
 from kvmigrate.cli.report_cmd import report
 from kvmigrate.cli.rewrite_cmd import rewrite
 from kvmigrate.cli.rollout_cmd import rollback, rollout
+from kvmigrate.config import NotDirect
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """Library errors that are the user's to fix become a one-line message and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except NotDirect as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="kvmigrate")
 def main() -> None:
     """Move LLM agent traffic from a hosted API to self-hosted vLLM, one measured step at a time."""

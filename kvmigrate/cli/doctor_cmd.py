@@ -52,7 +52,7 @@ def _plan(
     if base_url:
         bases: tuple[str, ...] = (base_url.rstrip("/"),)
     elif config is not None:
-        bases = config.candidate.api_bases
+        bases = config.candidate.direct_api_bases("doctor")
         key = config.candidate.api_key
         api_key = api_key or (key.reveal() if key is not None else None)
         if model is None:

@@ -70,13 +70,6 @@ def parity(
         items = load_dataset(dataset)
     except DatasetError as exc:
         raise click.BadParameter(str(exc), param_hint="--dataset") from None
-    for backend in (config.primary, config.candidate):
-        if backend.type == "litellm":
-            raise click.ClickException(
-                f"backend '{backend.name}' is type litellm: replay calls backends over HTTP "
-                "directly, and only `kvmigrate proxy` serves a litellm backend; use the "
-                "parity its shadow copies record (`kvmigrate report`)"
-            )
     primary, candidate = targets_from_config(config)
     settings = ReplaySettings(repeats=repeats, concurrency=concurrency, timeout_s=timeout)
     scorer = _semantic(semantic)

@@ -40,6 +40,22 @@ class BackendConfig:
         """The first replica; a litellm backend without `api_base` has none (see api_bases)."""
         return self.api_bases[0]
 
+    def direct_api_bases(self, command: str) -> tuple[str, ...]:
+        """The replicas a `command` that calls this backend over HTTP itself (bench, doctor,
+        parity replay) may call. A litellm backend has none: its model strings are
+        litellm's, and only `kvmigrate proxy` serves it."""
+        if self.type == "litellm":
+            raise NotDirect(
+                f"backend '{self.name}' is type litellm: `kvmigrate {command}` calls backends "
+                "over HTTP directly, and only `kvmigrate proxy` serves a litellm backend (its "
+                "traffic is measured in the proxy's records: `kvmigrate report`)"
+            )
+        return self.api_bases
+
+
+class NotDirect(Exception):
+    """A backend that only the proxy can reach, asked for by a command that calls it."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRoute:

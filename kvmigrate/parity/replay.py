@@ -55,7 +55,8 @@ def _target(config: Config, backend: BackendConfig, fallback_key: str | None) ->
         if (served := r.served_name(backend.name)) is not None
     }
     key = backend.api_key.reveal() if backend.api_key is not None else fallback_key
-    return Target(backend.name, backend.api_base.rstrip("/"), key, models)
+    base = backend.direct_api_bases("parity")[0]
+    return Target(backend.name, base.rstrip("/"), key, models)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,8 +69,7 @@ class RecordConverter:
         mirrored, answer, mirrored_answer = None, UNSET, UNSET
         if exchange.mirrored:
             # Its shadow copy (and maybe a noise call) will follow: keep it to score them.
-            if exchange.route in TEXT_ROUTES:
-                answer = assemble(exchange.route, b"".join(exchange.chunks))
+            answer = _answer(exchange.route, b"".join(exchange.chunks), metrics_only=False)
             self._mirrored[exchange.request_id] = (exchange, answer)
             if len(self._mirrored) > MAX_MIRRORED:
                 self._mirrored.popitem(last=False)
@@ -107,14 +106,11 @@ def to_record(
     (`kvmigrate.wire.assemble.assemble`), when the caller has them."""
     redactor = redactor or Redactor()
     x = exchange
-    body = b"".join(x.chunks)
-    scored = mirrored is not None and x.route in TEXT_ROUTES
-    if answer is not UNSET:
-        response = answer
-    elif scored:  # a pair to score needs the whole answer: reassemble it once, for both
-        response = assemble(x.route, body)
-    else:
-        response = _answer(x.route, body, content)
+    if answer is UNSET:
+        # A pair to score needs the whole answer: it is reassembled once, for both uses.
+        whole = content != "none" or mirrored is not None
+        answer = _answer(x.route, b"".join(x.chunks), metrics_only=not whole)
+    response: dict[str, Any] | None = answer
     usage = _usage(response)
     tokens = token_counts(usage)
     error = x.error
@@ -176,14 +172,14 @@ def _stored_request(
     }
 
 
-def _answer(route: str, body: bytes, content: str) -> dict[str, Any] | None:
-    """The answer as one object. With no content to keep, a streamed chat answer without
-    tool calls is read from its last events alone: usage and finish reason are all a
-    metrics-only record needs, and reassembling every chunk was most of its cost."""
+def _answer(route: str, body: bytes, metrics_only: bool) -> dict[str, Any] | None:
+    """The answer as one object. For `metrics_only`, a streamed chat answer without tool
+    calls is read from its last events alone: usage and finish reason are all a metrics-
+    only record needs, and reassembling every chunk was most of its cost."""
     if route not in TEXT_ROUTES:
         return _json_object(body)
-    metrics_only = content == "none" and route == "chat/completions" and is_sse(body)
-    if metrics_only and not any(marker in body for marker in _NEEDS_ALL_CHUNKS):
+    tail_will_do = metrics_only and route == "chat/completions" and is_sse(body)
+    if tail_will_do and not any(marker in body for marker in _NEEDS_ALL_CHUNKS):
         summary = _stream_tail(body)
         if summary is not None:
             return summary

@@ -20,7 +20,7 @@ import base64
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 import orjson
@@ -38,6 +38,8 @@ _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 _INVALID = (msgspec.DecodeError, msgspec.ValidationError)
 
 Encode = Callable[[Any], bytes]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class SplitRequest(NamedTuple):
@@ -53,9 +55,7 @@ class HistoryMemo:
     bytes, LRU."""
 
     def __init__(self, max_bytes: int = 64 << 20) -> None:
-        self.max_bytes = max_bytes
-        self._seen: OrderedDict[bytes, list[Any]] = OrderedDict()  # raw -> [digest, touched]
-        self._bytes = 0
+        self._seen: SizedLru[bytes, list[Any]] = SizedLru(max_bytes)  # raw: [digest, touched]
         # Half as much again for each conversation's last history (the shortcut below).
         self._prefixes = _Prefixes(max_bytes // 2)
         # The rest of a request repeats too (model, parameters, and the `tools` schemas,
@@ -65,8 +65,7 @@ class HistoryMemo:
     def forget(self) -> None:
         """After a failed write: what this memo vouches for may not be in the database."""
         self._seen.clear()
-        self._bytes = 0
-        self._prefixes = _Prefixes(self.max_bytes // 2)
+        self._prefixes.clear()
 
     def split(
         self, route: str, body: bytes, ts: float, encode: Encode, conversation: str = ""
@@ -108,10 +107,9 @@ class HistoryMemo:
                 stored = encode(orjson.loads(raw))
                 digest = message_digest(stored)
                 new.append(MessageRow(digest, ts, stored.decode()))
-                self._remember(raw, digest, ts)
+                self._seen.put(raw, [digest, ts], len(raw))
             else:
                 digest = known[0]
-                self._seen.move_to_end(raw)
                 if ts - known[1] > TOUCH_S:
                     known[1] = ts
                     touched.append(digest)
@@ -120,36 +118,60 @@ class HistoryMemo:
             self._prefixes.keep(conversation, array, digests, ts, reused=matched is not None)
         return SplitRequest(rest, orjson.dumps({key: digests}).decode(), new, touched)
 
-    def _remember(self, raw: bytes, digest: str, ts: float) -> None:
-        self._seen[raw] = [digest, ts]
-        self._bytes += len(raw)
-        while self._bytes > self.max_bytes and self._seen:
-            old, _ = self._seen.popitem(last=False)
-            self._bytes -= len(old)
+
+class SizedLru(Generic[K, V]):
+    """A mapping bounded by the total size its entries are given, least recently used out
+    first; an entry bigger than the bound is not kept. The memos here all take this form."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.size = 0
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def pop(self, key: K) -> V | None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        self.size -= entry[1]
+        return entry[0]
+
+    def put(self, key: K, value: V, size: int) -> None:
+        self.pop(key)
+        if size > self.max_size:
+            return
+        self._entries[key] = (value, size)
+        self.size += size
+        while self.size > self.max_size:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self.size -= evicted
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.size = 0
 
 
 class _Encoded:
-    """JSON objects as stored, by their members as sent (name, raw JSON); bounded by
-    bytes, LRU."""
+    """JSON objects as stored, by their members as sent (name, raw JSON)."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._by_members: OrderedDict[tuple[tuple[str, bytes], ...], bytes] = OrderedDict()
-        self._bytes = 0
+        self._by_members: SizedLru[tuple[tuple[str, bytes], ...], bytes] = SizedLru(max_bytes)
 
     def encoded(self, members: tuple[tuple[str, bytes], ...], encode: Encode) -> bytes:
         done = self._by_members.get(members)
-        if done is not None:
-            self._by_members.move_to_end(members)
-            return done
-        done = encode({name: orjson.loads(raw) for name, raw in members})
-        size = len(done) + sum(len(raw) for _, raw in members)
-        if size <= self.max_bytes:
-            self._by_members[members] = done
-            self._bytes += size
-        while self._bytes > self.max_bytes:
-            old_members, old = self._by_members.popitem(last=False)
-            self._bytes -= len(old) + sum(len(raw) for _, raw in old_members)
+        if done is None:
+            done = encode({name: orjson.loads(raw) for name, raw in members})
+            size = len(done) + sum(len(raw) for _, raw in members)
+            self._by_members.put(members, done, size)
         return done
 
 
@@ -176,9 +198,10 @@ class _Prefixes:
     the messages' `last_seen` is refreshed on the per-message path."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._by_conversation: OrderedDict[str, _Prefix] = OrderedDict()
-        self._bytes = 0
+        self._by_conversation: SizedLru[str, _Prefix] = SizedLru(max_bytes)
+
+    def clear(self) -> None:
+        self._by_conversation.clear()
 
     def match(
         self, conversation: str, array: bytes, ts: float
@@ -204,16 +227,11 @@ class _Prefixes:
         head = array.rstrip()
         if not head.endswith(b"]") or not digests:
             return
-        old = self._by_conversation.pop(conversation, None)
-        if old is not None:
-            self._bytes -= len(old.head)
-            ts = old.ts if reused else ts
+        old = self._by_conversation.pop(conversation)
+        if old is not None and reused:
+            ts = old.ts
         prefix = _Prefix(head[:-1].rstrip(), digests, ts)
-        self._by_conversation[conversation] = prefix
-        self._bytes += len(prefix.head)
-        while self._bytes > self.max_bytes and self._by_conversation:
-            _, evicted = self._by_conversation.popitem(last=False)
-            self._bytes -= len(evicted.head)
+        self._by_conversation.put(conversation, prefix, len(prefix.head))
 
 
 def message_digest(body: bytes) -> str:

@@ -101,7 +101,6 @@ class _Batches:
             self.writer.write_records(self.records)
         self.records = []
         self.deadline = None
-        self.publish()
 
     def publish(self) -> None:
         """Counters into shared memory, where the proxy reads them (SHARED_COUNTERS)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import threading
 import types
@@ -243,10 +244,18 @@ def test_litellm_exceptions_are_openai_errors_with_their_status(
     assert caught.value.response.headers["retry-after"] == "7"
 
 
-def test_an_unexpected_failure_is_a_bare_500(fake: FakeLiteLLM, client: openai.OpenAI) -> None:
+def test_an_unexpected_failure_is_a_bare_500(
+    fake: FakeLiteLLM, client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
     fake.error = RuntimeError(f"internal detail {AWS_SECRET}")
-    with pytest.raises(openai.InternalServerError) as caught:
+    with (
+        caplog.at_level(logging.ERROR, logger="kvmigrate"),
+        pytest.raises(openai.InternalServerError) as caught,
+    ):
         _chat(client)
+    # Logged with its traceback for the operator, the configured secret masked.
+    assert "RuntimeError: internal detail ***" in caplog.text
+    assert AWS_SECRET not in caplog.text
     assert caught.value.status_code == 500
     assert caught.value.body == {
         "message": "Backend `hosted` (litellm) failed: RuntimeError.",

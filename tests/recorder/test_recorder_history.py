@@ -15,7 +15,7 @@ from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder import open_store
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.recorder.export import recorded_requests
-from kvmigrate.recorder.history import TOUCH_S, HistoryMemo, _Prefixes
+from kvmigrate.recorder.history import TOUCH_S, HistoryMemo, SizedLru, _Prefixes
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings
 
@@ -243,3 +243,20 @@ def test_the_rest_of_a_request_is_encoded_once_and_redacted() -> None:
     assert rests[2]["user"] == "bob"
     # Two distinct rests encoded, plus one call per new message (three turns, three new).
     assert sum(1 for c in calls if isinstance(c, dict) and "tools" in c) == 2
+
+
+def test_the_memos_are_bounded_by_size_least_recently_used_out_first() -> None:
+    lru: SizedLru[str, int] = SizedLru(10)
+    lru.put("a", 1, 4)
+    lru.put("b", 2, 4)
+    assert lru.get("a") == 1  # now the most recently used
+    lru.put("c", 3, 4)  # 12 > 10: the least recently used goes
+    assert (lru.get("b"), lru.get("a"), lru.get("c")) == (None, 1, 3)
+    assert (len(lru), lru.size) == (2, 8)
+    lru.put("a", 9, 2)  # replacing an entry replaces its size
+    assert (lru.get("a"), lru.size) == (9, 6)
+    lru.put("huge", 0, 11)  # bigger than the bound: not kept, nothing evicted for it
+    assert (lru.get("huge"), len(lru), lru.size) == (None, 2, 6)
+    assert lru.pop("c") == 3
+    lru.clear()
+    assert (len(lru), lru.size, lru.get("a")) == (0, 0, None)
