@@ -96,7 +96,7 @@ class RecordConfig:
     content: str = "redacted"
     retention_days: int = 30
     # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
-    # one does about 9,500 records/s here, two 14,000; at idle CPU priority the second
+    # one does 8,200-9,700 records/s here, two 12,800-14,200; at idle CPU priority the second
     # costs 24 MiB and only ever takes a core the proxy is not using.
     workers: int = 2
 
