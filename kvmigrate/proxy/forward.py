@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -23,6 +24,8 @@ from kvmigrate.proxy.upstream import Upstream
 
 BUFFER_LIMIT = 8 * 1024 * 1024
 _TIMEOUTS = (asyncio.TimeoutError, aiohttp.ServerTimeoutError)
+# What a failing upstream connection raises; a timeout is also an OSError, so test it first.
+TRANSPORT_ERRORS = (*_TIMEOUTS, aiohttp.ClientError, OSError)
 
 
 class UpstreamFailure(Exception):
@@ -42,21 +45,39 @@ class Call:
     headers: dict[str, str]
 
 
-async def open_response(upstream: Upstream, call: Call) -> aiohttp.ClientResponse:
-    """Send the call and wait for the response headers; map transport errors once, here."""
-    for attempt in (1, 2):
-        try:
-            return await upstream.session.request(
-                call.method, call.url, data=call.body or None, headers=call.headers
-            )
-        except aiohttp.ServerDisconnectedError:
-            # Almost always a pooled keep-alive connection the server closed while idle.
-            if attempt == 2:
-                raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
-        except _TIMEOUTS:
+@contextlib.contextmanager
+def upstream_errors(
+    upstream: Upstream, response: aiohttp.ClientResponse | None = None
+) -> Iterator[None]:
+    """Map aiohttp's transport errors to an `UpstreamFailure`, in this one place (as httpx's
+    `map_httpcore_exceptions` does), closing the half-read `response` if one is given."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as exc:
+        if response is not None:
+            response.close()
+        if isinstance(exc, _TIMEOUTS):
             raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
-        except (aiohttp.ClientError, OSError):
-            raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+        raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+
+
+def break_kind(exc: BaseException) -> str:
+    """What broke a stream after its first bytes, as records and metrics name it."""
+    return "stream_timeout" if isinstance(exc, _TIMEOUTS) else "stream_broken"
+
+
+async def open_response(upstream: Upstream, call: Call) -> aiohttp.ClientResponse:
+    """Send the call and wait for the response headers."""
+    for attempt in (1, 2):
+        with upstream_errors(upstream):
+            try:
+                return await upstream.session.request(
+                    call.method, call.url, data=call.body or None, headers=call.headers
+                )
+            except aiohttp.ServerDisconnectedError:
+                # Almost always a pooled keep-alive connection the server closed while idle.
+                if attempt == 2:
+                    raise
     raise AssertionError("unreachable")
 
 
@@ -76,14 +97,8 @@ async def read_first_chunk(
 ) -> bytes:
     """Wait for the first body bytes before answering the client: until then a failure can
     still fall back to another backend without the client noticing."""
-    try:
+    with upstream_errors(upstream, response):
         chunk = await response.content.readany()
-    except _TIMEOUTS:
-        response.close()
-        raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
-    except (aiohttp.ClientError, OSError):
-        response.close()
-        raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
     exchange.first_byte = time.perf_counter()
     if chunk:
         exchange.chunks.append(chunk)
@@ -94,11 +109,8 @@ async def read_whole(
     upstream: Upstream, response: aiohttp.ClientResponse, exchange: Exchange
 ) -> bytes:
     try:
-        body = await response.read()
-    except _TIMEOUTS:
-        raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
-    except (aiohttp.ClientError, OSError):
-        raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+        with upstream_errors(upstream):
+            body = await response.read()
     finally:
         response.release()
     exchange.first_byte = exchange.finished = time.perf_counter()
@@ -154,8 +166,8 @@ async def relay_stream(
             await client.write(chunk)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = "client_disconnected"
-    except (*_TIMEOUTS, aiohttp.ClientError, OSError) as exc:
-        exchange.error = "stream_timeout" if isinstance(exc, _TIMEOUTS) else "stream_broken"
+    except TRANSPORT_ERRORS as exc:
+        exchange.error = break_kind(exc)
         if is_sse:
             await _write_quietly(
                 client,
@@ -189,10 +201,8 @@ async def drain(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
             if exchange.first_byte is None:
                 exchange.first_byte = time.perf_counter()
             exchange.chunks.append(chunk)
-    except _TIMEOUTS:
-        exchange.error = "stream_timeout"
-    except (aiohttp.ClientError, OSError):
-        exchange.error = "stream_broken"
+    except TRANSPORT_ERRORS as exc:
+        exchange.error = break_kind(exc)
     finally:
         response.close()
         exchange.finished = time.perf_counter()
