@@ -10,8 +10,6 @@ from collections.abc import Iterable, Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from kvmigrate.config import Secret
-
 # RFC 9110 section 7.6.1, plus the ones a proxy must recompute itself.
 HOP_BY_HOP = frozenset(
     {
@@ -34,6 +32,8 @@ HOP_BY_HOP = frozenset(
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "cookie", "openai-organization", "openai-project"}
 )
+# Where the APIs we relay read a key: replaced by the backend's own key when it has one.
+KEY_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
 # Set by the proxy itself on every answer.
 OWN_RESPONSE_HEADERS = frozenset(
     {"x-request-id", "x-kvmigrate-backend", "x-kvmigrate-overhead-ms", "date", "server"}
@@ -42,14 +42,15 @@ OWN_RESPONSE_HEADERS = frozenset(
 
 def upstream_headers(
     client: Mapping[str, str],
-    backend_key: Secret | None,
+    backend_auth: Mapping[str, str] | None,
     pass_client_credentials: bool,
-    key_header: str = "Authorization",
 ) -> dict[str, str]:
     """Headers for one upstream call.
 
-    `pass_client_credentials` is true only for the primary when it has no key of its own and
-    the proxy does not use a master key (then the client's key is meant for the hosted API).
+    `backend_auth` carries the backend's own key, as its kind expects it; it replaces any key
+    the client sent. `pass_client_credentials` is true only for the primary when it has no
+    key of its own and the proxy does not use a master key (then the client's key is meant
+    for the hosted API).
     """
     headers: dict[str, str] = {}
     # Headers named in `Connection` are hop-by-hop too (RFC 9110 section 7.6.1).
@@ -60,14 +61,11 @@ def upstream_headers(
             continue
         if lower in CREDENTIAL_HEADERS and not pass_client_credentials:
             continue
+        if backend_auth is not None and lower in KEY_HEADERS:
+            continue
         headers[name] = value
-    if backend_key is not None:
-        for name in [n for n in headers if n.lower() in ("authorization", "api-key", "x-api-key")]:
-            del headers[name]
-        if key_header.lower() == "api-key":
-            headers["api-key"] = backend_key.reveal()
-        else:
-            headers["Authorization"] = "Bearer " + backend_key.reveal()
+    if backend_auth is not None:
+        headers.update(backend_auth)
     return headers
 
 

@@ -25,7 +25,7 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -91,7 +91,8 @@ class ReplicaSet:
         vnodes: int = VIRTUAL_NODES,
         probe_interval_s: float = 2.0,
         probe_timeout_s: float = 2.0,
-        probe_headers: dict[str, str] | None = None,
+        probe_headers: Mapping[str, str] | None = None,
+        probe_url: Callable[[str], str] = lambda base: base + "/models",
         session_ttl_s: float = 300.0,
         max_sessions: int = 1_000_000,
         clock: Callable[[], float] = time.monotonic,
@@ -105,7 +106,8 @@ class ReplicaSet:
         self.healthy = [True] * len(self.bases)
         self.probe_interval_s = probe_interval_s
         self._probe_timeout_s = probe_timeout_s
-        self._probe_headers = probe_headers or {}
+        self._probe_headers = dict(probe_headers or {})
+        self._probe_url = probe_url
         self._ring = HashRing.build(_unique_names(self.bases), vnodes)
         self._urls = [URL(base) for base in self.bases]
         self._turns = itertools.count()
@@ -237,7 +239,7 @@ class ReplicaSet:
 
     async def _probe_until_up(self, index: int) -> None:
         timeout = aiohttp.ClientTimeout(total=self._probe_timeout_s)
-        url = self.bases[index] + "/models"
+        url = self._probe_url(self.bases[index])
         try:
             # Its own small session: probe calls must not count as load or trip the hooks.
             async with aiohttp.ClientSession(timeout=timeout) as session:

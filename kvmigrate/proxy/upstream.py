@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from urllib.parse import quote
 
 import aiohttp
 
 from kvmigrate.config import BackendConfig, Config
 from kvmigrate.proxy.errors import bad_request
+from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.replicas import LeasedResponse, ReplicaSet
 
 
@@ -23,10 +23,12 @@ class Upstream:
     def __init__(self, backend: BackendConfig) -> None:
         self.config = backend
         self.name = backend.name
+        self.kind = kind_of(backend)
         key = backend.api_key
+        # The headers that carry the backend's own key; None: the backend has none.
+        self.auth = self.kind.auth_headers(key) if key is not None else None
         self.replicas = ReplicaSet(
-            backend.api_bases,
-            probe_headers={"Authorization": "Bearer " + key.reveal()} if key else None,
+            backend.api_bases, probe_headers=self.auth, probe_url=self.kind.probe_url
         )
         self._session: aiohttp.ClientSession | None = None
 
@@ -56,32 +58,13 @@ class Upstream:
         return self._session
 
     def url(self, suffix: str, conversation: str = "", deployment: str | None = None) -> str:
-        """`api_base` of the conversation's replica, plus the checked path below /v1.
-
-        Azure OpenAI names the deployment in the path and the API version in the query:
-        `{api_base}/openai/deployments/{deployment}/{suffix}?api-version=...`."""
-        checked = safe_suffix(suffix)
-        base = self.replicas.pick(conversation)
-        if self.config.type == "azure" and deployment is not None:
-            return (
-                f"{base}/openai/deployments/{quote(deployment, safe='')}/{checked}"
-                f"?api-version={quote(self.config.api_version or '', safe='')}"
-            )
-        return base + "/" + checked
+        """The URL of the checked path below /v1 on the conversation's replica, as the
+        backend's kind builds it (Azure names the deployment in the path)."""
+        return self.kind.url(self.replicas.pick(conversation), safe_suffix(suffix), deployment)
 
     def probe(self) -> tuple[str, dict[str, str]]:
-        """URL and headers of a cheap readiness probe: the backend's model list."""
-        key = self.config.api_key
-        if self.config.type == "azure":
-            version = quote(self.config.api_version or "", safe="")
-            url = f"{self.config.api_base}/openai/models?api-version={version}"
-            return url, ({"api-key": key.reveal()} if key else {})
-        return self.url("models"), ({"Authorization": "Bearer " + key.reveal()} if key else {})
-
-    @property
-    def key_header(self) -> str:
-        """Where this backend expects its key: Azure OpenAI reads `api-key`."""
-        return "api-key" if self.config.type == "azure" else "Authorization"
+        """URL and headers of a cheap readiness probe."""
+        return self.kind.probe_url(self.replicas.pick()), dict(self.auth or {})
 
     async def close(self) -> None:
         await self.replicas.close()
