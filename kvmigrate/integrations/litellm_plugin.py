@@ -47,7 +47,7 @@ from kvmigrate.integrations.litellm_request import (
     route_of,
 )
 from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
-from kvmigrate.policies import Decision, conversation_key, decide, in_shadow_sample, turn_index
+from kvmigrate.policies import Route, conversation_key, turn_index
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange
 from kvmigrate.proxy.shadow import RateBudget
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
@@ -77,12 +77,12 @@ MAX_PENDING = 20_000
 class Routed:
     """What the pre-call hook decided for one request, kept until LiteLLM logs its end."""
 
-    route: str
+    path: str
     model: str
     conversation: str
     turn: int
     stream: bool
-    decision: Decision
+    route: Route
     served: dict[str, str]
     body: dict[str, Any]
 
@@ -165,7 +165,7 @@ class KvmigrateRouter(_CustomLogger):
 
     # -- routing ----------------------------------------------------------------------------
 
-    async def route(self, data: dict[str, Any], call_type: Any) -> Decision | None:
+    async def route(self, data: dict[str, Any], call_type: Any) -> Route | None:
         """Decide for one request and point `data["model"]` at the chosen model group."""
         route = route_of(call_type)
         model = data.get("model")
@@ -178,33 +178,28 @@ class KvmigrateRouter(_CustomLogger):
         body = client_body(data)
         served = model_route.served
         conversation = conversation_key(request_headers(data), body, model).value
-        snapshot = self.live.current()
-        if snapshot.primary not in served:
-            decision = Decision(serve=snapshot.candidate)
-        else:
-            decision = decide(conversation, snapshot, snapshot.candidate in served)
         turn = turn_index(body)
-        decision = await self.live.resolve(conversation, turn, decision)
-        group = served.get(decision.serve)
+        chosen = await self.live.route(conversation, turn, served)
+        group = served.get(chosen.serve)
         if group is None:
             return None
         data["model"] = group
-        fallback = served.get(decision.fallback) if decision.fallback else None
+        fallback = served.get(chosen.fallback) if chosen.fallback else None
         if fallback is not None and "fallbacks" not in data:
             data["fallbacks"] = [fallback]
         for name in ("metadata", "litellm_metadata"):
             meta = data.get(name)
             if isinstance(meta, dict):
-                meta[METADATA_KEY] = decision.serve
+                meta[METADATA_KEY] = chosen.serve
         key = call_id(data)
         if key is not None:
             stream = bool(body.get("stream"))
             self._pending[key] = Routed(
-                route, model, conversation, turn, stream, decision, served, body
+                route, model, conversation, turn, stream, chosen, served, body
             )
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
-        return decision
+        return chosen
 
     # -- recording and copies ---------------------------------------------------------------
 
@@ -221,15 +216,15 @@ class KvmigrateRouter(_CustomLogger):
         routed = self._pending.get(key) if isinstance(key, str) else None
         if routed is None or not isinstance(key, str):
             return None  # not routed by us: a copy, a health check, another route
-        decision = routed.decision
+        chosen = routed.route
         group = model_group(kwargs)
-        backend = decision.serve
+        backend = chosen.serve
         fallback_from: str | None = None
-        if decision.fallback and group == routed.served.get(decision.fallback):
-            backend, fallback_from = decision.fallback, decision.serve
+        if chosen.fallback and group == routed.served.get(chosen.fallback):
+            backend, fallback_from = chosen.fallback, chosen.serve
         # A candidate failure that LiteLLM may still fall back from: keep the entry for the
         # fallback's own event.
-        if exc is None or fallback_from is not None or decision.fallback is None:
+        if exc is None or fallback_from is not None or chosen.fallback is None:
             self._pending.pop(key, None)
         now_wall, now_perf = time.time(), time.perf_counter()
         started = perf_time(kwargs.get("api_call_start_time") or start_time, now_wall, now_perf)
@@ -247,11 +242,11 @@ class KvmigrateRouter(_CustomLogger):
         else:
             exchange.status = error_status(exc)
             exchange.error = error_kind(exc)
-        exchange.mirrored = decision.shadow is not None
+        exchange.mirrored = chosen.shadow is not None
         self._record(exchange)
-        if decision.shadow is not None:
-            self._copy(routed, decision.shadow, SHADOW, exchange)
-            if self._wants_noise_sample(routed.conversation):
+        if chosen.shadow is not None:
+            self._copy(routed, chosen.shadow, SHADOW, exchange)
+            if chosen.noise and self.noise_budget.take():
                 self._copy(routed, backend, NOISE, exchange)
         return exchange
 
@@ -264,17 +259,10 @@ class KvmigrateRouter(_CustomLogger):
         exchange.request_body = primary.request_body
         self.shadows.dispatch(exchange, group, routed.body)
 
-    def _wants_noise_sample(self, conversation: str) -> bool:
-        rollout = self.config.rollout
-        return (
-            in_shadow_sample(rollout.salt + "\x00noise", conversation, rollout.noise_sample)
-            and self.noise_budget.take()
-        )
-
     def _exchange(self, routed: Routed, backend: str, role: str, request_id: str) -> Exchange:
         return Exchange(
             request_id=request_id,
-            route=routed.route,
+            route=routed.path,
             backend=backend,
             role=role,
             model=routed.model,

@@ -18,6 +18,9 @@ class RolloutSnapshot:
     shadow_sample: float
     salt: str
     fallback: bool = True
+    noise_sample: float = 0.0
+    # Grows with every rollback: a pin to the candidate from an older epoch stops holding.
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

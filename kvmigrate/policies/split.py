@@ -24,3 +24,9 @@ def in_shadow_sample(salt: str, key: str, share: float) -> bool:
     A separate salt keeps the shadow sample independent of the split buckets.
     """
     return bucket(salt + "\x00shadow", key) < round(share * BUCKETS)
+
+
+def in_noise_sample(salt: str, key: str, share: float) -> bool:
+    """The shadowed conversations that also ask the primary twice, for the noise floor: a
+    sample of their own, independent of the split and of the shadow sample."""
+    return in_shadow_sample(salt + "\x00noise", key, share)

@@ -56,7 +56,7 @@ def build_proxy_app(
     )
     app[SERVICE_KEY] = service
     for route in MODEL_ROUTES:
-        app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, route=route))
+        app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, path=route))
     app.router.add_get("/v1/models", partial(list_models, config))
     app.router.add_get("/health", health)
     app.router.add_get("/ready", partial(ready, service))

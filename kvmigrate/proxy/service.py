@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -14,14 +14,7 @@ import orjson
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies import (
-    Decision,
-    RolloutSnapshot,
-    conversation_key,
-    decide,
-    in_shadow_sample,
-    turn_index,
-)
+from kvmigrate.policies import RolloutSnapshot, Route, conversation_key, route, turn_index
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
@@ -39,6 +32,7 @@ from kvmigrate.proxy.forward import (
     should_stream,
 )
 from kvmigrate.proxy.headers import bearer_token, upstream_headers
+from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
@@ -73,13 +67,14 @@ def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
 class RolloutSource(Protocol):
     def current(self) -> RolloutSnapshot: ...
 
-    async def resolve(self, conversation: str, turn: int, decision: Decision) -> Decision:
-        """The final decision for a conversation (pins applied)."""
+    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+        """Route one request of `conversation` (`policies.route`, with the state the source
+        keeps: the snapshot and the conversation's pin)."""
         ...
 
 
 class StaticRollout:
-    """The rollout as the config file sets it."""
+    """The rollout as the config file sets it, without pins."""
 
     def __init__(self, config: Config) -> None:
         r = config.rollout
@@ -91,24 +86,25 @@ class StaticRollout:
             shadow_sample=r.shadow_sample,
             salt=r.salt,
             fallback=r.fallback,
+            noise_sample=r.noise_sample,
         )
 
     def current(self) -> RolloutSnapshot:
         return self._snapshot
 
-    async def resolve(self, conversation: str, turn: int, decision: Decision) -> Decision:
-        return decision
+    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+        return route(conversation, self._snapshot, served)
 
 
 @dataclass(frozen=True, slots=True)
 class Routed:
     """A validated request on a model route, with its routing facts."""
 
-    route: str  # the path below /v1, e.g. "chat/completions"
+    path: str  # below /v1, e.g. "chat/completions"
     body: RequestBody
     conversation: str
     turn: int
-    decision: Decision
+    route: Route
     served: dict[str, str]
 
 
@@ -123,7 +119,7 @@ class ProxyService:
         self.addons.trigger("register_metrics", self.metrics.registry)
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
-        if any(b.type == "litellm" for b in config.backends.values()):
+        if any(kind_of(b).via_gateway for b in config.backends.values()):
             # Each is reached through a loopback gateway (kvmigrate.adapters.litellm_gateway).
             from kvmigrate.adapters.litellm_gateway import open_gateways, through_gateways
 
@@ -150,39 +146,32 @@ class ProxyService:
 
     # -- the model routes -------------------------------------------------------------------
 
-    async def handle_model_route(self, request: web.Request, route: str) -> web.StreamResponse:
+    async def handle_model_route(self, request: web.Request, path: str) -> web.StreamResponse:
         started = time.perf_counter()
         self.authorize(request)
-        routed = await self._route(request, route, await self.read_body(request))
-        serve = routed.decision.serve
-        exchange = self._exchange(routed, serve, SERVE, started)
-        exchange.mirrored = routed.decision.shadow is not None
+        routed = await self._route(request, path, await self.read_body(request))
+        chosen = routed.route
+        exchange = self._exchange(routed, chosen.serve, SERVE, started)
+        exchange.mirrored = chosen.shadow is not None
         try:
             return await self._answer(request, routed, exchange, started)
         finally:
             # After the client has its answer, so the copy cannot compete with it.
-            if routed.decision.shadow is not None:
-                self._dispatch_copy(
-                    request, routed, routed.decision.shadow, SHADOW, exchange.request_id
-                )
-                if self._wants_noise_sample(routed.conversation):
-                    self._dispatch_copy(request, routed, serve, NOISE, exchange.request_id)
+            if chosen.shadow is not None:
+                self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
+                if chosen.noise and self.noise_budget.take():
+                    self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
-    async def _route(self, request: web.Request, route: str, raw: bytes) -> Routed:
+    async def _route(self, request: web.Request, path: str, raw: bytes) -> Routed:
         body = parse_body(raw)
         model_route = self.config.route(body.model)
         if model_route is None:
             raise model_not_found(body.model)
-        snapshot = self.rollout.current()
         conversation = conversation_key(request.headers, body.data, body.model).value
-        served = model_route.served
-        if snapshot.primary not in served:
-            decision = Decision(serve=snapshot.candidate)
-        else:
-            decision = decide(conversation, snapshot, snapshot.candidate in served)
         turn = turn_index(body.data)
-        decision = await self.rollout.resolve(conversation, turn, decision)
-        return Routed(route, body, conversation, turn, decision, served)
+        served = model_route.served
+        chosen = await self.rollout.route(conversation, turn, served)
+        return Routed(path, body, conversation, turn, chosen, served)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -194,7 +183,7 @@ class ProxyService:
             exchange.error = failure.kind
             exchange.finished = time.perf_counter()
             self.addons.exchange_done(exchange)
-            fallback = routed.decision.fallback
+            fallback = routed.route.fallback
             if fallback is None:
                 raise failure.error from None
             self.metrics.fallbacks.labels(failure.kind).inc()
@@ -230,13 +219,13 @@ class ProxyService:
         stream (None when the whole small body is already in `exchange.chunks`), and the
         check that the rest of a candidate's stream must pass."""
         upstream = self.upstreams[exchange.backend]
-        call = self._call(request, routed, exchange.backend)
+        call = self._model_call(request, routed, exchange.backend)
         exchange.request_body = call.body
         response = await open_response(upstream, call)
         exchange.status = response.status
         # The candidate is checked; a failure before the first byte can still fall back.
-        checked = exchange.backend == self.rollout.current().candidate
-        can_fall_back = routed.decision.fallback is not None and exchange.fallback_from is None
+        checked = routed.route.is_candidate(exchange.backend)
+        can_fall_back = routed.route.fallback is not None and exchange.fallback_from is None
         if can_fall_back and (response.status >= 500 or response.status == 429):
             response.close()
             raise _candidate_failure(exchange.backend, f"http_{response.status}")
@@ -252,50 +241,64 @@ class ProxyService:
             raise _candidate_failure(exchange.backend, "malformed_body")
         return response, None, None
 
-    def _call(self, request: web.Request, routed: Routed, backend: str) -> Call:
+    def _model_call(self, request: web.Request, routed: Routed, backend: str) -> Call:
+        served = routed.served[backend]
+        return self._call(
+            request,
+            backend,
+            routed.path,
+            with_model(routed.body, served),
+            primary=routed.route.is_primary(backend),
+            conversation=routed.conversation,
+            deployment=served,
+        )
+
+    def _call(
+        self,
+        request: web.Request,
+        backend: str,
+        path: str,
+        body: bytes,
+        *,
+        primary: bool,
+        conversation: str = "",
+        deployment: str | None = None,
+    ) -> Call:
+        """One upstream call for the client's request. Only the primary may receive the
+        client's own credentials, and only when the proxy has no master key of its own."""
         upstream = self.upstreams[backend]
-        is_primary = backend == self.rollout.current().primary
         headers = upstream_headers(
             request.headers,
-            upstream.config.api_key,
-            pass_client_credentials=is_primary and self.config.server.master_key is None,
-            key_header=upstream.key_header,
+            upstream.auth,
+            pass_client_credentials=primary and self.config.server.master_key is None,
         )
-        served = routed.served[backend]
-        url = upstream.url(routed.route, routed.conversation, deployment=served)
+        url = upstream.url(path, conversation, deployment=deployment)
         if request.query_string:
             url += ("&" if "?" in url else "?") + request.query_string
-        return Call("POST", url, with_model(routed.body, served), headers)
+        return Call(request.method, url, body, headers)
 
     def _exchange(
         self,
-        routed: Routed,
+        routed: Routed | None,
         backend: str,
         role: str,
         started: float,
         fallback_from: str | None = None,
     ) -> Exchange:
+        """A new exchange with `backend`; `routed` None: a pass-through call, on no model
+        route and in no conversation."""
         return Exchange(
             request_id="req_" + os.urandom(12).hex(),
-            route=routed.route,
+            route=routed.path if routed else "other",
             backend=backend,
             role=role,
-            model=routed.body.model,
-            served_model=routed.served[backend],
-            conversation=routed.conversation,
-            turn=routed.turn,
-            stream=routed.body.stream,
+            model=routed.body.model if routed else "",
+            served_model=routed.served[backend] if routed else "",
+            conversation=routed.conversation if routed else "",
+            turn=routed.turn if routed else 0,
+            stream=routed.body.stream if routed else False,
             started=started,
             fallback_from=fallback_from,
-        )
-
-    def _wants_noise_sample(self, conversation: str) -> bool:
-        """A budgeted share of shadowed conversations also asks the primary a second time,
-        so parity can subtract how much the primary disagrees with itself."""
-        rollout = self.config.rollout
-        return (
-            in_shadow_sample(rollout.salt + "\x00noise", conversation, rollout.noise_sample)
-            and self.noise_budget.take()
         )
 
     def _dispatch_copy(
@@ -303,7 +306,7 @@ class ProxyService:
     ) -> None:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted."""
-        call = self._call(request, routed, backend)
+        call = self._model_call(request, routed, backend)
 
         async def copy() -> None:
             nonlocal call
@@ -323,7 +326,7 @@ class ProxyService:
                 if (
                     exchange.error is None
                     and exchange.status == 200
-                    and backend == self.rollout.current().candidate
+                    and routed.route.is_candidate(backend)
                 ):
                     # The same checks as in split mode, so shadow evidence counts a
                     # candidate that answers garbage as failing, not as healthy.
@@ -371,28 +374,9 @@ class ProxyService:
         check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary
         upstream = self.upstreams[primary]
-        headers = upstream_headers(
-            request.headers,
-            upstream.config.api_key,
-            pass_client_credentials=self.config.server.master_key is None,
-            key_header=upstream.key_header,
-        )
-        url = upstream.url(suffix)
-        if request.query_string:
-            url += "?" + request.query_string
-        exchange = Exchange(
-            request_id="req_" + os.urandom(12).hex(),
-            route="other",
-            backend=primary,
-            role=SERVE,
-            model="",
-            served_model="",
-            conversation="",
-            turn=0,
-            stream=False,
-            started=started,
-        )
-        response = await open_response(upstream, Call(request.method, url, raw, headers))
+        call = self._call(request, primary, suffix, raw, primary=True)
+        exchange = self._exchange(None, primary, SERVE, started)
+        response = await open_response(upstream, call)
         exchange.status = response.status
         extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", primary)]
         client: web.StreamResponse

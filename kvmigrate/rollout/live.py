@@ -13,13 +13,14 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from prometheus_client import CollectorRegistry, Gauge
 
 from kvmigrate.config import Config
-from kvmigrate.policies import Decision, RolloutSnapshot
-from kvmigrate.policies.pinning import PinView, pinned_decision, should_pin
+from kvmigrate.policies import RolloutSnapshot
+from kvmigrate.policies.pinning import PinView
+from kvmigrate.policies.route import Route, route
 from kvmigrate.rollout.state import Pin, RolloutState
 from kvmigrate.rollout.store import RolloutStore, StoreError
 
@@ -57,24 +58,24 @@ class LiveRollout:
     def on_change(self, listener: Callable[[RolloutState], None]) -> None:
         self._listeners.append(listener)
 
-    async def resolve(self, conversation: str, turn: int, decision: Decision) -> Decision:
-        """Apply the conversation's pin, and pin it on its first sight in split mode."""
-        rollout = self.config.rollout
+    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+        """Route one request: the conversation's pin applied, and made on its first sight in
+        split mode. Only a later turn can have a pin another replica made, so only a later
+        turn asks a shared store for one."""
         snapshot = self._snapshot
-        if not rollout.pinning or snapshot.mode != "split":
-            return decision
+        if not self.config.rollout.pinning or snapshot.mode != "split":
+            return route(conversation, snapshot, served)
         now = time.time()
         pin = self._pins.get(conversation)
         if pin is None and turn > 1 and self.shared_pins:
             pin = await self._remote_pin(conversation)
         if pin is not None:
             self._pins.move_to_end(conversation)
-            return pinned_decision(decision, pin, snapshot, self.state.epoch, now, conversation)
-        if should_pin(decision, snapshot):
-            self._remember(
-                Pin(conversation, decision.serve, self.state.epoch, now + rollout.pin_ttl_seconds)
-            )
-        return decision
+        routed = route(conversation, snapshot, served, pin, now)
+        if routed.pin:
+            expires = now + self.config.rollout.pin_ttl_seconds
+            self._remember(Pin(conversation, routed.serve, snapshot.epoch, expires))
+        return routed
 
     def _remember(self, pin: Pin) -> None:
         self._pins[pin.conversation] = PinView(pin.backend, pin.epoch, pin.expires_at)
@@ -183,8 +184,7 @@ class LiveRollout:
                 listener(state)
 
     def _make_snapshot(self, state: RolloutState) -> RolloutSnapshot:
-        r = self.config.rollout
-        return state.snapshot(r.primary, r.candidate, r.shadow_sample, r.salt, r.fallback)
+        return state.snapshot(self.config.rollout)
 
 
 def _from_config(config: Config) -> RolloutState:

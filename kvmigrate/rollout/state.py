@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from kvmigrate.config import RolloutConfig
 from kvmigrate.policies import RolloutSnapshot
 
 
@@ -48,17 +49,18 @@ class RolloutState:
             self, version=self.version + 1, updated_at=time.time(), updated_by=actor, **changes
         )
 
-    def snapshot(
-        self, primary: str, candidate: str, shadow_sample: float, salt: str, fallback: bool
-    ) -> RolloutSnapshot:
+    def snapshot(self, rollout: RolloutConfig) -> RolloutSnapshot:
+        """What the proxy routes by: this state, under the config's fixed rollout settings."""
         return RolloutSnapshot(
-            primary=primary,
-            candidate=candidate,
+            primary=rollout.primary,
+            candidate=rollout.candidate,
             mode=self.mode,
             percent=self.percent,
-            shadow_sample=shadow_sample,
-            salt=salt,
-            fallback=fallback,
+            shadow_sample=rollout.shadow_sample,
+            salt=rollout.salt,
+            fallback=rollout.fallback,
+            noise_sample=rollout.noise_sample,
+            epoch=self.epoch,
         )
 
 

@@ -165,7 +165,7 @@ def test_a_failing_plugin_never_breaks_the_request(tmp_path: Path) -> None:
         async def broken(*_args: Any) -> Any:
             raise RuntimeError("store exploded")
 
-        plugin.live.resolve = broken  # type: ignore[method-assign]
+        plugin.live.route = broken  # type: ignore[method-assign]
         data = _data("call-3")
         result = await plugin.async_pre_call_hook(None, None, data, "acompletion")
         await plugin.async_log_success_event({"litellm_call_id": 7}, object(), None, None)
