@@ -13,6 +13,7 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -80,7 +81,13 @@ class EnvelopeServer(web.Server):
 
 
 class EnvelopeAppRunner(web.AppRunner):
-    """An AppRunner whose protocol-level errors are JSON envelopes (see above)."""
+    """An AppRunner whose protocol-level errors are JSON envelopes (see above), and whose
+    handlers are cancelled when their client disconnects: a proxy must stop the upstream call
+    of a client that gave up, and record that it did."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("handler_cancellation", True)
+        super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

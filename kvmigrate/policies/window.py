@@ -10,11 +10,13 @@ class BackendWindow:
     """Figures for one backend over a time window, from the recorder (or a live counter).
 
     `requests` counts upstream calls that reached a verdict (any status, or a transport
-    error); `errors` counts transport errors and 5xx answers (a 4xx is the client's fault,
-    and counted neither way for gates). TTFT figures are in seconds and None when no
-    request of the window had one. `parity` is the noise-adjusted agreement in [0, 1] once
-    the parity engine scores pairs, else None. `tool_calls` / `invalid_tool_calls`: calls
-    in the backend's answers, and those naming an unoffered tool or with broken arguments.
+    error); `errors` counts what `policies.outcome.is_backend_error` says: transport errors,
+    5xx and 429 answers, and clients that gave up before the first byte (any other 4xx is
+    the client's fault, and counted neither way for gates). TTFT figures are in seconds and
+    None when no request of the window had one. `parity` is the noise-adjusted agreement in
+    [0, 1] once the parity engine scores pairs, else None. `tool_calls` /
+    `invalid_tool_calls`: calls in the backend's answers, and those naming an unoffered tool
+    or with broken arguments.
     `latency_p95`: total latency, what the TTFT gate compares when nothing was streamed (a
     non-streamed answer has no observable TTFT).
     """

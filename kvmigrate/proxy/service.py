@@ -15,6 +15,7 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.policies import RolloutSnapshot, Route, conversation_key, route, turn_index
+from kvmigrate.policies.outcome import CLIENT_CANCELLED, CLIENT_DISCONNECTED, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
@@ -150,17 +151,8 @@ class ProxyService:
         started = time.perf_counter()
         self.authorize(request)
         routed = await self._route(request, path, await self.read_body(request))
-        chosen = routed.route
-        exchange = self._exchange(routed, chosen.serve, SERVE, started)
-        exchange.mirrored = chosen.shadow is not None
-        try:
-            return await self._answer(request, routed, exchange, started)
-        finally:
-            # After the client has its answer, so the copy cannot compete with it.
-            if chosen.shadow is not None:
-                self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
-                if chosen.noise and self.noise_budget.take():
-                    self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
+        exchange = self._exchange(routed, routed.route.serve, SERVE, started)
+        return await self._answer(request, routed, exchange, started)
 
     async def _route(self, request: web.Request, path: str, raw: bytes) -> Routed:
         body = parse_body(raw)
@@ -178,26 +170,64 @@ class ProxyService:
     ) -> web.StreamResponse:
         call_at = time.perf_counter()
         try:
-            response, first, check = await self._open(request, routed, exchange)
-        except UpstreamFailure as failure:
-            exchange.error = failure.kind
-            exchange.finished = time.perf_counter()
-            self.addons.exchange_done(exchange)
-            fallback = routed.route.fallback
-            if fallback is None:
-                raise failure.error from None
-            self.metrics.fallbacks.labels(failure.kind).inc()
-            exchange = self._exchange(
-                routed, fallback, SERVE, time.perf_counter(), fallback_from=exchange.backend
-            )
             try:
                 response, first, check = await self._open(request, routed, exchange)
-            except UpstreamFailure as second:
-                exchange.error = second.kind
-                exchange.finished = time.perf_counter()
-                self.addons.exchange_done(exchange)
-                raise
-        overhead = (call_at - started) + (time.perf_counter() - (exchange.first_byte or call_at))
+            except UpstreamFailure as failure:
+                exchange = self._fall_back(routed, exchange, failure)
+                try:
+                    response, first, check = await self._open(request, routed, exchange)
+                except UpstreamFailure as second:
+                    self._finish(exchange, second.kind)
+                    raise
+            # The proxy's own time before the call: authorising, reading, routing.
+            before = call_at - started
+            client = await self._relay(request, routed, exchange, response, first, check, before)
+        except asyncio.CancelledError:
+            # The client left (aiohttp cancels the handler, and with it the upstream call).
+            # Its wait is evidence too: a backend slow enough that clients give up is exactly
+            # what the gates and auto-rollback exist to catch.
+            gave_up = CLIENT_CANCELLED if exchange.first_byte is None else CLIENT_DISCONNECTED
+            self._finish(exchange, gave_up)
+            raise
+        if exchange.mirrored:
+            # After the client has its answer, so the copies cannot compete with it.
+            chosen = routed.route
+            assert chosen.shadow is not None
+            self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
+            if chosen.noise and self.noise_budget.take():
+                self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
+        return client
+
+    def _fall_back(self, routed: Routed, failed: Exchange, failure: UpstreamFailure) -> Exchange:
+        """Record the failed first attempt; the exchange with the fallback backend, or the
+        failure itself when the route has no fallback."""
+        self._finish(failed, failure.kind)
+        fallback = routed.route.fallback
+        if fallback is None:
+            raise failure.error from None
+        self.metrics.fallbacks.labels(failure.kind).inc()
+        return self._exchange(
+            routed, fallback, SERVE, time.perf_counter(), fallback_from=failed.backend
+        )
+
+    def _finish(self, exchange: Exchange, error: str) -> None:
+        exchange.error = error
+        exchange.finished = exchange.finished or time.perf_counter()
+        self.addons.exchange_done(exchange)
+
+    async def _relay(
+        self,
+        request: web.Request,
+        routed: Routed,
+        exchange: Exchange,
+        response: aiohttp.ClientResponse,
+        first: bytes | None,
+        check: SseCheck | None,
+        before_call: float,
+    ) -> web.StreamResponse:
+        """Relay the opened answer to the client, then hand the finished exchange on."""
+        now = time.perf_counter()
+        overhead = before_call + (now - (exchange.first_byte or now))
         self.metrics.overhead.observe(overhead)
         extra = [
             ("x-request-id", exchange.request_id),
@@ -209,6 +239,10 @@ class ProxyService:
             client = await send_buffered(request, response, exchange.chunks[0], extra)
         else:
             client = await relay_stream(request, response, first, exchange, extra, check)
+        # Only an answer the primary gave earns the candidate a copy (see worth_mirroring).
+        exchange.mirrored = routed.route.shadow is not None and worth_mirroring(
+            exchange.status, exchange.error
+        )
         self.addons.exchange_done(exchange)
         return client
 

@@ -10,22 +10,15 @@ from typing import Any
 
 from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
 from kvmigrate.percentile import percentile
+from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.recorder.store import RecordStore, open_store
 
 # Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic.
 MODEL_TRAFFIC = "route <> 'other'"
+
+
 # A client that hung up is not the backend's failure; neither is a 4xx.
-NOT_BACKEND_ERRORS = frozenset({"client_disconnected"})
-
-
-def is_backend_error(status: int | None, error: str | None) -> bool:
-    """Transport errors and 5xx answers; a 4xx is the client's fault."""
-    if status is not None and status >= 500:
-        return True
-    return error is not None and not error.startswith("http_") and error not in NOT_BACKEND_ERRORS
-
-
 @dataclass
 class _Tally:
     requests: int = 0

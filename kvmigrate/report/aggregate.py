@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from kvmigrate.percentile import percentile
-from kvmigrate.recorder.queries import is_backend_error
+from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.report.model import BackendSummary, CacheRow, Coverage, TurnRow
 from kvmigrate.report.rows import Row
 

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.percentile import percentile
 from kvmigrate.policies.gates import rollback_reason
+from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.policies.tool_calls import invalid_tool_calls
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.proxy.exchange import Exchange
@@ -107,9 +108,7 @@ class RollbackWatcher:
         ):
             self._unchecked.append(exchange)  # parsed off the response path, once a second
         if window is not None:
-            failed = (exchange.error is not None and exchange.error != "client_disconnected") or (
-                exchange.status is not None and exchange.status >= 500
-            )
+            failed = is_backend_error(exchange.status, exchange.error)
             window.add(exchange.started, failed, exchange.ttft, exchange.duration)
 
     async def running(self) -> None:

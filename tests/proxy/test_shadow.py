@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import openai
 import pytest
 from proxy_support import HOSTED_MODEL, ProxyFactory, RunningProxy
 
@@ -108,3 +109,33 @@ def test_shadow_sample_picks_whole_conversations(make_proxy: ProxyFactory) -> No
         mirrored.append(proxy.metric("kvmigrate_requests_total", role="shadow") - before)
     assert set(mirrored) <= {0.0, 3.0}, "a conversation was mirrored for only some turns"
     assert 0 < mirrored.count(3.0) < 16
+
+
+@pytest.mark.parametrize(
+    ("primary_fault", "mirrored"),
+    [
+        ("hosted:503", False),  # an SDK retries these: the retry brings its own copy
+        ("hosted:500", False),
+        ("hosted:429", False),
+        ("hosted:400", True),  # the client's own fault: still worth comparing
+        ("", True),
+    ],
+)
+def test_no_shadow_copy_for_an_answer_the_primary_failed(
+    make_proxy: ProxyFactory, primary_fault: str, mirrored: bool
+) -> None:
+    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0, noise_sample: 0}")
+    client = proxy.client()
+    headers = {"x-emulator-fault": primary_fault} if primary_fault else {}
+    try:
+        client.chat.completions.create(
+            model=HOSTED_MODEL, messages=[{"role": "user", "content": "hi"}], extra_headers=headers
+        )
+    except openai.APIStatusError:
+        assert primary_fault
+    # A later, healthy request's copy is the marker that every earlier copy was dispatched.
+    client.chat.completions.create(model=HOSTED_MODEL, messages=[{"role": "user", "content": "ok"}])
+    expected = 2 if mirrored else 1
+    assert wait_metric(proxy, "kvmigrate_requests_total", expected, role="shadow") == expected
+    time.sleep(0.2)  # a copy that should not exist has had every chance to show up
+    assert proxy.metric("kvmigrate_requests_total", role="shadow") == expected

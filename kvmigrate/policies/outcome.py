@@ -1,0 +1,31 @@
+"""What one upstream call's outcome says: against the backend, and worth a shadow copy?
+
+One definition serves the recorded windows (gates, reports) and the live auto-rollback
+window alike, so the two can never disagree on what counts as the backend's failure.
+"""
+
+from __future__ import annotations
+
+# The client left after the answer had started: nothing the backend did wrong.
+CLIENT_DISCONNECTED = "client_disconnected"
+# The client gave up before the first byte: a slow backend is exactly what this catches, so
+# it counts against the backend that kept it waiting.
+CLIENT_CANCELLED = "client_cancelled"
+NOT_BACKEND_ERRORS = frozenset({CLIENT_DISCONNECTED})
+
+
+def is_backend_error(status: int | None, error: str | None) -> bool:
+    """Transport errors, 5xx and 429 answers (a backend refusing load), and clients that
+    gave up waiting; any other 4xx is the client's fault."""
+    if status is not None and (status >= 500 or status == 429):
+        return True
+    return error is not None and not error.startswith("http_") and error not in NOT_BACKEND_ERRORS
+
+
+def worth_mirroring(status: int | None, error: str | None) -> bool:
+    """Whether the primary's outcome earns the candidate a shadow copy. A failure an SDK
+    retries (a transport error, a 429 or a 5xx) does not: the retry brings its own copy,
+    and mirroring every attempt multiplied the candidate's load and skewed the evidence."""
+    if error is not None and error not in NOT_BACKEND_ERRORS:
+        return False
+    return status is not None and status != 429 and status < 500
