@@ -15,6 +15,7 @@ from kvmigrate.rollout.controller import RolloutController, WindowSource, initia
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import RolloutStore, open_store
 from kvmigrate.rollout.watcher import RollbackWatcher
+from kvmigrate.supervisor import Supervisor
 
 
 def records_window_source(config: Config) -> WindowSource:
@@ -41,8 +42,9 @@ def build_app(
     poll_interval: float = 0.25,
 ) -> web.Application:
     controller = open_controller(config)
-    live = LiveRollout(config, controller.store, poll_interval=poll_interval)
-    addons: list[object] = [live, RollbackWatcher(live, controller)]
+    supervisor = Supervisor()
+    live = LiveRollout(config, controller.store, poll_interval=poll_interval, supervisor=supervisor)
+    addons: list[object] = [supervisor, live, RollbackWatcher(live, controller)]
     if record and config.record.enabled:
         from kvmigrate.recorder.addon import build_recorder
 

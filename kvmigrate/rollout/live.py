@@ -23,6 +23,7 @@ from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.route import Route, route
 from kvmigrate.rollout.state import Pin, RolloutState
 from kvmigrate.rollout.store import RolloutStore, StoreError
+from kvmigrate.supervisor import Supervisor
 
 log = logging.getLogger("kvmigrate.rollout")
 
@@ -37,8 +38,10 @@ class LiveRollout:
         store: RolloutStore,
         poll_interval: float = 0.25,
         shared_pins: bool | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.config = config
+        self.supervisor = supervisor or Supervisor()
         self.store = store
         self.poll_interval = poll_interval
         # With a shared store (Redis) another replica may have pinned the conversation.
@@ -133,7 +136,7 @@ class LiveRollout:
             self.store_errors += 1
             log.error("rollout store unavailable at start, serving the config's rollout: %s", exc)
             self._swap(_from_config(self.config))
-        self._task = asyncio.get_running_loop().create_task(self._watch())
+        self._task = self.supervisor.start("rollout-watch", self._watch)
 
     async def done(self) -> None:
         if self._task is not None:

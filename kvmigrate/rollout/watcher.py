@@ -79,6 +79,7 @@ class RollbackWatcher:
         self, live: LiveRollout, controller: RolloutController, interval: float = 1.0
     ) -> None:
         self.live = live
+        self.supervisor = live.supervisor
         self.controller = controller
         self.interval = interval
         rollout = controller.config.rollout
@@ -112,7 +113,7 @@ class RollbackWatcher:
             window.add(exchange.started, failed, exchange.ttft, exchange.duration)
 
     async def running(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._task = self.supervisor.start("auto-rollback", self._loop)
 
     async def done(self) -> None:
         if self._task is not None:

@@ -4,10 +4,13 @@ auto-rollback. Real proxies on loopback, the real CLI in subprocesses."""
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,3 +370,46 @@ def test_rollout_auto_walks_the_steps_through_the_gates(
         assert result.returncode == 1
         assert "gates failed before 10%" in report["message"]
         assert events == []  # nothing was promoted
+
+
+def test_a_watcher_that_fails_unexpectedly_is_restarted_logged_and_counted(
+    setup: Callable[..., Setup],
+    proxies: Callable[[Config], BackgroundServer],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = setup()
+    proxy = proxies(s.config)
+    assert served_by(proxy, "hello") == "hosted"
+    state_db = tmp_path / "state.db"
+
+    def write_state(data: str, version: int) -> None:
+        with sqlite3.connect(state_db) as db:
+            db.execute(
+                "INSERT INTO rollout_state (id, data, version) VALUES (1, ?, ?) ON CONFLICT (id) "
+                "DO UPDATE SET data = excluded.data, version = excluded.version",
+                (data, version),
+            )
+
+    def restarts() -> float:
+        with urllib.request.urlopen(proxy.url + "/metrics") as response:
+            text = response.read().decode()
+        lines = [
+            line
+            for line in text.splitlines()
+            if line.startswith('kvmigrate_background_restarts_total{task="rollout-watch"}')
+        ]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    with caplog.at_level(logging.ERROR, logger="kvmigrate.supervisor"):
+        # A state the store hands back but the watcher cannot read: not a StoreError.
+        write_state('{"mode": "split", "percent": "not a number", "version": 7}', 7)
+        wait_until(lambda: restarts() >= 1, timeout=10)
+        assert any(
+            "background task rollout-watch failed" in r.getMessage() and r.exc_info
+            for r in caplog.records
+        )
+    # Still watching: a later, valid change is applied.
+    state = {"mode": "split", "percent": 100.0, "version": 8, "epoch": 0}
+    write_state(json.dumps(state), 8)
+    wait_until(lambda: served_by(proxy, "after the fix") == "vllm", timeout=20)
