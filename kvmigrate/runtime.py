@@ -8,31 +8,13 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies.window import BackendWindow
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.rollout.admin_api import add_admin_routes
-from kvmigrate.rollout.controller import RolloutController, WindowSource, initial_state
+from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.live import LiveRollout
-from kvmigrate.rollout.store import RolloutStore, open_store
+from kvmigrate.rollout.store import RolloutStore
 from kvmigrate.rollout.watcher import RollbackWatcher
 from kvmigrate.supervisor import Supervisor
-
-
-def records_window_source(config: Config) -> WindowSource:
-    """Gate evidence from the records database the proxies write (`record.db`)."""
-
-    def windows(since: float) -> dict[str, BackendWindow]:
-        from kvmigrate.recorder.queries import window_stats
-
-        return window_stats(config.record.db, since)
-
-    return windows
-
-
-def open_controller(config: Config) -> RolloutController:
-    """A controller over the configured store, with the recorded traffic as evidence."""
-    store = open_store(config.rollout.state, initial_state(config))
-    return RolloutController(config, store, records_window_source(config))
 
 
 def build_app(

@@ -28,8 +28,12 @@ def render() -> str:
 def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     found = [(path, command)]
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            found += _walk(command.commands[name], [*path, name])
+        # The group's context resolves lazily loaded subcommands too.
+        with click.Context(command, info_name=path[-1]) as ctx:
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                found += _walk(sub, [*path, name])
     return found
 
 

@@ -14,6 +14,7 @@ from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.policies.gates import render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
+from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import GatesRefused, RolloutError
 from kvmigrate.rollout.store import StoreError
 
@@ -46,8 +47,6 @@ def rollout_client(
         if proxy_url:
             yield RemoteRollout(proxy_url, admin_key)
             return
-        from kvmigrate.runtime import open_controller
-
         controller = open_controller(load_or_exit(config_path))
         try:
             yield LocalRollout(controller)

@@ -30,8 +30,9 @@ from kvmigrate.policies.gates import render_gates
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, build_report
 from kvmigrate.report.timeline import rollout_timeline
+from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import GatesRefused, RolloutController
-from kvmigrate.runtime import build_app, open_controller
+from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer
 
 Echo = Callable[[str], None]

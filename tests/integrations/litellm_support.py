@@ -18,7 +18,7 @@ from kvmigrate.emulator.server import build_app
 from kvmigrate.emulator.settings import EmulatorSettings
 from kvmigrate.integrations.litellm_process import LiteLLMProxy
 from kvmigrate.integrations.litellm_venv import venv_python
-from kvmigrate.runtime import open_controller
+from kvmigrate.rollout.configured import open_controller
 from kvmigrate.serving import BackgroundServer
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.integrations.litellm_plugin import BACKEND_HEADER, KvmigrateRouter
-from kvmigrate.runtime import open_controller
+from kvmigrate.rollout.configured import open_controller
 
 
 def _config(tmp_path: Path, mode: str = "shadow", percent: float = 0) -> Config:

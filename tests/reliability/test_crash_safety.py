@@ -36,7 +36,7 @@ from kvmigrate.emulator import EmulatorSettings
 from kvmigrate.emulator import build_app as build_emulator
 from kvmigrate.recorder.writer import WriterSettings
 from kvmigrate.rollout.client import LocalRollout
-from kvmigrate.runtime import open_controller
+from kvmigrate.rollout.configured import open_controller
 from kvmigrate.serving import BackgroundServer, free_port
 
 pytestmark = pytest.mark.timeout(120)
