@@ -29,13 +29,13 @@ from pathlib import Path
 
 from kvmigrate.emulator.server import build_app
 from kvmigrate.emulator.settings import EmulatorSettings
-from kvmigrate.integrations.litellm_process import (
+from kvmigrate.serving import BackgroundServer
+from kvmigrate.testbed.litellm_process import (
     PLUGIN_CALLBACK,
     LiteLLMProxy,
     model_entry,
     write_config,
 )
-from kvmigrate.serving import BackgroundServer
 
 MODEL = "gpt-4o-mini"
 CANDIDATE = "vllm-llama"

@@ -1,6 +1,10 @@
-"""A real vLLM (CPU build) for tests, the demo and benchmarks: its venv, a tiny model, a server.
+"""Real engines for tests, the demo and benchmarks, never for serving.
 
-This package must stay importable without vLLM or torch: the heavy parts live in a separate
-venv (see `vllm_venv`) and run as child processes. Keep this `__init__` free of imports,
-because `tiny_model` is also run inside that venv, where the project's dependencies are absent.
+A vLLM (CPU build): its venv, a tiny model, a server. A LiteLLM proxy with the kvmigrate
+plugin loaded: its venv (`litellm_venv`) and process (`litellm_process`).
+
+This package must stay importable without vLLM, torch or litellm: the heavy parts live in
+separate venvs (see `vllm_venv`, `litellm_venv`) and run as child processes. Keep this
+`__init__` free of imports, because `tiny_model` is also run inside the vLLM venv, where the
+project's dependencies are absent.
 """

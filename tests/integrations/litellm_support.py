@@ -16,10 +16,10 @@ from kvmigrate.config import Config
 from kvmigrate.emulator.faults import FAULT_HEADER
 from kvmigrate.emulator.server import build_app
 from kvmigrate.emulator.settings import EmulatorSettings
-from kvmigrate.integrations.litellm_process import LiteLLMProxy
-from kvmigrate.integrations.litellm_venv import venv_python
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.serving import BackgroundServer
+from kvmigrate.testbed.litellm_process import LiteLLMProxy
+from kvmigrate.testbed.litellm_venv import venv_python
 
 
 class Emulator:

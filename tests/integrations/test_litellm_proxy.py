@@ -25,13 +25,13 @@ from openai import OpenAI
 
 from kvmigrate.config import Config, load_config
 from kvmigrate.emulator.settings import EmulatorSettings
-from kvmigrate.integrations.litellm_process import (
+from kvmigrate.policies import in_candidate_share
+from kvmigrate.testbed.litellm_process import (
     PLUGIN_CALLBACK,
     LiteLLMProxy,
     model_entry,
     write_config,
 )
-from kvmigrate.policies import in_candidate_share
 
 pytestmark = [pytest.mark.litellm, pytest.mark.timeout(600)]
 

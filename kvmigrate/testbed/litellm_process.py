@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from kvmigrate.integrations.litellm_venv import ensure_litellm_venv, proxy_env, venv_litellm
 from kvmigrate.serving import free_port
+from kvmigrate.testbed.litellm_venv import ensure_litellm_venv, proxy_env, venv_litellm
 
 PLUGIN_CALLBACK = "kvmigrate.integrations.litellm_plugin.proxy_handler_instance"
 OFFLINE_ENV = {
