@@ -4,10 +4,11 @@
 
 Each command runs `--runs` times as a fresh subprocess (`python -m kvmigrate ...`, as the
 console script does) after one warm-up; the median, min and max wall time are printed, with
-bare interpreter start-up as the floor. `rollout status` reads a SQLite state store in a
-temporary directory, and the gates read an empty records database there. A run under
-`python -X importtime` then gives each command's module count and the imports that cost
-the most, cumulative (a package's time includes what it imports).
+bare interpreter start-up as the floor, and the median CPU time (user + system) of the
+child, which a busy machine disturbs less than the wall time. `rollout status` reads a
+SQLite state store in a temporary directory, and the gates read an empty records database
+there. A run under `python -X importtime` then gives each command's module count and the
+imports that cost the most, cumulative (a package's time includes what it imports).
 
 Targets (issue 24): `--help` <= 0.3 s, `rollout status` <= 0.6 s.
 """
@@ -15,6 +16,7 @@ Targets (issue 24): `--help` <= 0.3 s, `rollout status` <= 0.6 s.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,10 +37,15 @@ record:
 """
 
 
-def _wall(argv: list[str]) -> float:
+def _run(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of `argv`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu
 
 
 def _imports(argv: list[str], top: int) -> tuple[int, list[tuple[int, str]]]:
@@ -59,12 +66,13 @@ def _imports(argv: list[str], top: int) -> tuple[int, list[tuple[int, str]]]:
 
 
 def _report(label: str, argv: list[str], runs: int, top: int) -> None:
-    _wall(argv)  # warm-up: the OS file cache, and the state store's first write
-    times = [_wall(argv) for _ in range(runs)]
+    _run(argv)  # warm-up: the OS file cache, and the state store's first write
+    walls, cpus = zip(*(_run(argv) for _ in range(runs)), strict=True)
     count, costliest = _imports(argv, top)
     print(
-        f"{label:<26} median {statistics.median(times):.3f} s  "
-        f"(min {min(times):.3f}, max {max(times):.3f}, {runs} runs)  {count} modules imported"
+        f"{label:<26} median {statistics.median(walls):.3f} s "
+        f"(min {min(walls):.3f}, max {max(walls):.3f}, {runs} runs), "
+        f"CPU {statistics.median(cpus):.3f} s, {count} modules imported"
     )
     for cumulative, name in costliest:
         print(f"    {cumulative / 1000:7.1f} ms  {name}")

@@ -10,13 +10,10 @@ import signal
 # The lowest priority: on Linux the SCHED_IDLE policy (any ordinary task that wakes up
 # preempts it at once), elsewhere nice 19. When a worker shares a core with a busy proxy (a
 # pinned proxy, a pod's CPU limit), it no longer takes the quarter of that core that nice +5
-# got: with benchmarks/proxy_overhead.py (the proxy pinned to one core with its workers)
-# streamed c=64 went from 75 ms added at p50 and 791 req/s to 34 ms and 1,588 req/s, level
-# with the proxy without them; benchmarks/recorder_loop_lag.py at 8,000 records/s on two
-# workers went from 4.5 ms of p99 event-loop lateness (nice 19 alone) to 2.7 ms (no
-# recorder: 1.1 ms). The cost: a saturated core leaves the workers behind, and their
-# bounded queues drop, and count, what does not fit. With a core to spare they run at full
-# speed.
+# got, and the proxy runs about as fast as without workers (benchmarks/proxy_overhead.py,
+# benchmarks/recorder_loop_lag.py; the figures are in docs/performance-history.md). The
+# cost: a saturated core leaves the workers behind, and their bounded queues drop, and
+# count, what does not fit. With a core to spare they run at full speed.
 BACKGROUND_NICE = 19
 
 

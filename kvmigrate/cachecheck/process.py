@@ -1,10 +1,10 @@
 """The cache-buster detector's worker process: its parsing off the proxy's GIL.
 
 Checking a turn parses the request, reassembles the answer, renders and hashes the
-conversation: 100 µs and more of Python per request. On a thread of the proxy that work
-held the GIL the event loop needs (at concurrency 64 streamed, the proxy with the
-detector on its thread added 72 ms at p50, 39 ms without it). In a process of its own it
-runs on another core, and the proxy keeps a queue, a feeder thread that waits on a pipe
+conversation: more Python per request than forwarding it. On a thread of the proxy that
+work held the GIL the event loop needs, and under concurrent streams every request's first
+chunk waited for it (docs/performance-history.md). In a process of its own it runs on
+another core, and the proxy keeps a queue, a feeder thread that waits on a pipe
 with the GIL released, and its metrics.
 
 The child is started with `spawn` (the proxy has threads and an event loop: forking those

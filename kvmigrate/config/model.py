@@ -96,8 +96,8 @@ class RecordConfig:
     content: str = "redacted"
     retention_days: int = 30
     # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
-    # one does 8,200-9,700 records/s here, two 12,800-14,200; at idle CPU priority the second
-    # costs 24 MiB and only ever takes a core the proxy is not using.
+    # the second raises the sustained rate (README, Performance), and at idle CPU priority
+    # it only ever takes a core the proxy is not using.
     workers: int = 2
 
 

@@ -95,7 +95,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             # Nothing reads records by backend, pair or conversation through SQL: the report
             # and the gates scan a time range (records_ts), and pairs are matched by the
-            # recorder before writing. Each index cost about 1 µs of every insert; add your
+            # recorder before writing. Each index slowed every insert; add your
             # own for ad-hoc queries.
             "DROP INDEX IF EXISTS records_backend_ts",
             "DROP INDEX IF EXISTS records_pair",

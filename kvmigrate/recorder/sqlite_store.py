@@ -31,7 +31,7 @@ class SqliteStore(RecordStore):
             self.path, isolation_level=None, check_same_thread=False, timeout=10.0
         )
         # 16 KiB pages for a new file (an existing one keeps its own): a batch commits as a
-        # quarter of the WAL frames, and an insert cost 13 µs instead of 16.
+        # quarter of the WAL frames, which makes every insert cheaper.
         self._conn.execute("PRAGMA page_size=16384")
         # WAL with synchronous=NORMAL: a killed process loses nothing committed and never
         # corrupts the file (only a power loss may drop the last commits).

@@ -1,9 +1,9 @@
 """The recorder's worker process: parsing, redaction, parity and writing off the proxy's GIL.
 
-Reassembling a streamed answer, redacting a history and scoring a pair cost about 100 µs of
-Python per record. On a thread of the proxy that work competes for the GIL with the event
-loop, and under load the proxy slowed (added TTFC at concurrency 64 went from about 5 ms
-to 62 ms with the recorder on). In a process of its own it runs on another core. What stays
+Reassembling a streamed answer, redacting a history and scoring a pair cost more Python
+per record than forwarding the request. On a thread of the proxy that work competes for
+the GIL with the event loop, and under load every request's first chunk waited for it
+(docs/performance-history.md). In a process of its own it runs on another core. What stays
 in the proxy is a deque append on the response path, and a feeder thread that pickles
 batches of plain tuples (mostly bytes) into a pipe.
 
@@ -39,7 +39,7 @@ SHARED_COUNTERS = (
     "written", "batches", "write_errors", "queue_full", "write_error", "invalid", "depth",
 )  # fmt: skip
 # Exchanges per pickled message. Pickling holds the GIL in one C call, so this bounds the
-# event loop's stall (about 10 µs an exchange) as much as the message's size.
+# event loop's stall as much as the message's size.
 _MAX_MESSAGE = 32
 _PIPE_BYTES = 1 << 20
 _RESPAWN_S = 1.0  # the least time between two starts of a worker that keeps dying

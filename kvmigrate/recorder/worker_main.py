@@ -66,7 +66,7 @@ class _Batches:
     oldest has waited `flush_interval`.
 
     Each message is converted as it arrives, not when its batch is full: a worker that
-    stops reading its pipe for a whole batch's conversion (50 ms) blocks the proxy's
+    stops reading its pipe for a whole batch's conversion blocks the proxy's
     feeder on that pipe, and with several workers the others then starve for it."""
 
     def __init__(self, writer: RecordWriter, settings: WriterSettings, shared: Any) -> None:
