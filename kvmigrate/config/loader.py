@@ -229,6 +229,9 @@ def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:
         ),
         noise_sample=s.number("noise_sample", defaults.noise_sample, 0.0, 1.0),
         noise_per_minute=s.number("noise_per_minute", defaults.noise_per_minute, 0.0),
+        shadow_primary_failures=s.boolean(
+            "shadow_primary_failures", defaults.shadow_primary_failures
+        ),
         pinning=s.boolean("pinning", defaults.pinning),
         pin_ttl_seconds=s.number("pin_ttl_seconds", defaults.pin_ttl_seconds, 1.0),
         bake_seconds=s.number("bake_seconds", defaults.bake_seconds, 0.0),

@@ -80,6 +80,8 @@ class RolloutConfig:
     salt: str = "kvmigrate"
     fallback: bool = True
     shadow_max_concurrency: int = 64
+    # Mirror requests the primary failed too (a retrying SDK sends each attempt again).
+    shadow_primary_failures: bool = False
     noise_sample: float = 0.1
     noise_per_minute: float = 30.0
     pinning: bool = True

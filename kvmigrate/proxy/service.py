@@ -129,6 +129,8 @@ class ProxyService:
         self.upstreams = Upstreams(upstreams)
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
+        # Relays that outlive a cancelled handler (see _answer), held until they end.
+        self._relays: set[asyncio.Future[web.StreamResponse]] = set()
         self.shadow = ShadowDispatcher(
             config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout
         )
@@ -139,6 +141,9 @@ class ProxyService:
         await self.addons.trigger_async("running")
 
     async def close(self) -> None:
+        for relay in list(self._relays):
+            relay.cancel()
+        await asyncio.gather(*self._relays, return_exceptions=True)
         await self.shadow.close()
         await self.upstreams.close()
         for gateway in self.gateways.values():
@@ -177,31 +182,36 @@ class ProxyService:
                 try:
                     response, first, check = await self._open(request, routed, exchange)
                 except UpstreamFailure as second:
-                    self._finish(exchange, second.kind)
+                    self._finish(routed, exchange, second.kind)
                     raise
-            # The proxy's own time before the call: authorising, reading, routing.
-            before = call_at - started
-            client = await self._relay(request, routed, exchange, response, first, check, before)
-        except asyncio.CancelledError:
-            # The client left (aiohttp cancels the handler, and with it the upstream call).
-            # Its wait is evidence too: a backend slow enough that clients give up is exactly
-            # what the gates and auto-rollback exist to catch.
-            gave_up = CLIENT_CANCELLED if exchange.first_byte is None else CLIENT_DISCONNECTED
-            self._finish(exchange, gave_up)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                # The client left before the first byte (aiohttp cancels the handler, and
+                # with it the upstream call). Its wait is evidence: a backend slow enough
+                # that clients give up is what the gates and auto-rollback exist to catch.
+                self._finish(routed, exchange, CLIENT_CANCELLED)
+            self._mirror(request, routed, exchange)
             raise
-        if exchange.mirrored:
-            # After the client has its answer, so the copies cannot compete with it.
-            chosen = routed.route
-            assert chosen.shadow is not None
-            self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
-            if chosen.noise and self.noise_budget.take():
-                self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
-        return client
+        # From the first byte on, the relay runs to its end even if the client leaves: it
+        # notices at its next write, records what was sent, and the answer's copies go out.
+        relay = asyncio.ensure_future(
+            self._relay(request, routed, exchange, response, first, check, call_at - started)
+        )
+        self._relays.add(relay)
+        relay.add_done_callback(self._relay_done)
+        return await asyncio.shield(relay)
+
+    def _relay_done(self, relay: asyncio.Future[web.StreamResponse]) -> None:
+        self._relays.discard(relay)
+        if not relay.cancelled():
+            # Retrieved here: a relay whose client left mid-write has recorded that itself,
+            # and nobody may be left awaiting it.
+            relay.exception()
 
     def _fall_back(self, routed: Routed, failed: Exchange, failure: UpstreamFailure) -> Exchange:
         """Record the failed first attempt; the exchange with the fallback backend, or the
         failure itself when the route has no fallback."""
-        self._finish(failed, failure.kind)
+        self._finish(routed, failed, failure.kind)
         fallback = routed.route.fallback
         if fallback is None:
             raise failure.error from None
@@ -210,10 +220,32 @@ class ProxyService:
             routed, fallback, SERVE, time.perf_counter(), fallback_from=failed.backend
         )
 
-    def _finish(self, exchange: Exchange, error: str) -> None:
-        exchange.error = error
+    def _finish(self, routed: Routed, exchange: Exchange, error: str | None = None) -> None:
+        """Hand a finished exchange on (records, metrics, gates), deciding first whether it
+        earns the candidate a shadow copy: by default only an answer the primary gave does
+        (see worth_mirroring)."""
+        if error is not None:
+            exchange.error = error
         exchange.finished = exchange.finished or time.perf_counter()
+        exchange.mirrored = (
+            routed.route.shadow is not None
+            and exchange.backend == routed.route.serve
+            and exchange.role == SERVE
+            and (
+                self.config.rollout.shadow_primary_failures
+                or worth_mirroring(exchange.status, exchange.error)
+            )
+        )
         self.addons.exchange_done(exchange)
+
+    def _mirror(self, request: web.Request, routed: Routed, exchange: Exchange) -> None:
+        """After the client has its answer, so the copies cannot compete with it."""
+        chosen = routed.route
+        if not exchange.mirrored or chosen.shadow is None:
+            return
+        self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
+        if chosen.noise and self.noise_budget.take():
+            self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
     async def _relay(
         self,
@@ -235,15 +267,17 @@ class ProxyService:
             ("x-kvmigrate-overhead-ms", f"{overhead * 1000:.3f}"),
         ]
         client: web.StreamResponse
-        if first is None:
-            client = await send_buffered(request, response, exchange.chunks[0], extra)
-        else:
-            client = await relay_stream(request, response, first, exchange, extra, check)
-        # Only an answer the primary gave earns the candidate a copy (see worth_mirroring).
-        exchange.mirrored = routed.route.shadow is not None and worth_mirroring(
-            exchange.status, exchange.error
-        )
-        self.addons.exchange_done(exchange)
+        try:
+            if first is None:
+                client = await send_buffered(request, response, exchange.chunks[0], extra)
+            else:
+                client = await relay_stream(request, response, first, exchange, extra, check)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            # The client left while a whole answer was being written: still a record.
+            self._finish(routed, exchange, CLIENT_DISCONNECTED)
+            raise
+        self._finish(routed, exchange)
+        self._mirror(request, routed, exchange)
         return client
 
     async def _open(

@@ -400,12 +400,13 @@ def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_pat
             hit = ask(proxy.client, session, stream)
             assert hit.error == "InternalServerError 502", hit
             assert hit.error_code == "upstream_unreachable"
-            rows = wait_rows(proxy.db, session, 2)
+            rows = wait_rows(proxy.db, session, 1)
             assert [(r.backend, r.error) for r in by_role(rows, "serve")] == [
                 ("hosted", "unreachable")
             ]
-            # The copy still goes out: the candidate's answer is evidence too.
-            assert [(r.backend, r.error) for r in by_role(rows, "shadow")] == [("vllm", None)]
+            # No copy of a request the primary failed: an SDK retries it, and each retry
+            # would be mirrored again (`rollout.shadow_primary_failures: true` mirrors them).
+            assert by_role(rows, "shadow") == []
         else:
             # The candidate serves: the client never notices the primary is gone ...
             ok = ask(proxy.client, session + "-ok", stream)
@@ -426,6 +427,24 @@ def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_pat
         Cell(mode, "primary down", "; ".join(client_text), " / ".join(recorded_text),
              time.perf_counter() - started)
     )  # fmt: skip
+
+
+def test_primary_down_mirrored_on_request(
+    emulators: Emulators, start_proxy: Any, tmp_path: Path
+) -> None:
+    hosted_url = f"http://127.0.0.1:{refused_port()}"
+    config = config_yaml(tmp_path, hosted_url, emulators.vllm.url, "shadow").replace(
+        "noise_sample: 0,", "noise_sample: 0, shadow_primary_failures: true,"
+    )
+    proxy = start_proxy(config)
+    for stream in (False, True):
+        session = f"mirrored-primary-down-{stream}"
+        hit = ask(proxy.client, session, stream)
+        assert hit.error == "InternalServerError 502", hit
+        rows = wait_rows(proxy.db, session, 2)
+        assert [(r.backend, r.error) for r in by_role(rows, "serve")] == [("hosted", "unreachable")]
+        # Asked for: the copy still goes out, and the candidate's answer is evidence too.
+        assert [(r.backend, r.error) for r in by_role(rows, "shadow")] == [("vllm", None)]
 
 
 # --- Redis down ----------------------------------------------------------------------------
