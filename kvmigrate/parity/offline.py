@@ -11,7 +11,7 @@ from typing import Any
 from kvmigrate.parity.answer import extract_answer, last_user_text, read_outcome
 from kvmigrate.parity.noise import NoiseSettings, ParityReport, calibrate, tally
 from kvmigrate.parity.replay import Call, ItemResult
-from kvmigrate.recorder.redact import redact_text
+from kvmigrate.redaction import redact_text
 
 EXCERPT_CHARS = 160
 WORST_PER_COMPARATOR = 3

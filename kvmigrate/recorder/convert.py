@@ -11,7 +11,7 @@ from kvmigrate.parity.answer import UNSET
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
-from kvmigrate.recorder.redact import Redactor
+from kvmigrate.redaction import Redactor
 from kvmigrate.wire.assemble import assemble, is_sse
 from kvmigrate.wire.sse import sse_payloads
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmigrate.recorder.redact import (
+from kvmigrate.redaction import (
     _CARD,
     _DIGIT_RUN,
     _MAYBE_SECRET,
@@ -108,7 +108,7 @@ def test_the_memo_keeps_the_last_strings_across_a_turnover(monkeypatch: pytest.M
         calls.append(text)
         return real(text)
 
-    monkeypatch.setattr("kvmigrate.recorder.redact.redact_text", counting)
+    monkeypatch.setattr("kvmigrate.redaction.redact_text", counting)
     redactor = Redactor(capacity=3)
     texts = [f"answer number {n} to mail jo{n}@example.com" for n in range(7)]
     scrubbed = [redactor.text(t) for t in texts]

@@ -1,4 +1,5 @@
-"""Scrub personal data and secrets from recorded text (`record.content: redacted`).
+"""Scrub personal data and secrets from recorded text: `record.content: redacted` in the
+recorder, and the excerpts of `kvmigrate parity`'s offline report.
 
 Heuristic by nature: it aims to catch the common shapes (emails, phone numbers, card
 numbers that pass the Luhn check, API keys and bearer tokens, long hex or base64 secrets)
