@@ -6,12 +6,14 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, Final, Protocol
 
 from kvmigrate.recorder.record import COLUMNS, Record
 from kvmigrate.recorder.schema import MIGRATIONS, MIGRATIONS_TABLE
+from kvmigrate.url_scheme import implementation
 
 log = logging.getLogger("kvmigrate.recorder")
 
@@ -130,20 +132,24 @@ class RecordStore(ABC):
         self.close()
 
 
+# The store class for each URL scheme, imported when a URL asks for it: the stores subclass
+# RecordStore, so this module cannot import them as it loads (and psycopg loads only for
+# PostgreSQL).
+STORES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "sqlite": "kvmigrate.recorder.sqlite_store:SqliteStore",
+        "postgresql": "kvmigrate.recorder.postgres_store:PostgresStore",
+        "postgres": "kvmigrate.recorder.postgres_store:PostgresStore",
+    }
+)
+
+
 def open_store(url: str, migrate: bool = True) -> RecordStore:
     """The store for `sqlite:///relative.db`, `sqlite:////absolute.db` or `postgresql://...`."""
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    store: RecordStore
-    if scheme == "sqlite":
-        from kvmigrate.recorder.sqlite_store import SqliteStore
-
-        store = SqliteStore(url)
-    elif scheme in ("postgresql", "postgres"):
-        from kvmigrate.recorder.postgres_store import PostgresStore
-
-        store = PostgresStore(url)
-    else:
+    store_class: type[RecordStore] | None = implementation(url, STORES)
+    if store_class is None:
         raise StoreError(f"unsupported records URL {url!r}: use sqlite:/// or postgresql://")
+    store = store_class(url)
     if migrate:
         try:
             store.migrate()

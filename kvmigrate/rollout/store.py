@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Final, Protocol
 
 from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+from kvmigrate.url_scheme import implementation
 
 # A change computes the new state and its audit event from the current state, so the
 # store can apply it atomically (and retry it after losing a race).
@@ -46,14 +48,21 @@ class RolloutStore(Protocol):
     def close(self) -> None: ...
 
 
+# The store for each URL scheme, imported when a URL asks for it: the stores import this
+# module for `Change` and `StoreError`, so it cannot import them as it loads (and redis
+# loads only for a redis URL).
+STORES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "sqlite": "kvmigrate.rollout.sqlite_store:SqliteRolloutStore",
+        "redis": "kvmigrate.rollout.redis_store:RedisRolloutStore",
+        "rediss": "kvmigrate.rollout.redis_store:RedisRolloutStore",
+    }
+)
+
+
 def open_store(url: str, initial: RolloutState) -> RolloutStore:
     """A store for `rollout.state`; `initial` seeds it the first time it is used."""
-    if url.startswith("sqlite://"):
-        from kvmigrate.rollout.sqlite_store import SqliteRolloutStore
-
-        return SqliteRolloutStore(url, initial)
-    if url.startswith(("redis://", "rediss://")):
-        from kvmigrate.rollout.redis_store import RedisRolloutStore
-
-        return RedisRolloutStore(url, initial)
-    raise StoreError(f"unsupported rollout store URL {url!r}: use sqlite:/// or redis://")
+    store_class: Callable[[str, RolloutState], RolloutStore] | None = implementation(url, STORES)
+    if store_class is None:
+        raise StoreError(f"unsupported rollout store URL {url!r}: use sqlite:/// or redis://")
+    return store_class(url, initial)
