@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, sse_event
 from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.tasks import BoundedTasks, Work
 
 log = logging.getLogger("kvmigrate.integrations.litellm")
 
@@ -49,9 +50,9 @@ class ShadowCopies:
         self._done = done
         self.max_concurrency = max_concurrency
         self.timeout = timeout
-        self._tasks: set[asyncio.Task[None]] = set()
         self.started = 0
         self.dropped: Counter[str] = Counter()
+        self._tasks = BoundedTasks(max_concurrency, lambda: self._drop("concurrency_limit"))
 
     @property
     def inflight(self) -> int:
@@ -60,18 +61,18 @@ class ShadowCopies:
     def dispatch(self, exchange: Exchange, group: str, body: dict[str, Any]) -> bool:
         """Start a copy of `body` to `group`, recorded as `exchange` when it ends.
         Never raises, never waits."""
-        if len(self._tasks) >= self.max_concurrency:
-            self.dropped["concurrency_limit"] += 1
-            return False
+        return self._tasks.start(lambda: self._copy_task(exchange, group, body))
+
+    def _copy_task(self, exchange: Exchange, group: str, body: dict[str, Any]) -> Work | None:
         router = self._router()
         if router is None:
-            self.dropped["no_router"] += 1
-            return False
-        task = asyncio.get_running_loop().create_task(self._run(router, exchange, group, body))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            self._drop("no_router")
+            return None
         self.started += 1
-        return True
+        return self._run(router, exchange, group, body)
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] += 1
 
     async def _run(
         self, router: RouterLike, exchange: Exchange, group: str, body: dict[str, Any]
@@ -112,13 +113,7 @@ class ShadowCopies:
 
     async def close(self, grace: float = 1.0) -> None:
         """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""
-        if not self._tasks:
-            return
-        _done, pending = await asyncio.wait(set(self._tasks), timeout=grace)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._tasks.close(grace)
 
 
 def copy_id() -> str:

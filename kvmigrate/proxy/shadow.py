@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kvmigrate.proxy.metrics import ProxyMetrics
+from kvmigrate.tasks import BoundedTasks
 
 log = logging.getLogger("kvmigrate.proxy.shadow")
 
@@ -44,7 +45,11 @@ class ShadowDispatcher:
         self.max_concurrency = max_concurrency
         self.timeout = timeout
         self._metrics = metrics
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BoundedTasks(
+            max_concurrency,
+            lambda: metrics.shadow_dropped.labels("concurrency_limit").inc(),
+            metrics.shadow_inflight.set,
+        )
 
     @property
     def inflight(self) -> int:
@@ -52,14 +57,7 @@ class ShadowDispatcher:
 
     def dispatch(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Start a shadow copy unless the bound is reached. Never raises, never waits."""
-        if len(self._tasks) >= self.max_concurrency:
-            self._metrics.shadow_dropped.labels("concurrency_limit").inc()
-            return False
-        task = asyncio.get_running_loop().create_task(self._run(make_copy))
-        self._tasks.add(task)
-        self._metrics.shadow_inflight.set(len(self._tasks))
-        task.add_done_callback(self._finished)
-        return True
+        return self._tasks.start(lambda: self._run(make_copy))
 
     async def _run(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
@@ -72,16 +70,6 @@ class ShadowDispatcher:
             self._metrics.shadow_dropped.labels("error").inc()
             log.exception("shadow copy failed")
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._metrics.shadow_inflight.set(len(self._tasks))
-
     async def close(self, grace: float = 1.0) -> None:
         """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""
-        if not self._tasks:
-            return
-        _done, pending = await asyncio.wait(set(self._tasks), timeout=grace)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._tasks.close(grace)

@@ -1,0 +1,57 @@
+"""Bounded background tasks: refused and counted at the bound, closed without hanging."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kvmigrate.tasks import BoundedTasks, Work
+
+
+def test_at_the_bound_a_task_is_refused_counted_and_never_made() -> None:
+    async def scenario() -> None:
+        refused: list[int] = []
+        counts: list[int] = []
+        release = asyncio.Event()
+        made: list[int] = []
+
+        async def wait() -> None:
+            await release.wait()
+
+        def make(n: int) -> Work:
+            made.append(n)
+            return wait()
+
+        tasks = BoundedTasks(2, lambda: refused.append(1), counts.append)
+        assert tasks.start(lambda: make(1))
+        assert tasks.start(lambda: make(2))
+        assert not tasks.start(lambda: make(3))
+        assert (made, len(refused), len(tasks)) == ([1, 2], 1, 2)
+        release.set()
+        await tasks.close(grace=5)
+        await asyncio.sleep(0)  # the done callbacks run on the next loop turn
+        assert len(tasks) == 0
+        assert counts == [1, 2, 1, 0]
+        assert tasks.start(lambda: None) is False  # nothing to run: not a refusal
+        assert len(refused) == 1
+
+    asyncio.run(scenario())
+
+
+def test_close_cancels_what_outlives_the_timeout() -> None:
+    async def scenario() -> None:
+        cancelled = asyncio.Event()
+
+        async def forever() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        tasks = BoundedTasks(4, lambda: None)
+        assert tasks.start(forever)
+        await asyncio.sleep(0)
+        await tasks.close(grace=0.05)
+        assert cancelled.is_set()
+
+    asyncio.run(scenario())
