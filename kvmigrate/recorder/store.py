@@ -11,9 +11,9 @@ from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
+from kvmigrate.lazy import implementation
 from kvmigrate.recorder.record import COLUMNS, Record
 from kvmigrate.recorder.schema import MIGRATIONS, MIGRATIONS_TABLE
-from kvmigrate.url_scheme import implementation
 
 log = logging.getLogger("kvmigrate.recorder")
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, Protocol
 
+from kvmigrate.lazy import implementation
 from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
-from kvmigrate.url_scheme import implementation
 
 # A change computes the new state and its audit event from the current state, so the
 # store can apply it atomically (and retry it after losing a race).
