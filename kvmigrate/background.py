@@ -1,11 +1,19 @@
-"""What a worker process of the proxy's (the recorder's, the cache-buster detector's) does
-first: step out of the way of the response path."""
+"""The proxy's worker processes (the recorder's, the cache-buster detector's): started,
+stepped out of the response path's way, and started again when they die."""
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
+from typing import Any
+
+from kvmigrate.lazy import load
 
 # The lowest priority: on Linux the SCHED_IDLE policy (any ordinary task that wakes up
 # preempts it at once), elsewhere nice 19. When a worker shares a core with a busy proxy (a
@@ -25,3 +33,150 @@ def become_background_worker() -> None:
         os.nice(BACKGROUND_NICE - os.nice(0))
     with contextlib.suppress(OSError, AttributeError):  # SCHED_IDLE is Linux's
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+# The least time between two starts of a worker that keeps dying: a crash loop must not
+# take the CPU the proxy needs.
+RESPAWN_S = 1.0
+
+
+class WorkerGone(Exception):
+    """The worker died, or cannot be started yet: what was sent to it is lost."""
+
+
+class WorkerProcess:
+    """One worker process of the proxy's, and the proxy's end of its pipe: started with
+    `spawn`, never `fork` (the proxy has threads and an event loop, and forking those is
+    undefined), at the lowest priority, and started again after it dies, at most once per
+    `RESPAWN_S`.
+
+    The child runs `target(conn, *args())`, `target` named as `"module:function"` and
+    imported in the child only; `args` is read at each start."""
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        args: Callable[[], tuple[Any, ...]],
+        *,
+        duplex: bool = False,
+        pipe_bytes: int = 0,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._target = target
+        self._args = args
+        self._duplex = duplex
+        self._pipe_bytes = pipe_bytes
+        self._on_start = on_start
+        self._context = multiprocessing.get_context("spawn")
+        self._process: SpawnProcess | None = None
+        self._conn: Connection | None = None
+        self._last_start = 0.0
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._conn is not None and self._process is not None and self._process.is_alive()
+
+    def start(self) -> None:
+        if self._on_start is not None:
+            self._on_start()
+        self._last_start = time.monotonic()
+        if self._duplex:
+            ours, theirs = self._context.Pipe(duplex=True)
+        else:
+            theirs, ours = self._context.Pipe(duplex=False)
+        if self._pipe_bytes:
+            _widen(ours, self._pipe_bytes)
+        self._process = self._context.Process(
+            target=_worker_main,
+            args=(self._target, theirs, *self._args()),
+            name=self.name,
+            daemon=True,  # a proxy that exits without stopping it must not wait for it
+        )
+        self._process.start()
+        theirs.close()  # the child holds its own end; ours would hide its EOF
+        self._conn = ours
+
+    def restart(self) -> bool:
+        """Start a worker in place of one that is gone; False if the last one started less
+        than `RESPAWN_S` ago. Raises WorkerGone if a process cannot be started."""
+        self._discard()
+        if time.monotonic() - self._last_start < RESPAWN_S:
+            return False
+        self.restarts += 1
+        try:
+            self.start()
+        except Exception as exc:  # out of processes or memory: try again later
+            self._discard()
+            raise WorkerGone(f"cannot start the {self.name} worker ({exc})") from exc
+        return True
+
+    def send(self, message: Any) -> None:
+        """Into the pipe; raises WorkerGone if the worker is not running or the pipe broke."""
+        if self._conn is None or not self.running:
+            raise WorkerGone(f"the {self.name} worker is not running")
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError) as exc:
+            self._discard()
+            raise WorkerGone(f"the {self.name} worker is gone ({exc})") from exc
+
+    def receive(self) -> Any:
+        """The worker's next answer (duplex pipes); raises WorkerGone if it died first."""
+        if self._conn is None:
+            raise WorkerGone(f"the {self.name} worker is not running")
+        try:
+            return self._conn.recv()
+        except (OSError, EOFError, ValueError) as exc:
+            self._discard()
+            raise WorkerGone(f"the {self.name} worker is gone ({exc})") from exc
+
+    def finish(self) -> None:
+        """Tell the worker to end (a None message), if it runs."""
+        with contextlib.suppress(WorkerGone):
+            self.send(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the worker to end; False if it still runs after `timeout` seconds."""
+        if self._process is not None:
+            self._process.join(max(0.0, timeout))
+            if self._process.is_alive():
+                return False
+        if self._conn is not None:
+            self._conn.close()
+        return True
+
+    def close(self, timeout: float) -> None:
+        """Tell the worker to end, wait up to `timeout` seconds, then kill it."""
+        self.finish()
+        self.join(timeout)
+        self._discard()
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+        self._process = None
+
+
+def _worker_main(target: str, conn: Connection, *args: Any) -> None:
+    """The child's main: out of the response path's way first, then the worker's own."""
+    become_background_worker()
+    load(target)(conn, *args)
+
+
+def _widen(conn: Connection, size: int) -> None:
+    """A larger pipe than Linux's 64 KiB: each time the pipe fills, both processes pay a
+    read, a write and a context switch."""
+    with contextlib.suppress(ImportError, AttributeError, OSError):  # not Linux, or a limit
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, size)

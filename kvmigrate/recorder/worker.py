@@ -16,7 +16,6 @@ yet fed into the pipe, at most `feed_interval` seconds of them.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import logging.handlers
 import multiprocessing
@@ -24,11 +23,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.context import SpawnContext
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.recorder.convert import ExchangeLike
 from kvmigrate.recorder.writer import WriterSettings, WriterStats
 
@@ -41,8 +40,8 @@ SHARED_COUNTERS = (
 # Exchanges per pickled message. Pickling holds the GIL in one C call, so this bounds the
 # event loop's stall as much as the message's size.
 _MAX_MESSAGE = 32
+# A 1 MiB pipe instead of 64 KiB: a message of `_MAX_MESSAGE` exchanges is about 300 KB.
 _PIPE_BYTES = 1 << 20
-_RESPAWN_S = 1.0  # the least time between two starts of a worker that keeps dying
 
 
 class RecordedExchange(NamedTuple):
@@ -204,21 +203,22 @@ class ProcessWriter:
 
 
 class _Lane:
-    """One worker process, its pipe and its counters (restarted if it dies)."""
+    """One worker process and its counters (the process started again if it dies)."""
 
     def __init__(
         self, context: SpawnContext, spec: WorkerSpec, logs: Any, write_lock: Any = None
     ) -> None:
-        self._context = context
-        self._spec = spec
-        self._logs = logs
-        self._write_lock = write_lock
         self._shared = context.Array("q", len(SHARED_COUNTERS), lock=False)
         self._counted = [0] * len(SHARED_COUNTERS)  # what the workers gone before counted
         self.lost = 0  # sent into a pipe whose worker had died; written by the feeder only
-        self._process: SpawnProcess | None = None
-        self._conn: Connection | None = None
-        self._last_spawn = 0.0
+        self._worker = WorkerProcess(
+            "kvmigrate-recorder",
+            # By name: the worker's main imports this module.
+            "kvmigrate.recorder.worker_main:run_worker",
+            lambda: (spec, self._shared, logs, log.getEffectiveLevel(), write_lock),
+            pipe_bytes=_PIPE_BYTES,
+            on_start=self._carry_counts,
+        )
 
     def count(self, name: str) -> int:
         index = SHARED_COUNTERS.index(name)
@@ -226,73 +226,34 @@ class _Lane:
             return int(self._shared[index])
         return int(self._shared[index]) + self._counted[index]
 
-    def spawn(self) -> None:
-        # A new worker counts from zero: keep what the last one had counted.
+    def _carry_counts(self) -> None:
+        """A new worker counts from zero: keep what the last one had counted."""
         for index, name in enumerate(SHARED_COUNTERS):
             if name != "depth":
                 self._counted[index] += self._shared[index]
             self._shared[index] = 0
-        self._last_spawn = time.monotonic()
-        receiver, sender = self._context.Pipe(duplex=False)
-        _widen(sender)
-        from kvmigrate.recorder.worker_main import run_worker
 
-        self._process = self._context.Process(
-            target=run_worker,
-            args=(
-                self._spec,
-                receiver,
-                self._shared,
-                self._logs,
-                log.getEffectiveLevel(),
-                self._write_lock,
-            ),
-            name="kvmigrate-recorder",
-            daemon=True,  # a proxy that exits without `done()` must not wait for it
-        )
-        self._process.start()
-        receiver.close()  # the child holds its own copy; ours would hide its EOF
-        self._conn = sender
+    def spawn(self) -> None:
+        self._worker.start()
 
     def send(self, batch: list[Packed] | None) -> None:
+        if batch is None:
+            self._worker.finish()
+            return
         try:
-            if self._conn is None or self._process is None or not self._process.is_alive():
-                raise BrokenPipeError("the recorder worker is not running")
-            self._conn.send(batch)
-        except (OSError, ValueError) as exc:
-            if batch is None:
-                return  # stopping anyway
+            self._worker.send(batch)
+        except WorkerGone as exc:
             self.lost += len(batch)
-            if time.monotonic() - self._last_spawn >= _RESPAWN_S:
-                log.error("recorder: the worker process is gone (%s); restarting it", exc)
-                self._respawn()
-
-    def _respawn(self) -> None:
-        try:
-            self.spawn()
-        except Exception:
-            # Out of processes or memory: the feeder must live on, and try again later.
-            log.exception("recorder: cannot start a worker process; records are dropped")
+            try:
+                if self._worker.restart():
+                    log.error("recorder: %s; started it again", exc)
+            except WorkerGone:
+                # Out of processes or memory: the feeder must live on, and try again later.
+                log.exception("recorder: cannot start a worker process; records are dropped")
 
     def join(self, deadline: float) -> bool:
         """Wait for the worker to finish; False if it is still writing at `deadline`."""
-        if self._process is not None:
-            self._process.join(max(0.0, deadline - time.monotonic()))
-            if self._process.is_alive():
-                return False
-        if self._conn is not None:
-            self._conn.close()
-        return True
-
-
-def _widen(conn: Connection) -> None:
-    """A 1 MiB pipe instead of 64 KiB: a message of `_MAX_MESSAGE` exchanges is about
-    300 KB, and each time the pipe fills, both processes pay a read, a write and a context
-    switch."""
-    with contextlib.suppress(ImportError, AttributeError, OSError):  # not Linux, or a limit
-        import fcntl
-
-        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        return self._worker.join(deadline - time.monotonic())
 
 
 class _Relay(logging.Handler):

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvmigrate.background import become_background_worker
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, WorkerSpec, unpack
@@ -23,16 +22,15 @@ from kvmigrate.recorder.writer import RecordWriter, WriterSettings
 
 
 def run_worker(
-    spec: WorkerSpec,
     conn: Connection,
+    spec: WorkerSpec,
     shared: Any,
     logs: Any,
     log_level: int,
     write_lock: Any = None,
 ) -> None:
     """The child's main: it ends when the proxy says so or goes away, after writing what
-    it holds."""
-    become_background_worker()
+    it holds. It runs at the lowest priority (kvmigrate.background)."""
     package_log = logging.getLogger("kvmigrate")
     package_log.handlers[:] = [logging.handlers.QueueHandler(logs)]
     package_log.setLevel(log_level)
