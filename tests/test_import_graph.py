@@ -79,6 +79,7 @@ def imported_modules(
 
 
 def import_graph(modules: Mapping[str, Path]) -> Graph:
+    """Each module's load-time imports, and the packages they load on the way."""
     graph: Graph = {}
     for name, path in modules.items():
         edges: set[str] = set()
