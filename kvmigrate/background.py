@@ -76,10 +76,6 @@ class WorkerProcess:
         self.restarts = 0
 
     @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    @property
     def running(self) -> bool:
         return self._conn is not None and self._process is not None and self._process.is_alive()
 
