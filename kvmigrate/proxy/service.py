@@ -39,6 +39,7 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+from kvmigrate.wire.errors import openai_error_body
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
@@ -269,7 +270,12 @@ class ProxyService:
         client: web.StreamResponse
         try:
             if first is None:
-                client = await send_buffered(request, response, exchange.chunks[0], extra)
+                body = exchange.chunks[0]
+                if response.status >= 400 and routed.route.is_candidate(exchange.backend):
+                    # The client knows the primary's error shape; the record keeps the
+                    # candidate's own bytes (exchange.chunks).
+                    body = openai_error_body(response.status, body, routed.path) or body
+                client = await send_buffered(request, response, body, extra)
             else:
                 client = await relay_stream(request, response, first, exchange, extra, check)
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):

@@ -167,3 +167,27 @@ def test_other_v1_paths_pass_through_to_primary(
     assert status == 200
     assert seen[-1].path == "/v1/moderations?x=1"
     assert seen[-1].body == b'{"input": "hi"}'
+
+
+@pytest.mark.parametrize("percent", [0, 100])
+def test_the_candidates_context_length_error_reads_like_the_primarys(
+    make_proxy: ProxyFactory, percent: int
+) -> None:
+    """An agent that summarises its history on `context_length_exceeded` must keep doing so
+    when vLLM answers: the same SDK exception, code and param from either backend."""
+    proxy = make_proxy(rollout=f"{{mode: split, percent: {percent}, shadow_sample: 0}}")
+    client = proxy.client()
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.with_raw_response.create(
+            model=HOSTED_MODEL,
+            messages=[{"role": "user", "content": "x " * 200_000}],
+            max_tokens=16,
+        )
+    error = caught.value
+    assert error.response.headers["x-kvmigrate-backend"] == ("vllm" if percent else "hosted")
+    assert (error.code, error.param, error.type) == (
+        "context_length_exceeded",
+        "messages",
+        "invalid_request_error",
+    )
+    assert "maximum context length" in error.message
