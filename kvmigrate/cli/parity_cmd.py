@@ -11,9 +11,16 @@ import click
 
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.parity.dataset import DatasetError, load_dataset
+from kvmigrate.parity.details import (
+    BaselineError,
+    compare_runs,
+    read_baseline,
+    request_verdicts,
+    write_details,
+)
 from kvmigrate.parity.noise import NoiseSettings
 from kvmigrate.parity.offline import summarise
-from kvmigrate.parity.render import render_json, render_text, verdict
+from kvmigrate.parity.render import render_changes, render_json, render_text, verdict
 from kvmigrate.parity.replay import ItemResult, ReplaySettings, run_replay, targets_from_config
 from kvmigrate.parity.semantic import SemanticScorer, load_semantic
 
@@ -48,6 +55,12 @@ def _semantic(enabled: bool) -> SemanticScorer | None:
               help="Seconds per backend call.")  # fmt: skip
 @click.option("--semantic/--no-semantic", default=False,
               help="Add embedding similarity (needs the [semantic] extra).")  # fmt: skip
+@click.option("--details", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write one JSONL line per request: its verdict, the comparators it diverged "
+              "on beyond its own noise, the scores and both answers (redacted).")  # fmt: skip
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="An earlier run's --json report or --details file: report the new "
+              "divergences and the fixed ones, and exit 1 on a new divergence.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def parity(
     config_path: str,
@@ -58,6 +71,8 @@ def parity(
     min_noise_samples: int,
     timeout: float,
     semantic: bool,
+    details: str | None,
+    baseline: str | None,
     as_json: bool,
 ) -> None:
     """Replay requests against the primary and the candidate and report parity beyond noise.
@@ -70,6 +85,10 @@ def parity(
         items = load_dataset(dataset)
     except DatasetError as exc:
         raise click.BadParameter(str(exc), param_hint="--dataset") from None
+    try:
+        earlier = read_baseline(baseline) if baseline else None
+    except BaselineError as exc:
+        raise click.BadParameter(str(exc), param_hint="--baseline") from None
     primary, candidate = targets_from_config(config)
     settings = ReplaySettings(repeats=repeats, concurrency=concurrency, timeout_s=timeout)
     scorer = _semantic(semantic)
@@ -85,5 +104,16 @@ def parity(
         )
     report = summarise(results, NoiseSettings(min_noise_samples=min_noise_samples))
     result = verdict(report, min_score)
-    click.echo(render_json(report, result, min_score) if as_json else render_text(report, result))
-    sys.exit(result.exit_code)
+    requests = list(request_verdicts(results))
+    changes = compare_runs(earlier, requests) if earlier is not None else None
+    if details:
+        write_details(details, results)
+    if as_json:
+        extra = {"per_request": requests, "changes": changes.to_dict() if changes else None}
+        click.echo(render_json(report, result, min_score, extra))
+    else:
+        click.echo(render_text(report, result))
+        if changes is not None:
+            click.echo(render_changes(changes))
+    regressed = changes is not None and bool(changes.new_divergences)
+    sys.exit(result.exit_code or (1 if regressed else 0))

@@ -69,18 +69,23 @@ def excerpt(text: str) -> str:
 
 
 def _answer_excerpt(route: str, call: Call | None) -> str:
+    return excerpt(answer_text(route, call))
+
+
+def answer_text(route: str, call: Call | None) -> str:
+    """What a backend answered, for a person: the text, the refusal, the tool calls, or the
+    error. Redaction is the caller's (an excerpt or a details line)."""
     if call is None:
         return ""
     if call.status is None:
         return f"<{call.error}>"
     outcome = read_outcome(route, call.body, call.status)
     if not outcome.ok:
-        return f"<HTTP {call.status}> " + excerpt(call.body.decode("utf-8", "replace"))
+        return f"<HTTP {call.status}> " + call.body.decode("utf-8", "replace")
     answer = extract_answer(outcome.response or {})
     if answer.tool_calls:
-        calls = ", ".join(f"{c.name}({c.arguments})" for c in answer.tool_calls)
-        return excerpt(calls)
-    return excerpt(answer.refusal or answer.text)
+        return ", ".join(f"{c.name}({c.arguments})" for c in answer.tool_calls)
+    return answer.refusal or answer.text
 
 
 def worst_examples(results: Sequence[ItemResult], limit: int) -> dict[str, tuple[Example, ...]]:

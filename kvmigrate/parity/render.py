@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
+from kvmigrate.parity.details import Changes
 from kvmigrate.parity.noise import CONCLUSIVE, ComparatorParity
 from kvmigrate.parity.offline import OfflineReport
 
@@ -108,11 +110,32 @@ def _worst_lines(report: OfflineReport) -> list[str]:
     return lines
 
 
-def render_json(report: OfflineReport, result: Verdict, min_score: float | None) -> str:
+def render_json(
+    report: OfflineReport,
+    result: Verdict,
+    min_score: float | None,
+    extra: dict[str, Any] | None = None,
+) -> str:
     data = {
         **report.to_dict(),
         "min_score": min_score,
         "verdict": result.name,
         "exit_code": result.exit_code,
+        **(extra or {}),
     }
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+def render_changes(changes: Changes, shown: int = 10) -> str:
+    """Since the baseline run: the requests that diverge now and did not, and the fixed."""
+    lines = ["", "Since the baseline:"]
+    for label, ids in (
+        ("new divergences", changes.new_divergences),
+        ("fixed", changes.fixed),
+        ("still diverged", changes.still_diverged),
+    ):
+        listed = ", ".join(ids[:shown]) + (
+            f" (+{len(ids) - shown} more)" if len(ids) > shown else ""
+        )
+        lines.append(f"  {label:<16} {len(ids):>4}  {listed}".rstrip())
+    return "\n".join(lines)

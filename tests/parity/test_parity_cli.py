@@ -146,3 +146,63 @@ def test_plain_bodies_unknown_models_and_bad_lines(tmp_path: Path) -> None:
         bad = run_parity(config, broken)
     assert bad.exit_code == 2
     assert "broken.jsonl:2" in bad.output
+
+
+def _details(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_details_name_the_requests_that_diverged_and_baseline_reports_what_changed(
+    tmp_path: Path, dataset: Path
+) -> None:
+    with (
+        emulator("hosted") as hosted,
+        emulator("vllm") as healthy,
+        emulator("vllm", min_output_tokens=4, max_output_tokens_default=5) as short,
+    ):
+        good_config = write_config(tmp_path / "good.yaml", hosted.url, healthy.url)
+        bad_config = write_config(tmp_path / "bad.yaml", hosted.url, short.url)
+        good = run_parity(good_config, dataset, "--json", "--details", str(tmp_path / "good.jsonl"))
+        (tmp_path / "good.json").write_text(good.stdout)
+        bad = run_parity(
+            bad_config, dataset, "--json", "--details", str(tmp_path / "bad.jsonl"),
+            "--baseline", str(tmp_path / "good.json"),
+        )  # fmt: skip
+        fixed = run_parity(good_config, dataset, "--baseline", str(tmp_path / "bad.jsonl"))
+
+    good_lines, bad_lines = _details(tmp_path / "good.jsonl"), _details(tmp_path / "bad.jsonl")
+    assert len(good_lines) == len(bad_lines) == REQUESTS
+    # One line per request, side by side: both answers, the verdict and what it rests on.
+    for line in bad_lines:
+        assert {"id", "verdict", "diverged_on", "within_noise", "comparators"} <= line.keys()
+        assert line["primary"]
+        assert line["candidate"]
+    bad_ids = {line["id"] for line in bad_lines if line["verdict"] == "diverged"}
+    good_ids = {line["id"] for line in good_lines if line["verdict"] == "diverged"}
+    assert len(bad_ids - good_ids) >= REQUESTS // 4  # the short text answers diverge
+    assert all(
+        "length" in line["diverged_on"] for line in bad_lines if line["id"] in bad_ids - good_ids
+    )
+    # The same verdicts go into the --json report, for the next run's --baseline.
+    verdicts = {r["id"]: r["verdict"] for r in report_of(good)["per_request"]}
+    assert verdicts == {line["id"]: line["verdict"] for line in good_lines}
+
+    assert bad.exit_code == 1, bad.output  # new divergences fail CI against the baseline
+    changes = report_of(bad)["changes"]
+    assert set(changes["new_divergences"]) == bad_ids - good_ids
+    assert set(changes["still_diverged"]) == bad_ids & good_ids
+    assert fixed.exit_code == 0, fixed.output
+    assert f"fixed            {len(bad_ids - good_ids):>4}" in fixed.output
+
+
+def test_a_baseline_that_is_no_parity_report_is_refused(tmp_path: Path, dataset: Path) -> None:
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"something": "else"}')
+    with emulator("hosted") as hosted, emulator("vllm") as vllm:
+        config = write_config(tmp_path / "config.yaml", hosted.url, vllm.url)
+        result = CliRunner().invoke(
+            main, ["parity", "--config", str(config), "--dataset", str(dataset),
+                   "--baseline", str(junk)],
+        )  # fmt: skip
+    assert result.exit_code == 2
+    assert "per_request" in result.output
