@@ -11,6 +11,7 @@ from kvmigrate.config.model import (
     RolloutConfig,
     ServerConfig,
 )
+from kvmigrate.config.schema import config_keys
 from kvmigrate.config.secret import Secret, safe_url
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "RolloutConfig",
     "Secret",
     "ServerConfig",
+    "config_keys",
     "default_config_path",
     "load_config",
     "parse_config",

@@ -20,13 +20,11 @@ from kvmigrate.config.model import (
     ServerConfig,
 )
 from kvmigrate.config.reader import ENV_PREFIX, Section
+from kvmigrate.config.schema import default_of, read_field, read_struct
 from kvmigrate.config.secret import Secret
-from kvmigrate.policies.gates import GateConfig, RollbackConfig
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
-ROLLOUT_MODES = ("shadow", "split")
-BACKEND_TYPES = ("openai", "azure", "litellm")
 # What kvmigrate itself passes to litellm: from the backend's own keys or from the request.
 LITELLM_OWN_PARAMS = {
     "api_key": "set `api_key` on the backend",
@@ -39,7 +37,6 @@ LITELLM_OWN_PARAMS = {
     "prompt": "comes from the request",
     "stream": "comes from the request",
 }
-CONTENT_POLICIES = ("none", "redacted", "full")
 
 
 def default_config_path(env: Mapping[str, str] | None = None) -> str:
@@ -63,51 +60,39 @@ def parse_config(
     text: str, source: str = "<config>", env: Mapping[str, str] | None = None
 ) -> Config:
     env = os.environ if env is None else env
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, "", f"not valid YAML: {where}{problem}") from None
-    root = Section(data, source, "", env)
+    root = Section(_yaml(text, source), source, "", env)
     config = _config(root)
     root.finish()
     return config
 
 
+def _yaml(text: str, source: str) -> Any:
+    """The parsed file. libyaml's parser, where PyYAML has it, takes a tenth of the time of
+    the pure-Python one; a file it refuses is parsed again by the latter, whose messages
+    name what it found."""
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
+        try:
+            return yaml.load(text, Loader=fast)  # CSafeLoader: safe
+        except yaml.YAMLError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(source, "", f"not valid YAML: {where}{problem}") from None
+
+
 def _config(root: Section) -> Config:
-    server = _server(root.section("server"))
+    server = read_struct(root.section("server"), ServerConfig)
     backends = _backends(root.section("backends"))
     rollout = _rollout(root.section("rollout"), backends)
     models = _models(root, backends)
     record = _record(root.section("record"))
-    cachecheck = _cachecheck(root.section("cachecheck"))
+    cachecheck = read_struct(root.section("cachecheck"), CacheCheckConfig)
     return Config(root.source, server, backends, models, rollout, record, cachecheck)
-
-
-def _cachecheck(s: Section) -> CacheCheckConfig:
-    d = CacheCheckConfig()
-    cachecheck = CacheCheckConfig(
-        enabled=s.boolean("enabled", d.enabled),
-        max_conversations=s.integer("max_conversations", d.max_conversations, 1),
-        ttl_seconds=s.number("ttl_seconds", d.ttl_seconds, 1.0),
-    )
-    s.finish()
-    return cachecheck
-
-
-def _server(s: Section) -> ServerConfig:
-    server = ServerConfig(
-        host=s.string("host", "127.0.0.1"),
-        port=s.integer("port", 4000, 0, 65535),
-        master_key=s.secret("master_key"),
-        admin_key=s.secret("admin_key"),
-        max_body_bytes=s.integer("max_body_bytes", 32 * 1024 * 1024, 1024),
-        body_timeout_seconds=s.number("body_timeout_seconds", 30.0, 0.1),
-    )
-    s.finish()
-    return server
 
 
 def _backends(s: Section) -> dict[str, BackendConfig]:
@@ -118,21 +103,12 @@ def _backends(s: Section) -> dict[str, BackendConfig]:
 
 
 def _backend(name: str, s: Section) -> BackendConfig:
-    kind = s.choice("type", "openai", BACKEND_TYPES)
-    backend = BackendConfig(
-        name=name,
-        api_bases=_api_bases(s, kind),
-        api_key=s.secret("api_key"),
-        connect_timeout=s.number("connect_timeout", 5.0, 0.001),
-        read_timeout=s.number("read_timeout", 600.0, 0.001),
-        max_connections=s.integer("max_connections", 1000, 1),
-        type=kind,
-        api_version=s.string("api_version", None),
-        litellm_params=_litellm_params(s, kind),
-    )
+    kind = read_field(s, BackendConfig, "type")
+    given = {"name": name, "api_bases": _api_bases(s, kind), "type": kind}
+    given["litellm_params"] = _litellm_params(s, kind)
+    backend = read_struct(s, BackendConfig, given)
     if backend.type == "azure" and not backend.api_version:
         raise s.error("api_version", "is required for an azure backend, e.g. 2024-10-21")
-    s.finish()
     return backend
 
 
@@ -212,78 +188,21 @@ def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
 
 
 def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:
-    defaults = RolloutConfig()
     names = tuple(backends)
-    rollout = RolloutConfig(
-        primary=s.choice("primary", defaults.primary, names),
-        candidate=s.choice("candidate", defaults.candidate, names),
-        mode=s.choice("mode", defaults.mode, ROLLOUT_MODES),
-        percent=s.number("percent", defaults.percent, 0.0, 100.0),
-        shadow_sample=s.number("shadow_sample", defaults.shadow_sample, 0.0, 1.0),
-        steps=_steps(s),
-        state=s.string("state", defaults.state),
-        salt=s.string("salt", defaults.salt),
-        fallback=s.boolean("fallback", defaults.fallback),
-        shadow_max_concurrency=s.integer(
-            "shadow_max_concurrency", defaults.shadow_max_concurrency, 0
-        ),
-        noise_sample=s.number("noise_sample", defaults.noise_sample, 0.0, 1.0),
-        noise_per_minute=s.number("noise_per_minute", defaults.noise_per_minute, 0.0),
-        shadow_primary_failures=s.boolean(
-            "shadow_primary_failures", defaults.shadow_primary_failures
-        ),
-        pinning=s.boolean("pinning", defaults.pinning),
-        pin_ttl_seconds=s.number("pin_ttl_seconds", defaults.pin_ttl_seconds, 1.0),
-        bake_seconds=s.number("bake_seconds", defaults.bake_seconds, 0.0),
-        gates=_gates(s.section("gates")),
-        auto_rollback=_auto_rollback(s.section("auto_rollback")),
+    steps = _steps(s, default_of(RolloutConfig, "steps"))
+    rollout = read_struct(
+        s, RolloutConfig, {"steps": steps}, choices={"primary": names, "candidate": names}
     )
     if rollout.primary == rollout.candidate:
         raise s.error("candidate", "must differ from rollout.primary")
     _check_store_url(s, "state", rollout.state, ("sqlite", "redis", "rediss"))
-    s.finish()
     return rollout
 
 
-def _gates(s: Section) -> GateConfig:
-    d = GateConfig()
-    gates = GateConfig(
-        min_conversations=s.integer("min_conversations", d.min_conversations, 0),
-        min_requests=s.integer("min_requests", d.min_requests, 0),
-        error_rate_margin=s.number("error_rate_margin", d.error_rate_margin, 0.0, 1.0),
-        ttft_p95_slo_ms=s.optional_number("ttft_p95_slo_ms", d.ttft_p95_slo_ms, 0.0),
-        ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 0.0),
-        ttft_p95_floor_ms=s.number("ttft_p95_floor_ms", d.ttft_p95_floor_ms, 0.0),
-        min_parity=s.optional_number("min_parity", d.min_parity, 0.0, 1.0),
-        min_parity_samples=s.integer("min_parity_samples", d.min_parity_samples, 1),
-        window_seconds=s.number("window_seconds", d.window_seconds, 1.0),
-    )
-    s.finish()
-    return gates
-
-
-def _auto_rollback(s: Section) -> RollbackConfig:
-    d = RollbackConfig()
-    rollback = RollbackConfig(
-        enabled=s.boolean("enabled", d.enabled),
-        window_seconds=s.number("window_seconds", d.window_seconds, 1.0),
-        min_requests=s.integer("min_requests", d.min_requests, 1),
-        max_error_rate=s.number("max_error_rate", d.max_error_rate, 0.0, 1.0),
-        error_rate_margin=s.number("error_rate_margin", d.error_rate_margin, 0.0, 1.0),
-        ttft_p95_factor=s.number("ttft_p95_factor", d.ttft_p95_factor, 1.0),
-        ttft_p95_ms=s.optional_number("ttft_p95_ms", d.ttft_p95_ms, 0.0),
-        ttft_floor_ms=s.number("ttft_floor_ms", d.ttft_floor_ms, 0.0),
-        max_invalid_tool_call_rate=s.number(
-            "max_invalid_tool_call_rate", d.max_invalid_tool_call_rate, 0.0, 1.0
-        ),
-        min_tool_calls=s.integer("min_tool_calls", d.min_tool_calls, 1),
-    )
-    s.finish()
-    return rollback
-
-
-def _steps(s: Section) -> tuple[float, ...]:
-    raw = s.raw("steps", [10, 50, 100])
+def _steps(s: Section, default: tuple[float, ...]) -> tuple[float, ...]:
+    raw = s.raw("steps", None)
+    if raw is None:
+        return default
     if not isinstance(raw, list) or not raw:
         raise s.error("steps", "expected a non-empty list of percentages, e.g. [10, 50, 100]")
     steps: list[float] = []
@@ -297,16 +216,8 @@ def _steps(s: Section) -> tuple[float, ...]:
 
 
 def _record(s: Section) -> RecordConfig:
-    defaults = RecordConfig()
-    record = RecordConfig(
-        enabled=s.boolean("enabled", defaults.enabled),
-        db=s.string("db", defaults.db),
-        content=s.choice("content", defaults.content, CONTENT_POLICIES),
-        retention_days=s.integer("retention_days", defaults.retention_days, 1),
-        workers=s.integer("workers", defaults.workers, 1, 64),
-    )
+    record = read_struct(s, RecordConfig)
     _check_store_url(s, "db", record.db, ("sqlite", "postgresql", "postgres"))
-    s.finish()
     return record
 
 

@@ -1,39 +1,93 @@
-"""The config as small immutable value classes. Parsing lives in `loader`."""
+"""The config schema, declared once: each section's keys, types, defaults and bounds.
+
+`loader` reads a file against these declarations (`schema.read_struct`), so a default or a
+bound is written here and nowhere else. A field's name in the file is its msgspec name
+(`api_bases` is `api_base`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, Final, Literal
+
+import msgspec
+from msgspec import Meta
 
 from kvmigrate.config.secret import Secret
 from kvmigrate.policies.gates import GateConfig, RollbackConfig
 
+RolloutMode = Literal["shadow", "split"]
+# "openai": any OpenAI-compatible API; "azure": Azure OpenAI; "litellm": called through
+# litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's.
+BackendType = Literal["openai", "azure", "litellm"]
+ContentPolicy = Literal["none", "redacted", "full"]
 
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
+# policies.gates owns the gates' fields and defaults (it is pure and knows no config file);
+# the values a config file may give them are bounded here.
+LIMITS: Final[Mapping[type, Mapping[str, Meta]]] = {
+    GateConfig: {
+        "min_conversations": Meta(ge=0),
+        "min_requests": Meta(ge=0),
+        "error_rate_margin": Meta(ge=0.0, le=1.0),
+        "ttft_p95_slo_ms": Meta(ge=0.0),
+        "ttft_p95_factor": Meta(ge=0.0),
+        "ttft_p95_floor_ms": Meta(ge=0.0),
+        "min_parity": Meta(ge=0.0, le=1.0),
+        "min_parity_samples": Meta(ge=1),
+        "window_seconds": Meta(ge=1.0),
+    },
+    RollbackConfig: {
+        "window_seconds": Meta(ge=1.0),
+        "min_requests": Meta(ge=1),
+        "max_error_rate": Meta(ge=0.0, le=1.0),
+        "error_rate_margin": Meta(ge=0.0, le=1.0),
+        "ttft_p95_factor": Meta(ge=1.0),
+        "ttft_p95_ms": Meta(ge=0.0),
+        "ttft_floor_ms": Meta(ge=0.0),
+        "max_invalid_tool_call_rate": Meta(ge=0.0, le=1.0),
+        "min_tool_calls": Meta(ge=1),
+    },
+}
+
+
+class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A mapping of the config file. `not_keys`: fields that no key of the file sets;
+    `other_keys`: the field that collects the keys named by the user (backend names)."""
+
+    not_keys: ClassVar[tuple[str, ...]] = ()
+    other_keys: ClassVar[str | None] = None
+
+
+class ServerConfig(ConfigSection, frozen=True):
     host: str = "127.0.0.1"
-    port: int = 4000
+    port: Annotated[int, Meta(ge=0, le=65535)] = 4000
     master_key: Secret | None = None
     admin_key: Secret | None = None
-    max_body_bytes: int = 32 * 1024 * 1024
-    body_timeout_seconds: float = 30.0
+    max_body_bytes: Annotated[int, Meta(ge=1024)] = 32 * 1024 * 1024
+    body_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class BackendConfig:
-    name: str
-    api_bases: tuple[str, ...]
+class BackendConfig(ConfigSection, frozen=True):
+    not_keys: ClassVar[tuple[str, ...]] = ("name",)
+
+    name: str  # its key under `backends:`
+    # The replica URLs, from `api_base` (one URL or a list); a litellm backend may have none.
+    api_bases: tuple[str, ...] = msgspec.field(name="api_base")
     api_key: Secret | None = None
-    connect_timeout: float = 5.0
-    read_timeout: float = 600.0
-    max_connections: int = 1000
-    # "openai": any OpenAI-compatible API; "azure": Azure OpenAI; "litellm": called through
-    # litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's.
-    type: str = "openai"
+    connect_timeout: Annotated[float, Meta(ge=0.001)] = 5.0
+    read_timeout: Annotated[float, Meta(ge=0.001)] = 600.0
+    max_connections: Annotated[int, Meta(ge=1)] = 1000
+    type: BackendType = "openai"
     api_version: str | None = None  # azure: the api-version query parameter
     # litellm: extra keyword arguments for litellm (aws_region_name, vertex_project, ...);
     # values read from the environment are `Secret`s. Never printed.
-    litellm_params: Mapping[str, object] = field(default_factory=dict, repr=False, hash=False)
+    litellm_params: Mapping[str, object] = msgspec.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        shown = (
+            f"{k}={getattr(self, k)!r}" for k in self.__struct_fields__ if k != "litellm_params"
+        )
+        return f"BackendConfig({', '.join(shown)})"
 
     @property
     def api_base(self) -> str:
@@ -57,9 +111,11 @@ class NotDirect(Exception):
     """A backend that only the proxy can reach, asked for by a command that calls it."""
 
 
-@dataclass(frozen=True, slots=True)
-class ModelRoute:
-    """One client-facing model name and what each backend calls it."""
+class ModelRoute(ConfigSection, frozen=True):
+    """One client-facing model name and what each backend calls it (`hosted: gpt-4o-mini`:
+    the backends' names are this mapping's other keys)."""
+
+    other_keys: ClassVar[str | None] = "served"
 
     model_name: str
     served: dict[str, str]
@@ -68,59 +124,58 @@ class ModelRoute:
         return self.served.get(backend)
 
 
-@dataclass(frozen=True, slots=True)
-class RolloutConfig:
-    primary: str = "hosted"
+class RolloutConfig(ConfigSection, frozen=True):
+    primary: str = "hosted"  # a backend's name
     candidate: str = "vllm"
-    mode: str = "shadow"
-    percent: float = 0.0
-    shadow_sample: float = 1.0
+    mode: RolloutMode = "shadow"
+    percent: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.0
+    shadow_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    # Increasing percentages in (0, 100].
     steps: tuple[float, ...] = (10.0, 50.0, 100.0)
     state: str = "sqlite:///.kvmigrate/state.db"
     salt: str = "kvmigrate"
     fallback: bool = True
-    shadow_max_concurrency: int = 64
+    shadow_max_concurrency: Annotated[int, Meta(ge=0)] = 64
     # Mirror requests the primary failed too (a retrying SDK sends each attempt again).
     shadow_primary_failures: bool = False
-    noise_sample: float = 0.1
-    noise_per_minute: float = 30.0
+    noise_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.1
+    noise_per_minute: Annotated[float, Meta(ge=0.0)] = 30.0
     pinning: bool = True
-    pin_ttl_seconds: float = 3600.0
-    bake_seconds: float = 600.0
-    gates: GateConfig = field(default_factory=GateConfig)
-    auto_rollback: RollbackConfig = field(default_factory=RollbackConfig)
+    pin_ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0
+    bake_seconds: Annotated[float, Meta(ge=0.0)] = 600.0
+    gates: GateConfig = msgspec.field(default_factory=GateConfig)
+    auto_rollback: RollbackConfig = msgspec.field(default_factory=RollbackConfig)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordConfig:
+class RecordConfig(ConfigSection, frozen=True):
     enabled: bool = True
     db: str = "sqlite:///.kvmigrate/records.db"
-    content: str = "redacted"
-    retention_days: int = 30
+    content: ContentPolicy = "redacted"
+    retention_days: Annotated[int, Meta(ge=1)] = 30
     # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
     # the second raises the sustained rate (README, Performance), and at idle CPU priority
     # it only ever takes a core the proxy is not using.
-    workers: int = 2
+    workers: Annotated[int, Meta(ge=1, le=64)] = 2
 
 
-@dataclass(frozen=True, slots=True)
-class CacheCheckConfig:
+class CacheCheckConfig(ConfigSection, frozen=True):
     """The online cache-buster detector (kvmigrate.cachecheck): what breaks prefix reuse."""
 
     enabled: bool = True
-    max_conversations: int = 50_000
-    ttl_seconds: float = 3600.0
+    max_conversations: Annotated[int, Meta(ge=1)] = 50_000
+    ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
-    source: str
+class Config(ConfigSection, frozen=True):
+    not_keys: ClassVar[tuple[str, ...]] = ("source",)
+
+    source: str  # the file it was read from
     server: ServerConfig
     backends: dict[str, BackendConfig]
     models: tuple[ModelRoute, ...]
     rollout: RolloutConfig
-    record: RecordConfig = field(default_factory=RecordConfig)
-    cachecheck: CacheCheckConfig = field(default_factory=CacheCheckConfig)
+    record: RecordConfig = msgspec.field(default_factory=RecordConfig)
+    cachecheck: CacheCheckConfig = msgspec.field(default_factory=CacheCheckConfig)
 
     def route(self, model_name: str) -> ModelRoute | None:
         for route in self.models:
