@@ -24,12 +24,12 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
 import orjson
 from aiohttp import web
+from msgspec.structs import replace
 
 from kvmigrate.adapters.litellm_wire import (
     ROUTES,
