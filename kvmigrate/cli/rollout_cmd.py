@@ -9,8 +9,10 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
+import msgspec
 
 from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.config.model import RolloutMode
 from kvmigrate.policies.gates import render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
@@ -73,7 +75,7 @@ def rollout_client(
 def rollout(
     ctx: click.Context,
     percent: float | None,
-    mode: str | None,
+    mode: RolloutMode | None,
     reason: str,
     force: bool,
     config_path: str,
@@ -89,20 +91,21 @@ def rollout(
     if percent is None and mode is None:
         raise click.UsageError("give --percent N or --mode shadow|split, or a subcommand")
     with rollout_client(config_path, proxy_url, admin_key) as client:
-        result = client.set_mode(mode, reason) if mode else {}
+        outcome = client.set_mode(mode, reason) if mode else None
         if percent is not None:
-            result = client.set_percent(percent, reason, force)
+            outcome = client.set_percent(percent, reason, force)
+    assert outcome is not None  # one of the two was given
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        _echo_json(outcome)
         return
-    event = result["event"]
+    event = outcome.event
     click.echo(
-        f"rollout: {event['from_mode']} {event['from_percent']:g}% -> "
-        f"{event['to_mode']} {event['to_percent']:g}% (version {event['version']})"
-        + (" [forced past the gates]" if event["forced"] else "")
+        f"rollout: {event.from_mode} {event.from_percent:g}% -> "
+        f"{event.to_mode} {event.to_percent:g}% (version {event.version})"
+        + (" [forced past the gates]" if event.forced else "")
     )
-    if result.get("gates"):
-        click.echo(render_gates(result["gates"]))
+    if outcome.gates:
+        click.echo(render_gates([g.to_dict() for g in outcome.gates]))
 
 
 @rollout.command("status")
@@ -112,20 +115,20 @@ def status(config_path: str, proxy_url: str | None, admin_key: str | None, as_js
     with rollout_client(config_path, proxy_url, admin_key) as client:
         report = client.status()
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        _echo_json(report)
         return
-    state = report["state"]
+    state = report.state
     click.echo(
-        f"mode {state['mode']}, candidate share {state['percent']:g}%, "
-        f"version {state['version']}, last good {state['last_good_percent']:g}%"
+        f"mode {state.mode}, candidate share {state.percent:g}%, "
+        f"version {state.version}, last good {state.last_good_percent:g}%"
     )
-    click.echo(f"changed {_when(state['updated_at'])} by {state['updated_by'] or '-'}")
+    click.echo(f"changed {_when(state.updated_at)} by {state.updated_by or '-'}")
     click.echo(
-        f"steps {', '.join(f'{s:g}' for s in report['steps'])}; next: "
-        + (f"{report['next_step']:g}%" if report["next_step"] else "none (complete)")
+        f"steps {', '.join(f'{s:g}' for s in report.steps)}; next: "
+        + (f"{report.next_step:g}%" if report.next_step else "none (complete)")
     )
-    if report["gates_for_next_step"]:
-        click.echo(render_gates(report["gates_for_next_step"]))
+    if report.gates_for_next_step:
+        click.echo(render_gates([g.to_dict() for g in report.gates_for_next_step]))
 
 
 @rollout.command("history")
@@ -138,18 +141,18 @@ def history(
     with rollout_client(config_path, proxy_url, admin_key) as client:
         events = client.history(limit)
     if as_json:
-        click.echo(json.dumps(events, indent=2))
+        _echo_json(events)
         return
     if not events:
         click.echo("no changes recorded yet")
     for e in events:
-        gates = ", ".join(f"{g['name']} {g['verdict']}" for g in e["gates"])
+        gates = ", ".join(f"{g['name']} {g['verdict']}" for g in e.gates)
         click.echo(
-            f"v{e['version']:<4} {_when(e['at'])}  {e['action']:<13} "
-            f"{e['from_mode']} {e['from_percent']:g}% -> {e['to_mode']} "
-            f"{e['to_percent']:g}%  by {e['actor']}"
-            + (" FORCED" if e["forced"] else "")
-            + (f"  reason: {e['reason']}" if e["reason"] else "")
+            f"v{e.version:<4} {_when(e.at)}  {e.action:<13} "
+            f"{e.from_mode} {e.from_percent:g}% -> {e.to_mode} "
+            f"{e.to_percent:g}%  by {e.actor}"
+            + (" FORCED" if e.forced else "")
+            + (f"  reason: {e.reason}" if e.reason else "")
             + (f"  gates: {gates}" if gates else "")
         )
 
@@ -201,15 +204,19 @@ def rollback(
 ) -> None:
     """Back to the last step whose gates passed, or to 0%."""
     with rollout_client(config_path, proxy_url, admin_key) as client:
-        result = client.rollback(reason)
+        outcome = client.rollback(reason)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        _echo_json(outcome)
         return
-    event = result["event"]
+    event = outcome.event
     click.echo(
-        f"rolled back: {event['from_percent']:g}% -> {event['to_percent']:g}% "
-        f"(version {event['version']})"
+        f"rolled back: {event.from_percent:g}% -> {event.to_percent:g}% (version {event.version})"
     )
+
+
+def _echo_json(value: object) -> None:
+    """The answer as the admin API sends it (`--json` is the same either way)."""
+    click.echo(json.dumps(msgspec.to_builtins(value), indent=2))
 
 
 def _when(at: float) -> str:

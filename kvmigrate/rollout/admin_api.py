@@ -6,6 +6,9 @@
                                      or {"mode": "split"}
     POST /admin/rollback             {"reason": "..."}
 
+The bodies are the types of `kvmigrate.rollout.api`: one that does not fit gets a 400 naming
+the field.
+
 Store calls are blocking, so they run on a worker thread, never on the event loop.
 """
 
@@ -14,17 +17,25 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypeVar
 
-import orjson
+import msgspec
 from aiohttp import web
 
 from kvmigrate.config import Secret
 from kvmigrate.proxy.errors import ProxyError, bad_request
 from kvmigrate.proxy.headers import bearer_token
+from kvmigrate.rollout.api import (
+    BodyError,
+    RollbackRequest,
+    RolloutChange,
+    RolloutHistory,
+    decode_request,
+)
 from kvmigrate.rollout.controller import GatesRefused, RolloutController, RolloutError
 from kvmigrate.rollout.store import StoreError
 
+T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
@@ -48,7 +59,7 @@ def add_admin_routes(
                             "param": None,
                             "code": "gates_refused",
                         },
-                        "gates": [g.to_dict() for g in exc.results],
+                        "gates": exc.results,
                     },
                     409,
                 )
@@ -94,54 +105,37 @@ async def _history(request: web.Request, controller: RolloutController) -> web.R
     except ValueError:
         raise bad_request("limit must be a whole number", param="limit") from None
     events = await asyncio.to_thread(controller.store.history, max(1, min(limit, 10_000)))
-    return _json({"events": [e.to_dict() for e in events]})
+    return _json(RolloutHistory(events))
 
 
 async def _change(request: web.Request, controller: RolloutController) -> web.Response:
-    body = await _body(request)
-    reason, actor = _text(body, "reason"), _text(body, "actor") or "admin-api"
-    if "percent" in body:
-        percent = body["percent"]
-        if isinstance(percent, bool) or not isinstance(percent, int | float):
-            raise bad_request("percent must be a number between 0 and 100", param="percent")
-        force = body.get("force", False) is True
+    change = await _body(request, RolloutChange)
+    actor = change.actor or "admin-api"
+    if change.percent is not None:
         outcome = await asyncio.to_thread(
-            controller.set_percent, float(percent), reason, actor, force
+            controller.set_percent, change.percent, change.reason, actor, change.force
         )
-    elif "mode" in body:
-        outcome = await asyncio.to_thread(controller.set_mode, _text(body, "mode"), reason, actor)
+    elif change.mode is not None:
+        outcome = await asyncio.to_thread(controller.set_mode, change.mode, change.reason, actor)
     else:
         raise bad_request('send {"percent": N} or {"mode": "shadow"|"split"}')
-    return _json(outcome.to_dict())
+    return _json(outcome)
 
 
 async def _rollback(request: web.Request, controller: RolloutController) -> web.Response:
-    body = await _body(request)
-    outcome = await asyncio.to_thread(
-        controller.rollback, _text(body, "reason"), _text(body, "actor") or "admin-api"
-    )
-    return _json(outcome.to_dict())
+    body = await _body(request, RollbackRequest)
+    outcome = await asyncio.to_thread(controller.rollback, body.reason, body.actor or "admin-api")
+    return _json(outcome)
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
-    if not raw:
-        return {}
+async def _body(request: web.Request, cls: type[T]) -> T:
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise bad_request("the body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise bad_request("the body must be a JSON object")
-    return data
-
-
-def _text(body: dict[str, Any], key: str) -> str:
-    value = body.get(key, "")
-    if not isinstance(value, str):
-        raise bad_request(f"{key} must be a string", param=key)
-    return value
+        return decode_request(await request.read(), cls)
+    except BodyError as exc:
+        raise bad_request(str(exc), param=exc.param) from None
 
 
 def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+    return web.Response(
+        body=msgspec.json.encode(data), status=status, content_type="application/json"
+    )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmigrate.rollout.client import RolloutClient
-from kvmigrate.rollout.controller import GatesRefused
+from kvmigrate.rollout.controller import GatesRefused, RolloutStatus
 
 
 @dataclass
@@ -47,7 +47,7 @@ def auto_rollout(
 ) -> AutoResult:
     status = client.status()
     result = AutoResult(False, _percent(status), "")
-    for step in [s for s in status["steps"] if s > _percent(status)]:
+    for step in [s for s in status.steps if s > _percent(status)]:
         outcome = _promote(client, step, settings, echo, sleep, result)
         if outcome is not None:
             result.message = outcome
@@ -93,29 +93,24 @@ def _promote(
             )
             sleep(settings.poll_seconds)
             continue
-        result.steps.append({"step": step, "gates": change.get("gates", [])})
-        echo(f"promoted to {step:g}% (version {change['state']['version']})")
+        result.steps.append({"step": step, "gates": [g.to_dict() for g in change.gates]})
+        echo(f"promoted to {step:g}% (version {change.state.version})")
         return None
 
 
 def _bake(
     client: RolloutClient, settings: AutoSettings, sleep: Callable[[float], None]
 ) -> str | None:
-    version = client.status()["state"]["version"]
+    version = client.status().state.version
     end = time.monotonic() + settings.bake_seconds
     while time.monotonic() < end:
         sleep(min(settings.poll_seconds, max(0.0, end - time.monotonic())))
-        state = client.status()["state"]
-        if state["version"] != version:
+        if client.status().state.version != version:
             history = client.history(1)
-            last = history[-1] if history else {}
-            return (
-                f"stopped: the rollout changed during the bake ({last.get('action', '?')}: "
-                f"{last.get('reason', '')})"
-            )
+            action, reason = (history[-1].action, history[-1].reason) if history else ("?", "")
+            return f"stopped: the rollout changed during the bake ({action}: {reason})"
     return None
 
 
-def _percent(status: dict[str, Any]) -> float:
-    state = status["state"]
-    return float(state["percent"]) if state["mode"] == "split" else 0.0
+def _percent(status: RolloutStatus) -> float:
+    return status.state.percent if status.state.mode == "split" else 0.0

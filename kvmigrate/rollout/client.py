@@ -1,30 +1,41 @@
 """One interface for the rollout commands, whether they talk to the store or to a proxy.
 
 `LocalRollout` drives the controller over the configured store; `RemoteRollout` drives a
-running proxy's /admin/rollout API. Both return plain dicts (what `--json` prints) and
-raise `RolloutError` (or `GatesRefused`) for a refused change.
+running proxy's /admin/rollout API and decodes its answers into the same types
+(`kvmigrate.rollout.api`). Both raise `RolloutError` (or `GatesRefused`) for a refused change.
 """
 
 from __future__ import annotations
 
 import getpass
-import json
 import socket
 import urllib.error
 import urllib.request
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
-from kvmigrate.policies.gates import GateResult, Verdict
-from kvmigrate.rollout.controller import GatesRefused, RolloutController, RolloutError
+import msgspec
+
+from kvmigrate.config.model import RolloutMode
+from kvmigrate.rollout.api import Refusal, RollbackRequest, RolloutChange, RolloutHistory
+from kvmigrate.rollout.controller import (
+    ChangeOutcome,
+    GatesRefused,
+    RolloutController,
+    RolloutError,
+    RolloutStatus,
+)
+from kvmigrate.rollout.state import RolloutEvent
 from kvmigrate.rollout.store import StoreError
+
+T = TypeVar("T")
 
 
 class RolloutClient(Protocol):
-    def status(self) -> dict[str, Any]: ...
-    def history(self, limit: int = 100) -> list[dict[str, Any]]: ...
-    def set_percent(self, percent: float, reason: str, force: bool) -> dict[str, Any]: ...
-    def set_mode(self, mode: str, reason: str) -> dict[str, Any]: ...
-    def rollback(self, reason: str) -> dict[str, Any]: ...
+    def status(self) -> RolloutStatus: ...
+    def history(self, limit: int = 100) -> list[RolloutEvent]: ...
+    def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome: ...
+    def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome: ...
+    def rollback(self, reason: str) -> ChangeOutcome: ...
 
 
 def default_actor() -> str:
@@ -40,20 +51,20 @@ class LocalRollout:
         self.controller = controller
         self.actor = actor or default_actor()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RolloutStatus:
         return self.controller.status()
 
-    def history(self, limit: int = 100) -> list[dict[str, Any]]:
-        return [e.to_dict() for e in self.controller.store.history(limit)]
+    def history(self, limit: int = 100) -> list[RolloutEvent]:
+        return self.controller.store.history(limit)
 
-    def set_percent(self, percent: float, reason: str, force: bool) -> dict[str, Any]:
-        return self.controller.set_percent(percent, reason, self.actor, force).to_dict()
+    def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
+        return self.controller.set_percent(percent, reason, self.actor, force)
 
-    def set_mode(self, mode: str, reason: str) -> dict[str, Any]:
-        return self.controller.set_mode(mode, reason, self.actor).to_dict()
+    def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
+        return self.controller.set_mode(mode, reason, self.actor)
 
-    def rollback(self, reason: str) -> dict[str, Any]:
-        return self.controller.rollback(reason, self.actor).to_dict()
+    def rollback(self, reason: str) -> ChangeOutcome:
+        return self.controller.rollback(reason, self.actor)
 
 
 class RemoteRollout:
@@ -65,60 +76,54 @@ class RemoteRollout:
         self.actor = actor or default_actor()
         self.timeout = timeout
 
-    def status(self) -> dict[str, Any]:
-        return self._call("GET", "/admin/rollout")
+    def status(self) -> RolloutStatus:
+        return self._call("GET", "/admin/rollout", RolloutStatus)
 
-    def history(self, limit: int = 100) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = self._call("GET", f"/admin/rollout/history?limit={limit}")[
-            "events"
-        ]
-        return events
+    def history(self, limit: int = 100) -> list[RolloutEvent]:
+        return self._call("GET", f"/admin/rollout/history?limit={limit}", RolloutHistory).events
 
-    def set_percent(self, percent: float, reason: str, force: bool) -> dict[str, Any]:
-        return self._call(
-            "POST",
-            "/admin/rollout",
-            {"percent": percent, "reason": reason, "force": force, "actor": self.actor},
-        )
+    def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
+        change = RolloutChange(percent=percent, reason=reason, force=force, actor=self.actor)
+        return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
-    def set_mode(self, mode: str, reason: str) -> dict[str, Any]:
-        return self._call(
-            "POST", "/admin/rollout", {"mode": mode, "reason": reason, "actor": self.actor}
-        )
+    def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
+        change = RolloutChange(mode=mode, reason=reason, actor=self.actor)
+        return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
-    def rollback(self, reason: str) -> dict[str, Any]:
-        return self._call("POST", "/admin/rollback", {"reason": reason, "actor": self.actor})
+    def rollback(self, reason: str) -> ChangeOutcome:
+        request = RollbackRequest(reason=reason, actor=self.actor)
+        return self._call("POST", "/admin/rollback", ChangeOutcome, request)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, method: str, path: str, answer: type[T], body: object = None) -> T:
         headers = {"Content-Type": "application/json"}
         if self.admin_key:
             headers["Authorization"] = "Bearer " + self.admin_key
-        data = json.dumps(body).encode() if body is not None else None
+        data = msgspec.json.encode(body) if body is not None else None
         request = urllib.request.Request(
             self.base + path, data=data, headers=headers, method=method
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                result: dict[str, Any] = json.loads(response.read())
-                return result
+                raw = response.read()
         except urllib.error.HTTPError as exc:
             raise _remote_error(exc) from None
         except (urllib.error.URLError, OSError) as exc:
             raise StoreError(f"cannot reach the proxy at {self.base}: {exc}") from None
+        try:
+            return msgspec.json.decode(raw, type=answer)
+        except msgspec.DecodeError as exc:
+            problem = f"the proxy at {self.base} answered {path} unexpectedly: {exc}"
+            raise RolloutError(problem) from None
 
 
 def _remote_error(exc: urllib.error.HTTPError) -> Exception:
     try:
-        payload = json.loads(exc.read())
-        message = payload["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        payload, message = {}, f"HTTP {exc.code}"
-    if payload.get("gates"):
-        results = [
-            GateResult(g["name"], Verdict(g["verdict"]), g["detail"], g["figures"])
-            for g in payload["gates"]
-        ]
-        refused = GatesRefused(0.0, results)
+        refusal = msgspec.json.decode(exc.read(), type=Refusal)
+        message, gates = refusal.error.message, refusal.gates
+    except msgspec.DecodeError:
+        message, gates = f"HTTP {exc.code}", []
+    if gates:
+        refused = GatesRefused(0.0, gates)
         refused.args = (message,)
         return refused
     if exc.code == 503:

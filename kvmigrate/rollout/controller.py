@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvmigrate.config import Config, safe_url
 from kvmigrate.policies.gates import GateResult, all_passed, evaluate_gates
@@ -43,12 +42,16 @@ class ChangeOutcome:
     event: RolloutEvent
     gates: list[GateResult] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state.to_dict(),
-            "event": self.event.to_dict(),
-            "gates": [g.to_dict() for g in self.gates],
-        }
+
+@dataclass(frozen=True, slots=True)
+class RolloutStatus:
+    """Where the rollout stands, and what the next step's gates say."""
+
+    state: RolloutState
+    steps: list[float]
+    next_step: float | None
+    gates_for_next_step: list[GateResult]
+    store: str  # its URL, without a password
 
 
 def initial_state(config: Config) -> RolloutState:
@@ -154,16 +157,16 @@ class RolloutController:
         current = state.percent if state.mode == "split" else 0.0
         return next((s for s in self.config.rollout.steps if s > current), None)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RolloutStatus:
         state = self.store.read()
         step = self.next_step(state)
-        return {
-            "state": state.to_dict(),
-            "steps": list(self.config.rollout.steps),
-            "next_step": step,
-            "gates_for_next_step": [g.to_dict() for g in self.evaluate(state)] if step else [],
-            "store": safe_url(self.store.url),
-        }
+        return RolloutStatus(
+            state=state,
+            steps=list(self.config.rollout.steps),
+            next_step=step,
+            gates_for_next_step=self.evaluate(state) if step else [],
+            store=safe_url(self.store.url),
+        )
 
 
 def _event(
