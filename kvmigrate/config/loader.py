@@ -104,8 +104,12 @@ def _backends(s: Section) -> dict[str, BackendConfig]:
 
 def _backend(name: str, s: Section) -> BackendConfig:
     kind = read_field(s, BackendConfig, "type")
-    given = {"name": name, "api_bases": _api_bases(s, kind), "type": kind}
-    given["litellm_params"] = _litellm_params(s, kind)
+    given = {
+        "name": name,
+        "type": kind,
+        "api_bases": _api_bases(s, kind),
+        "litellm_params": _litellm_params(s, kind),
+    }
     backend = read_struct(s, BackendConfig, given)
     if backend.type == "azure" and not backend.api_version:
         raise s.error("api_version", "is required for an azure backend, e.g. 2024-10-21")

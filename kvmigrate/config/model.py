@@ -5,8 +5,8 @@ bound is written here and nowhere else. A field's name in the file is its msgspe
 (`api_bases` is `api_base`).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the schema reads a Literal's values, in their
+# declared order, from the class's annotations as they are.
 from collections.abc import Mapping
 from typing import Annotated, ClassVar, Final, Literal
 

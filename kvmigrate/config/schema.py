@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar, get_args, get_type_hints
+from typing import Any, TypeVar, get_args
 
 from msgspec import NODEFAULT, Meta
 from msgspec import inspect as mi
@@ -104,10 +104,10 @@ def _fields_of(root: type) -> Mapping[type, tuple[_Field, ...]]:
         info = pending.pop()
         if not isinstance(info, mi.StructType | mi.DataclassType) or info.cls in found:
             continue
-        hints = get_type_hints(info.cls)
+        hints = getattr(info.cls, "__annotations__", {})
         limits = LIMITS.get(info.cls, _NONE)
         found[info.cls] = tuple(
-            _describe(f, hints[f.name], limits.get(f.name)) for f in info.fields
+            _describe(f, hints.get(f.name), limits.get(f.name)) for f in info.fields
         )
         for f in info.fields:  # the sections inside: fields, `| None`, dict values, items
             kind = f.type
@@ -124,6 +124,8 @@ def _describe(field: mi.Field, hint: Any, limit: Meta | None) -> _Field:
     if isinstance(kind, mi.UnionType):
         kind = next(t for t in kind.types if not isinstance(t, mi.NoneType))
     bounded = limit if limit is not None else kind
+    # msgspec sorts a Literal's values; a refusal lists them as declared.
+    literal = get_args(hint) or getattr(kind, "values", ())
     return _Field(
         name=field.name,
         key=field.encode_name,
@@ -134,8 +136,7 @@ def _describe(field: mi.Field, hint: Any, limit: Meta | None) -> _Field:
         factory=field.default_factory,
         low=getattr(bounded, "ge", None),
         high=getattr(bounded, "le", None),
-        # msgspec sorts a Literal's values; a refusal lists them as declared.
-        choices=tuple(get_args(hint)) if isinstance(kind, mi.LiteralType) else (),
+        choices=tuple(str(v) for v in literal) if isinstance(kind, mi.LiteralType) else (),
     )
 
 
