@@ -83,11 +83,15 @@ class BackendConfig(ConfigSection, frozen=True):
     # values read from the environment are `Secret`s. Never printed.
     litellm_params: Mapping[str, object] = msgspec.field(default_factory=dict)
 
+    def _shown(self) -> tuple[tuple[str, object], ...]:
+        """Every field but litellm_params, which may hold anything and is never printed."""
+        return tuple((k, getattr(self, k)) for k in self.__struct_fields__ if k != "litellm_params")
+
     def __repr__(self) -> str:
-        shown = (
-            f"{k}={getattr(self, k)!r}" for k in self.__struct_fields__ if k != "litellm_params"
-        )
-        return f"BackendConfig({', '.join(shown)})"
+        return f"BackendConfig({', '.join(f'{k}={v!r}' for k, v in self._shown())})"
+
+    def __hash__(self) -> int:  # hashable as before: litellm_params holds a dict
+        return hash(self._shown())
 
     @property
     def api_base(self) -> str:
