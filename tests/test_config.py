@@ -149,3 +149,12 @@ def test_cli_reports_config_typo_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "rollout.percnt: unknown key (did you mean 'percent'?)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_secret_compared_with_undecodable_header_bytes_is_a_mismatch() -> None:
+    """aiohttp hands over header bytes that are not UTF-8 as lone surrogates (issue 21)."""
+    from kvmigrate.config import Secret
+
+    secret = Secret("café")
+    assert not secret.matches("caf\udce9")
+    assert secret.matches("café")

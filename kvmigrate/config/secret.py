@@ -18,8 +18,15 @@ class Secret:
         return self._value
 
     def matches(self, candidate: str) -> bool:
-        """Compare in constant time, so response timing leaks nothing about the key."""
-        return hmac.compare_digest(self._value.encode(), candidate.encode())
+        """Compare in constant time, so response timing leaks nothing about the key.
+
+        aiohttp decodes header bytes that are not UTF-8 to lone surrogates; `surrogateescape`
+        turns them back into those bytes, so such a key is simply wrong (a 401), not a crash.
+        """
+        return hmac.compare_digest(
+            self._value.encode("utf-8", "surrogateescape"),
+            candidate.encode("utf-8", "surrogateescape"),
+        )
 
     def __repr__(self) -> str:
         return "Secret('********')"

@@ -29,7 +29,7 @@ def conversation_key(
     """The X-Session-ID header, else the request's `user`, else a hash of the stable prefix."""
     session = headers.get(SESSION_HEADER)
     if session:
-        return ConversationKey(session, "header")
+        return ConversationKey(session if session.isascii() else _as_text(session), "header")
     user = body.get("user")
     if isinstance(user, str) and user:
         return ConversationKey("user:" + user, "user")
@@ -42,6 +42,12 @@ def conversation_key(
         orjson.dumps([model, anchor], option=orjson.OPT_SORT_KEYS), digest_size=12
     ).hexdigest()
     return ConversationKey("h:" + digest, source)
+
+
+def _as_text(value: str) -> str:
+    """aiohttp decodes header bytes that are not UTF-8 to lone surrogates, which no hash,
+    store or log can encode: they become U+FFFD, the same for every turn of the session."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:

@@ -143,8 +143,8 @@ async def relay_stream(
     check: SseCheck | None = None,
 ) -> web.StreamResponse:
     """Relay the rest of a stream chunk by chunk. A break after bytes went out, or a
-    candidate's malformed event, ends the stream with an SSE error event, never a silent
-    truncation."""
+    candidate's malformed event, ends an event stream with an SSE error event and any other
+    body with a reset connection: never a silent truncation."""
     client = web.StreamResponse(
         status=response.status,
         headers=relayed_response_headers(response.headers, extra_headers),
@@ -175,12 +175,23 @@ async def relay_stream(
                     f"The backend stream broke off ({exchange.error}).", exchange.error
                 ),
             )
+        else:
+            _abort(request)
     finally:
         response.close()
         exchange.finished = time.perf_counter()
-    if exchange.error != "client_disconnected":
-        await _write_eof_quietly(client)
+    if exchange.error == "client_disconnected" or (exchange.error and not is_sse):
+        return client
+    await _write_eof_quietly(client)
     return client
+
+
+def _abort(request: web.Request) -> None:
+    """A body that is not an event stream has no in-band way to say it broke: a clean final
+    chunk would hand the client half a JSON document as a 200. Resetting the connection
+    makes every HTTP client raise, as a short Content-Length body does."""
+    if request.transport is not None:
+        request.transport.abort()
 
 
 async def _write_quietly(client: web.StreamResponse, data: bytes) -> None:
