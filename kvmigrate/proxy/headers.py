@@ -7,6 +7,7 @@ primary has no key of its own), and never the self-hosted candidate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from urllib.parse import parse_qsl, urlencode
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -34,6 +35,42 @@ CREDENTIAL_HEADERS = frozenset(
 )
 # Where the APIs we relay read a key: replaced by the backend's own key when it has one.
 KEY_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
+# All a candidate backend ever sees of the client's headers. An allowlist, because a
+# credential can hide under any vendor's name (x-goog-api-key, anthropic-api-key,
+# Ocp-Apim-Subscription-Key, ...) and the candidate must never get one.
+CANDIDATE_HEADERS = frozenset(
+    {
+        "content-type",
+        "accept",
+        "user-agent",
+        "x-session-id",
+        "x-request-id",
+        "openai-beta",
+        # W3C trace context: ids, no secrets.
+        "traceparent",
+        "tracestate",
+        # The emulator's fault injection (kvmigrate.emulator), for tests and the demo.
+        "x-emulator-fault",
+    }
+)
+CANDIDATE_HEADER_PREFIXES = ("x-stainless-",)  # the OpenAI SDKs' client description
+# Query parameters some APIs accept a key in (Azure's `api-key`, Google's `key`, ...).
+CREDENTIAL_QUERY_PARAMS = frozenset(
+    {
+        "api-key",
+        "api_key",
+        "apikey",
+        "key",
+        "access_token",
+        "token",
+        "auth",
+        "authorization",
+        "subscription-key",
+        "x-api-key",
+        "code",
+        "sig",
+    }
+)
 # Set by the proxy itself on every answer.
 OWN_RESPONSE_HEADERS = frozenset(
     {"x-request-id", "x-kvmigrate-backend", "x-kvmigrate-overhead-ms", "date", "server"}
@@ -67,6 +104,25 @@ def upstream_headers(
     if backend_auth is not None:
         headers.update(backend_auth)
     return headers
+
+
+def candidate_view(client: Mapping[str, str]) -> dict[str, str]:
+    """The client's headers a candidate may see: the allowlist above, nothing else."""
+    return {
+        name: value
+        for name, value in client.items()
+        if name.lower() in CANDIDATE_HEADERS or name.lower().startswith(CANDIDATE_HEADER_PREFIXES)
+    }
+
+
+def upstream_query(query_string: str, pass_client_credentials: bool) -> str:
+    """The client's query string for an upstream call, less any credential in it unless
+    the client's credentials are meant for this backend."""
+    if pass_client_credentials or not query_string:
+        return query_string
+    pairs = parse_qsl(query_string, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if k.lower() not in CREDENTIAL_QUERY_PARAMS]
+    return query_string if len(kept) == len(pairs) else urlencode(kept)
 
 
 def relayed_response_headers(

@@ -32,7 +32,12 @@ from kvmigrate.proxy.forward import (
     send_buffered,
     should_stream,
 )
-from kvmigrate.proxy.headers import bearer_token, upstream_headers
+from kvmigrate.proxy.headers import (
+    bearer_token,
+    candidate_view,
+    upstream_headers,
+    upstream_query,
+)
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
@@ -341,14 +346,15 @@ class ProxyService:
         """One upstream call for the client's request. Only the primary may receive the
         client's own credentials, and only when the proxy has no master key of its own."""
         upstream = self.upstreams[backend]
+        passes = primary and self.config.server.master_key is None
         headers = upstream_headers(
-            request.headers,
+            request.headers if primary else candidate_view(request.headers),
             upstream.auth,
-            pass_client_credentials=primary and self.config.server.master_key is None,
+            pass_client_credentials=passes,
         )
         url = upstream.url(path, conversation, deployment=deployment)
-        if request.query_string:
-            url += ("&" if "?" in url else "?") + request.query_string
+        if query := upstream_query(request.query_string, passes):
+            url += ("&" if "?" in url else "?") + query
         return Call(request.method, url, body, headers)
 
     def _exchange(

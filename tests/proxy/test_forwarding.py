@@ -62,6 +62,7 @@ def test_client_key_reaches_primary_only(
         "Proxy-Authorization": "Basic abc",
         "TE": "trailers",
         "X-Custom-Trace": "t-1",
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
         "Content-Type": "application/json",
     }
     post(proxy.url, BODY, headers)
@@ -77,7 +78,11 @@ def test_client_key_reaches_primary_only(
         assert "Proxy-Authorization" not in recorded.headers
         assert "TE" not in recorded.headers
         assert "X-Secret-Hop" not in recorded.headers
-        assert recorded.headers["X-Custom-Trace"] == "t-1"
+        assert recorded.headers["traceparent"] == headers["traceparent"]
+    # The candidate gets an allowlist of the client's headers (issue 21): an unknown header
+    # may be anyone's credential.
+    assert primary.headers["X-Custom-Trace"] == "t-1"
+    assert "X-Custom-Trace" not in shadow.headers
 
 
 def test_configured_backend_keys_replace_client_keys(
@@ -129,3 +134,38 @@ def test_split_sends_the_candidates_model_name(make_proxy: ProxyFactory) -> None
         .chat.completions.create(model=HOSTED_MODEL, messages=[{"role": "user", "content": "x"}])
     )
     assert completion.model == VLLM_MODEL  # the vLLM emulator echoes what it served
+
+
+def test_the_candidate_gets_no_credential_of_any_shape(
+    make_proxy: ProxyFactory,
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    """Vendor key headers and keys in the query string never reach the candidate."""
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, rollout="{mode: shadow, shadow_sample: 1.0}"
+    )
+    secrets = {
+        "x-goog-api-key": "goog-SECRET-1",
+        "anthropic-api-key": "anth-SECRET-2",
+        "Ocp-Apim-Subscription-Key": "apim-SECRET-3",
+        "X-Auth-Token": "tok-SECRET-4",
+    }
+    host, port = proxy.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request(
+        "POST",
+        "/v1/chat/completions?api-key=query-SECRET-5&key=query-SECRET-6&trace=keep",
+        body=BODY,
+        headers={**secrets, "Content-Type": "application/json"},
+    )
+    assert conn.getresponse().status == 200
+    conn.close()
+    wait_for(seen, 2)
+    primary = next(r for r in seen if b'"gpt-4o-mini"' in r.body)
+    shadow = next(r for r in seen if VLLM_MODEL.encode() in r.body)
+    assert "SECRET" not in json.dumps(shadow.headers) + shadow.path
+    assert shadow.path.endswith("?trace=keep")
+    # The client's own credentials still reach the primary, which they are meant for.
+    assert "query-SECRET-5" in primary.path
+    assert primary.headers["x-goog-api-key"] == "goog-SECRET-1"
