@@ -15,6 +15,8 @@ EMAIL = "[EMAIL]"
 PHONE = "[PHONE]"
 CARD = "[CARD]"
 SECRET = "[SECRET]"
+IBAN = "[IBAN]"
+USER = "[USER]"
 
 _SECRET_PATTERNS = (
     # OpenAI-style and similar vendor keys: sk-..., sk-proj-..., rk-..., pk_live_...
@@ -22,9 +24,23 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat|xox[abprs]|glpat)[-_][A-Za-z0-9_-]{10,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
+    # JWT: a JSON header (base64 of `{"`), a payload, and a signature (empty when unsigned).
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
     re.compile(r"\b[0-9a-fA-F]{32,}\b"),
 )
+# A whole PEM private-key block, armour included.
+_PEM_KEY = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?(?:-----END \1-----|\Z)", re.DOTALL
+)
+# `password: hunter2`, `secret=...`, `"api_key": "..."`: the name stays, the value goes. A
+# short password has no shape of its own; only the name gives it away.
+_ASSIGNMENT = re.compile(
+    r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|pwd|secret|api[_-]?key|token)"
+    r"[\"']?\s*(?:=|:|:=|=>)\s*)([\"']?)([^\s\"',;]+)"
+)
+_ASSIGNMENT_WORDS = (b"pass", b"pwd", b"secret", b"key", b"token")
+# IBAN: country, check digits, then 11 to 30 letters and digits, in groups of 4 or not.
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 # Long base64-like runs count as secrets only if they mix letters and digits: a long
 # identifier in code (all letters) should stay readable.
 _BASE64ISH = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
@@ -75,6 +91,11 @@ STRUCTURAL_KEYS = frozenset(
 )
 
 
+MESSAGE_STRUCTURAL_KEYS = STRUCTURAL_KEYS - {"name"}
+# Values that identify a person whatever they look like: the end-user id fields.
+PERSONAL_KEYS = frozenset({"user", "safety_identifier"})
+
+
 def luhn_ok(digits: str) -> bool:
     total = 0
     for position, char in enumerate(reversed(digits)):
@@ -105,6 +126,14 @@ def _phone(match: re.Match[str]) -> str:
     return PHONE
 
 
+def _iban(match: re.Match[str]) -> str:
+    """An IBAN only if its mod-97 check holds (ISO 13616): a product code stays."""
+    text = match.group().replace(" ", "")
+    rearranged = text[4:] + text[:4]
+    digits = "".join(str(int(c, 36)) for c in rearranged)
+    return IBAN if 15 <= len(text) <= 34 and int(digits) % 97 == 1 else match.group()
+
+
 def _base64ish(match: re.Match[str]) -> str:
     text = match.group()
     has_digit = any(c.isdigit() for c in text)
@@ -128,11 +157,28 @@ def _maybe_secret_or_digits(text: str) -> tuple[bool, bool, bool]:
 _CARD_DIGITS = 13
 
 
+def _assignment(match: re.Match[str]) -> str:
+    return match.group(1) + match.group(2) + SECRET
+
+
+def _named_secrets(text: str) -> str:
+    """Secrets known by their surroundings, not their shape: PEM blocks, `password: x`."""
+    if "-----BEGIN" in text:
+        text = _PEM_KEY.sub(SECRET, text)
+    lowered = text.lower().encode("utf-8", "surrogateescape")
+    if any(word in lowered for word in _ASSIGNMENT_WORDS):
+        text = _ASSIGNMENT.sub(_assignment, text)
+    return text
+
+
 def redact_text(text: str) -> str:
     # Cheap guards first: most prose has no '@', no long token and no digit run, and the
     # regex passes are the recorder's main cost.
     # Substitutions only ever remove digits and letters, so the prefilters read the input.
     maybe_secret, maybe_digits, maybe_card = _maybe_secret_or_digits(text)
+    text = _named_secrets(text)
+    if maybe_digits:
+        text = _IBAN.sub(_iban, text)
     if maybe_secret:
         for pattern in _SECRET_PATTERNS:
             text = pattern.sub(SECRET, text)
@@ -176,6 +222,8 @@ class Redactor:
     def __call__(self, value: Any, key: str | None = None) -> Any:
         """A copy of a JSON value with every string scrubbed, except structural fields."""
         if isinstance(value, str):
+            if key in PERSONAL_KEYS:
+                return USER
             return value if key in STRUCTURAL_KEYS else self.text(value)
         if isinstance(value, dict):
             return self._object(value)
@@ -188,9 +236,13 @@ class Redactor:
         # and a call per member was most of the walk's cost.
         out: dict[str, Any] = {}
         text, memo = self.text, self._memo  # a hit here, a miss and the rest in `text`
+        # A function's `name` is structure; a message's `name` is a participant's name.
+        structural = MESSAGE_STRUCTURAL_KEYS if "role" in value else STRUCTURAL_KEYS
         for k, v in value.items():
             if type(v) is str:
-                if k in STRUCTURAL_KEYS or len(v) < 6:
+                if k in PERSONAL_KEYS:
+                    out[k] = USER
+                elif k in structural or len(v) < 6:
                     out[k] = v
                 else:
                     done = memo.get(v)

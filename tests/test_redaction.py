@@ -35,6 +35,14 @@ from kvmigrate.redaction import (
         ("aws AKIAIOSFODNN7EXAMPLE", "[SECRET]"),
         ("token 0123456789abcdef0123456789abcdef", "[SECRET]"),
         ("blob dGhpcyBpcyBhIHNlY3JldCB2YWx1ZSAxMjM0NTY3ODkw==", "[SECRET]"),
+        # Issue 21 item 12: IBANs, named secrets, PEM keys, JWTs (unsigned ones too).
+        ("wire it to DE89 3704 0044 0532 0130 00 today", "[IBAN]"),
+        ("IBAN GB82WEST12345698765432", "[IBAN]"),
+        ("password: hunter2", "[SECRET]"),
+        ("export DB_PASSWORD=s3cr3t!", "[SECRET]"),
+        ('{"client_secret": "abc"}', "[SECRET]"),
+        ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----", "[SECRET]"),
+        ("jwt eyJhbGciOiJub25lIn0.eyJzdWIiOiIxMjM0In0.", "[SECRET]"),
     ],
 )
 def test_scrubbed(text: str, marker: str) -> None:
@@ -48,6 +56,8 @@ def test_scrubbed(text: str, marker: str) -> None:
         "ip 192.168.1.1 and between 10-20 items in 2023 and 2024",
         "card-like but not Luhn: 4111 1111 1111 1112",
         "def very_long_identifier_name_without_digits_here(): pass",
+        "not an IBAN (check digits fail): DE12 3456 7890 1234 5678",
+        "the key to success is hard work; max_tokens: 100",
     ],
 )
 def test_kept(text: str) -> None:
@@ -117,3 +127,33 @@ def test_the_memo_keeps_the_last_strings_across_a_turnover(monkeypatch: pytest.M
     assert len(calls) == 7
     assert redactor.text(texts[0]) == scrubbed[0]  # long gone: scrubbed again, the same
     assert len(calls) == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "gone"),
+    [
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\nxyz\n-----END RSA PRIVATE KEY-----",
+            "xyz",
+        ),
+        ("password: hunter2", "hunter2"),
+        ("api_key = 'abc123'", "abc123"),
+        ("jwt eyJhbGciOiJub25lIn0.eyJzdWIiOiIxMjM0In0.sig", "eyJzdWIi"),
+    ],
+)
+def test_a_named_secret_leaves_no_part_behind(text: str, gone: str) -> None:
+    scrubbed = redact_text(text)
+    assert gone not in scrubbed
+    assert "PRIVATE KEY-----" not in scrubbed
+
+
+def test_a_messages_name_and_the_user_field_are_redacted_a_functions_name_is_not() -> None:
+    body = {
+        "user": "dave",
+        "messages": [{"role": "user", "name": "dave@example.com", "content": "hi there"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather_for_city"}}],
+    }
+    out = Redactor()(body)
+    assert out["user"] == "[USER]"
+    assert out["messages"][0]["name"] == "[EMAIL]"
+    assert out["tools"][0]["function"]["name"] == "get_weather_for_city"

@@ -156,6 +156,9 @@ class RecordConfig(ConfigSection, frozen=True):
     db: str = "sqlite:///.kvmigrate/records.db"
     content: ContentPolicy = "redacted"
     retention_days: Annotated[int, Meta(ge=1)] = 30
+    # Keys the hash of conversation ids taken from `user` or `X-Session-ID` (personal data)
+    # in records, unless `content: full`. Unset: the rollout's salt.
+    hash_key: Secret | None = None
     # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
     # the second raises the sustained rate (README, Performance), and at idle CPU priority
     # it only ever takes a core the proxy is not using.

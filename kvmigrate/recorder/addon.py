@@ -14,7 +14,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from kvmigrate.config import Config
-from kvmigrate.recorder.convert import CONTENT_POLICIES, ExchangeLike, RecordConverter
+from kvmigrate.recorder.convert import (
+    CONTENT_POLICIES,
+    DEFAULT_HASH_KEY,
+    ExchangeLike,
+    RecordConverter,
+)
 from kvmigrate.recorder.store import open_store, pruner
 from kvmigrate.recorder.worker import ProcessWriter, WorkerSpec
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings, WriterStats
@@ -52,6 +57,7 @@ class RecorderAddon:
         source: str | None = None,
         worker: str = "process",
         workers: int = 1,
+        hash_key: bytes = DEFAULT_HASH_KEY,
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
@@ -64,10 +70,10 @@ class RecorderAddon:
         settings = settings or WriterSettings()
         self._writer: Writer
         if worker == "process":
-            spec = WorkerSpec(url, content, self.source, retention_days, settings)
+            spec = WorkerSpec(url, content, self.source, retention_days, settings, hash_key)
             self._writer = ProcessWriter(spec, workers)
         else:
-            convert = RecordConverter(content, self.source)
+            convert = RecordConverter(content, self.source, hash_key=hash_key)
             self._writer = RecordWriter(
                 lambda: open_store(url),
                 convert,
@@ -150,5 +156,10 @@ class RecorderCollector:
 def build_recorder(config: Config, **overrides: Any) -> RecorderAddon:
     """The recorder the config asks for (`record.db`, `content`, `retention_days`, `workers`)."""
     record = config.record
-    options: dict[str, Any] = {"retention_days": record.retention_days, "workers": record.workers}
+    key = record.hash_key.reveal() if record.hash_key else config.rollout.salt
+    options: dict[str, Any] = {
+        "retention_days": record.retention_days,
+        "workers": record.workers,
+        "hash_key": key.encode("utf-8", "surrogateescape"),
+    }
     return RecorderAddon(record.db, record.content, **(options | overrides))

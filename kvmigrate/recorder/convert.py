@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections import OrderedDict
 from typing import Any, Protocol
 
@@ -16,6 +18,7 @@ from kvmigrate.wire.assemble import assemble, is_sse
 from kvmigrate.wire.sse import sse_payloads
 
 CONTENT_POLICIES = ("none", "redacted", "full")
+DEFAULT_HASH_KEY = b"kvmigrate"
 # Answers kept until their shadow copies finish; beyond this the oldest go unscored.
 MAX_MIRRORED = 2_000
 # Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
@@ -54,11 +57,18 @@ class RecordConverter:
     serves one writer; it is where pairing happens so that the proxy's event loop keeps
     nothing for it."""
 
-    def __init__(self, content: str, source: str, redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        content: str,
+        source: str,
+        redactor: Redactor | None = None,
+        hash_key: bytes = DEFAULT_HASH_KEY,
+    ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
         self.content = content
         self.source = source
+        self.hash_key = hash_key
         self._redactor = redactor or Redactor()
         self.history = HistoryMemo()
         # Answers awaiting their copies, with the answer reassembled once for all scorings.
@@ -85,7 +95,29 @@ class RecordConverter:
             self.history,
             answer=answer,
             mirrored_answer=mirrored_answer,
+            hash_key=self.hash_key,
         )
+
+
+def stored_conversation(conversation: str, content: str, key: bytes = DEFAULT_HASH_KEY) -> str:
+    """The conversation id as records keep it. An id from `user` or `X-Session-ID` is often
+    personal data (an email, a user id): unless `content: full` it is stored as a keyed
+    hash, stable across turns, so reports still group a conversation without naming anyone.
+    Ids the proxy derived itself (`h:` + a digest of the prompt prefix) are already hashes."""
+    if content == "full" or not conversation or _is_prefix_hash(conversation):
+        return conversation
+    digest = hmac.new(key, conversation.encode("utf-8", "surrogateescape"), hashlib.blake2b)
+    return "k:" + digest.hexdigest()[:24]
+
+
+def _is_prefix_hash(conversation: str) -> bool:
+    # `h:` and 24 hex digits, as policies.conversation_key makes them.
+    body = conversation[2:]
+    return (
+        conversation.startswith("h:")
+        and len(body) == 24
+        and all(c in "0123456789abcdef" for c in body)
+    )
 
 
 def to_record(
@@ -98,6 +130,7 @@ def to_record(
     history: HistoryMemo | None = None,
     answer: Any = UNSET,
     mirrored_answer: Any = UNSET,
+    hash_key: bytes = DEFAULT_HASH_KEY,
 ) -> Record:
     """`ts` is the wall-clock time the call started (the Exchange keeps monotonic times).
     Pass one `redactor` and one `history` per writer to reuse their memos across records.
@@ -130,7 +163,7 @@ def to_record(
         role=x.role,
         model=x.model,
         served_model=x.served_model,
-        conversation=x.conversation,
+        conversation=stored_conversation(x.conversation, content, hash_key),
         turn=x.turn,
         stream=x.stream,
         status=x.status,

@@ -28,7 +28,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from kvmigrate.background import WorkerGone, WorkerProcess
-from kvmigrate.recorder.convert import ExchangeLike
+from kvmigrate.recorder.convert import DEFAULT_HASH_KEY, ExchangeLike
 from kvmigrate.recorder.writer import WriterSettings, WriterStats
 
 log = logging.getLogger("kvmigrate.recorder")
@@ -92,6 +92,7 @@ class WorkerSpec:
     source: str
     retention_days: int | None
     settings: WriterSettings
+    hash_key: bytes = DEFAULT_HASH_KEY
 
 
 class ProcessWriter:

@@ -41,7 +41,7 @@ def run_worker(
     gc.set_threshold(50_000, 50, 100)
     from kvmigrate.recorder.store import open_store, pruner
 
-    convert = RecordConverter(spec.content, spec.source)
+    convert = RecordConverter(spec.content, spec.source, hash_key=spec.hash_key)
     writer = RecordWriter(
         lambda: open_store(spec.url),
         convert,

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kvmigrate.recorder.convert import stored_conversation
 from kvmigrate.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,8 +96,9 @@ def rows_for(db: Path, conversation: str) -> list[Row]:
     raw = query(
         db,
         "SELECT request_id, role, backend, status, error, fallback_from, pair_id, stream "
-        "FROM records WHERE conversation = ? ORDER BY ts",
-        (conversation,),
+        "FROM records WHERE conversation IN (?, ?) ORDER BY ts",
+        # A redacted record keeps a keyed hash of an X-Session-ID (the default key: salt).
+        (conversation, stored_conversation(conversation, "redacted")),
     )
     return [Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in raw]
 

@@ -1,0 +1,70 @@
+"""Conversation ids taken from `user` or `X-Session-ID` are personal data (issue 21 item 4):
+with `content: redacted` they reach neither the database nor any report format."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from recorder_support import (
+    HOSTED_MODEL,
+    Backends,
+    recorder_config,
+    start_recording_proxy,
+    wait_until,
+)
+
+from kvmigrate.recorder import open_store
+from kvmigrate.report import RENDERERS, build_report
+
+SESSION = "dave@example.com"
+USER = "alice-8812"
+NAME = "carol.jones@example.org"
+
+
+def _everything_stored(db: Path) -> str:
+    """Every text cell of every table: what a copy of the database would give away."""
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        cells = [
+            str(cell)
+            for table in tables
+            for row in conn.execute(f"SELECT * FROM {table}")
+            for cell in row
+        ]
+    return "\n".join(cells)
+
+
+@pytest.mark.parametrize("content", ["redacted", "full"])
+def test_conversation_ids_from_people_are_hashed_unless_content_is_full(
+    backends: Backends, tmp_path: Path, content: str
+) -> None:
+    db = tmp_path / "records.db"
+    proxy = start_recording_proxy(
+        recorder_config(backends.hosted.url, backends.vllm.url, f"sqlite:///{db}", content)
+    )
+    client = proxy.client()
+    messages = [{"role": "user", "name": NAME, "content": "hello there"}]
+    for _ in range(2):  # two turns of each: the stored id must stay one conversation
+        client.chat.completions.create(
+            model=HOSTED_MODEL, messages=messages, extra_headers={"X-Session-ID": SESSION}
+        )
+        client.chat.completions.create(model=HOSTED_MODEL, messages=messages, user=USER)
+    wait_until(lambda: proxy.recorder.stats.written + proxy.recorder.queue_depth >= 8)
+    proxy.stop()
+
+    stored = _everything_stored(db)
+    with open_store(f"sqlite:///{db}") as store:
+        conversations = {r[0] for r in store.query("SELECT DISTINCT conversation FROM records")}
+        report = build_report(store, since=0)
+    rendered = "\n".join(render(report) for render in RENDERERS.values())
+    assert len(conversations) == 2
+    if content == "full":
+        assert conversations == {SESSION, "user:" + USER}
+        assert NAME in stored
+        return
+    for personal in (SESSION, USER, NAME, "dave@", "carol.jones"):
+        assert personal not in stored, personal
+        assert personal not in rendered, personal
+    assert all(c.startswith("k:") for c in conversations)
