@@ -83,3 +83,32 @@ def test_malformed_bodies_are_400(raw: bytes, message: str) -> None:
         parse_body(raw)
     assert caught.value.status == 400
     assert message in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "gpt-4-32k-not-allowed", "messages": [], "model": "gpt-4o-mini"}',
+        b'{"model": "gpt-4o-mini", "stream": false, "model": "gpt-4o-mini", "stream": true}',
+        b'{"model": "gpt-4o-mini", "mod\\u0065l": "other", "messages": []}',
+        b'{"model": "a", "model": "a", "user": "u", "user": "v"}',
+    ],
+)
+def test_a_repeated_top_level_key_is_refused(raw: bytes) -> None:
+    """Issue 21 item 7: the proxy would check one value and the upstream might use the other."""
+    with pytest.raises(ProxyError) as caught:
+        parse_body(raw)
+    assert caught.value.status == 400
+    assert "repeats the key" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "m", "messages": [{"role": "user", "content": "x", "model": "inner"}]}',
+        b'{"model": "m", "tools": [{"stream": 1}], "stream": true}',
+        b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9"}]}',
+    ],
+)
+def test_the_same_key_inside_nested_objects_is_fine(raw: bytes) -> None:
+    assert parse_body(raw).model == "m"

@@ -7,6 +7,7 @@ key in an unusual way (escaped characters) falls back to a re-encode.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,14 @@ import orjson
 from kvmigrate.proxy.errors import ProxyError, bad_request
 
 _MODEL_KEY = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
+# A body holding `model` twice is read one way here (the last wins) and maybe the other way
+# upstream: it would pass the allowlist as one model and be served as another. Only this
+# key is scanned for (each scanned key costs about one more pass over the body); `stream`
+# decides nothing here (the upstream's content type does).
+_MODEL_SPELLING = b'"model"'
+# A printable ASCII letter written as `\u00XX`: no encoder needs that, but `"mod\u0065l"`
+# is `model` to every parser while the byte scan above would not see it.
+_ESCAPED_ASCII = re.compile(rb"\\u00[4-7][0-9a-fA-F]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,7 @@ def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
         raise bad_request(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.")
+    _refuse_duplicate_keys(raw)
     model = data.get("model")
     if not isinstance(model, str) or not model:
         if require_model:
@@ -48,6 +58,30 @@ def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("`stream` must be a boolean.", param="stream")
     return RequestBody(raw, data, model)
+
+
+def _refuse_duplicate_keys(raw: bytes) -> None:
+    """A 400 for a body whose top level repeats a key. The cheap test first: `"model"`
+    spelled once (its first and last occurrence coincide) cannot be duplicated, and that
+    costs one memory-speed pass, not a second parse. Only a body where it occurs twice,
+    anywhere (or one that escapes a letter), is parsed again, and then every top-level key
+    is checked."""
+    if raw.find(_MODEL_SPELLING) == raw.rfind(_MODEL_SPELLING) and not (
+        b"\\u00" in raw and _ESCAPED_ASCII.search(raw)
+    ):
+        return
+    top: list[list[tuple[str, Any]]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        top[:] = [items]  # the top-level object is the last one to close
+        return {}
+
+    json.loads(raw, object_pairs_hook=pairs)
+    seen: set[str] = set()
+    for key, _value in top[0] if top else []:
+        if key in seen:
+            raise bad_request(f"The request body repeats the key `{key}`.", param=key)
+        seen.add(key)
 
 
 def check_passthrough_body(content_type: str, raw: bytes) -> None:

@@ -110,3 +110,18 @@ def test_a_json_answer_cut_off_midway_reaches_the_client_broken(
         proxy.client().chat.completions.create(
             model=HOSTED_MODEL, messages=[{"role": "user", "content": "hi"}]
         )
+
+
+def test_a_body_with_two_models_is_refused_and_never_forwarded(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[object]]
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    body = (
+        b'{"model": "gpt-4-32k-not-allowed", "messages": [{"role": "user", "content": "hi"}],'
+        b' "model": "gpt-4o-mini"}'
+    )
+    response = raw_request(proxy.url, "/v1/chat/completions", [], body)
+    assert status_of(response) == 400, response[:300]
+    assert b"repeats the key `model`" in response
+    assert seen == []
