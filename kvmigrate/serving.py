@@ -16,9 +16,11 @@ from types import TracebackType
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
+
+from kvmigrate.logtext import printable
 
 AppFactory = Callable[[], Awaitable[web.Application]] | Callable[[], web.Application]
 
@@ -38,6 +40,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def _what_failed(exc: BaseException | None) -> str:
+    """What was wrong with a request, in our words: never a quote of the request itself."""
+    for kind, text in _PARSE_FAILURES:
+        if isinstance(exc, kind):
+            return text
+    return "it could not be parsed"
+
+
+_PARSE_FAILURES: tuple[tuple[type[BaseException], str], ...] = (
+    (http_exceptions.LineTooLong, "a header or the request line is too long"),
+    (http_exceptions.InvalidHeader, "a header could not be parsed"),
+    (http_exceptions.BadStatusLine, "the request line could not be parsed"),
+    (http_exceptions.InvalidURLError, "the request target could not be parsed"),
+    (http_exceptions.PayloadEncodingError, "the body's framing could not be parsed"),
+)
+
+
 class EnvelopeRequestHandler(RequestHandler):
     """Answers requests that fail below the application (a malformed request line, bad
     headers, an oversized header block) in OpenAI's error envelope too, never plain text."""
@@ -49,15 +68,16 @@ class EnvelopeRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        # A malformed request is the client's problem: one debug line, no traceback.
-        self.logger.debug("malformed request from %s: %s", request.remote, exc)
+        # A malformed request is the client's problem: one debug line, no traceback. The
+        # parser's own message quotes the offending line, which may be anyone's credential
+        # under any header name: neither the log nor the answer repeats it.
+        self.logger.debug(
+            "malformed request from %s: %s", printable(request.remote), _what_failed(exc)
+        )
         if request.writer.output_size > 0:
             raise ConnectionError("response already started; cannot send an error")
-        detail = " ".join(line.strip() for line in (message or "").splitlines() if line.strip())
-        if any(word in detail.lower() for word in ("authorization", "api-key", "cookie", "key")):
-            detail = "a header could not be parsed"  # never echo a credential back
         if status < 500:
-            text = f"Malformed HTTP request: {detail[:160] or 'could not be parsed'}"
+            text = f"Malformed HTTP request: {_what_failed(exc)}"
         else:
             text = "The server failed to handle this request."
         body = orjson.dumps(

@@ -13,8 +13,10 @@ import orjson
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large
+from kvmigrate.logtext import printable
+from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
+from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.service import ProxyService, RolloutSource
 
 log = logging.getLogger("kvmigrate.proxy")
@@ -41,7 +43,9 @@ async def error_boundary(request: web.Request, handler: Handler) -> web.StreamRe
     except (asyncio.CancelledError, ConnectionResetError, aiohttp.ClientConnectionResetError):
         raise
     except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        log.exception(
+            "unhandled error on %s %s", printable(request.method), printable(request.path)
+        )
         error = ProxyError(500, "The proxy failed to handle this request.", "server_error")
     service.metrics.client_errors.labels(str(error.status)).inc()
     return error.response()
@@ -59,7 +63,7 @@ def build_proxy_app(
         app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, path=route))
     app.router.add_get("/v1/models", partial(list_models, config))
     app.router.add_get("/health", health)
-    app.router.add_get("/ready", partial(ready, service))
+    app.router.add_get("/ready", partial(ready, service, Readiness()))
     app.router.add_get("/metrics", partial(metrics, service))
     app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough)
     app.on_startup.append(lambda _app: service.start())
@@ -81,16 +85,40 @@ async def health(_request: web.Request) -> web.Response:
     return _json({"status": "ok"})
 
 
-async def ready(service: ProxyService, _request: web.Request) -> web.Response:
+READY_CACHE_SECONDS = 5.0
+
+
+class Readiness:
+    """The last readiness verdict, reused for `READY_CACHE_SECONDS`: every probe would
+    otherwise call the hosted API with the org's key (a kubelet probes every few seconds,
+    per replica, and anyone who can reach /ready could make it call more)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._at = -READY_CACHE_SECONDS
+        self._verdict: tuple[dict[str, object], int] = ({}, 503)
+
+    async def verdict(self, service: ProxyService) -> tuple[dict[str, object], int]:
+        async with self._lock:  # concurrent probes wait for one check, not start their own
+            if time.monotonic() - self._at >= READY_CACHE_SECONDS:
+                self._verdict = await _check(service)
+                self._at = time.monotonic()
+            return self._verdict
+
+
+async def ready(service: ProxyService, readiness: Readiness, _request: web.Request) -> web.Response:
     """Ready when the primary answers; the candidate's state is reported alongside."""
+    body, status = await readiness.verdict(service)
+    return _json(body, status=status)
+
+
+async def _check(service: ProxyService) -> tuple[dict[str, object], int]:
     snapshot = service.rollout.current()
     names = (snapshot.primary, snapshot.candidate)
     results = await asyncio.gather(*(_probe(service, name) for name in names))
     backends = dict(zip(names, results, strict=True))
     ok = backends[snapshot.primary] == "ok"
-    return _json(
-        {"status": "ready" if ok else "not ready", "backends": backends}, status=200 if ok else 503
-    )
+    return {"status": "ready" if ok else "not ready", "backends": backends}, 200 if ok else 503
 
 
 async def _probe(service: ProxyService, name: str) -> str:
@@ -107,7 +135,12 @@ async def _probe(service: ProxyService, name: str) -> str:
         return f"unreachable ({type(exc).__name__})"
 
 
-async def metrics(service: ProxyService, _request: web.Request) -> web.Response:
+async def metrics(service: ProxyService, request: web.Request) -> web.Response:
+    key = service.config.server.metrics_key
+    if key is not None:
+        token = bearer_token(request.headers)
+        if token is None or not key.matches(token):
+            raise unauthorized("/metrics needs `Authorization: Bearer <server.metrics_key>`.")
     return web.Response(
         body=service.metrics.render(),
         content_type="text/plain",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import openai
 import pytest
 from aiohttp import web
-from proxy_support import HOSTED_MODEL, ProxyFactory
+from proxy_support import HOSTED_MODEL, ProxyFactory, Recorded
 
 from kvmigrate.serving import BackgroundServer
 
@@ -113,7 +115,7 @@ def test_a_json_answer_cut_off_midway_reaches_the_client_broken(
 
 
 def test_a_body_with_two_models_is_refused_and_never_forwarded(
-    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[object]]
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
 ) -> None:
     upstream, seen = recording_upstream
     proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
@@ -125,3 +127,68 @@ def test_a_body_with_two_models_is_refused_and_never_forwarded(
     assert status_of(response) == 400, response[:300]
     assert b"repeats the key `model`" in response
     assert seen == []
+
+
+def test_logged_request_values_cannot_forge_log_lines() -> None:
+    from kvmigrate.logtext import printable
+
+    assert printable("/v1/x\r\nERROR forged line") == "/v1/x\\r\\nERROR forged line"
+    assert printable("\x1b[2Jcaf\udce9") == "\\x1b[2Jcaf\\udce9"
+    assert printable("ok path") == "ok path"
+    assert len(printable("a" * 10_000)) < 400
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Authorization: Bearer sk-ECHOED-" + b"s" * 9000,
+        b"Cookie: session=ECHOED-" + b"c" * 9000,
+        b"X-Custom-Thing: ECHOED-" + b"x" * 9000,
+        b"Authorization: Bearer sk-ECHOED-\x01\x02",
+    ],
+)
+def test_a_malformed_header_is_never_echoed_or_logged(
+    make_proxy: ProxyFactory, header: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy()
+    with caplog.at_level(logging.DEBUG):
+        response = raw_request(proxy.url, "/v1/chat/completions", [header])
+    assert 400 <= status_of(response) < 500, response[:300]
+    assert b"application/json" in response
+    assert b"ECHOED" not in response
+    assert not [r for r in caplog.records if "ECHOED" in r.getMessage()]
+
+
+def test_ready_probes_reuse_one_check_for_a_few_seconds(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, hosted_extra=", api_key: sk-org"
+    )
+    for _ in range(20):
+        with urllib.request.urlopen(proxy.url + "/ready", timeout=5) as response:
+            assert response.status == 200
+    probes = [r for r in seen if r.path.endswith("/models")]
+    assert len(probes) == 2  # one check: the primary and the candidate, once each
+
+
+def test_metrics_key_guards_metrics_and_health_stays_open(make_proxy: ProxyFactory) -> None:
+    config = "server: {master_key: sk-master, metrics_key: metrics-secret}"
+    proxy = make_proxy(extra=config)
+
+    def get(path: str, key: str | None = None) -> int:
+        request = urllib.request.Request(proxy.url + path)
+        if key:
+            request.add_header("Authorization", "Bearer " + key)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    assert get("/metrics") == 401
+    assert get("/metrics", "sk-master") == 401  # the clients' key is not the scraper's
+    assert get("/metrics", "metrics-secret") == 200
+    assert get("/health") == 200
+    assert get("/ready") == 200

@@ -204,6 +204,13 @@ HEADERS = st.lists(
                 (b"Host", b"evil.example.com"),
                 (b"x-emulator-fault", b"hang"),
                 (b"Accept-Encoding", b"br, gzip"),
+                # Credentials that are not UTF-8, or too long to parse (issue 21).
+                (b"Authorization", b"Bearer caf\xe9"),
+                (b"api-key", b"\xff\xfe-ECHO-api-key"),
+                (b"x-api-key", b"k\xe9y-ECHO-x-api-key"),
+                (b"Authorization", b"Bearer sk-ECHO-" + b"a" * 9000),
+                (b"Cookie", b"session=ECHO-" + b"c" * 9000),
+                (b"X-Session-ID", b"s\xe9ss-ECHO-session"),
             ]
         ),
         st.tuples(
@@ -214,6 +221,9 @@ HEADERS = st.lists(
     ),
     max_size=4,
 )
+
+
+CREDENTIAL_NAMES = {b"authorization", b"api-key", b"x-api-key", b"cookie"}
 
 
 def check_envelope(status: int, headers: dict[str, str], body: bytes) -> None:
@@ -263,6 +273,12 @@ def test_fuzzed_requests_get_envelopes_and_nothing_malformed_is_forwarded(
         )
         statuses[status] += 1
         check_envelope(status, response_headers, response_body)
+        # No header value comes back in an answer: it may be someone's credential.
+        assert b"ECHO" not in response_body, response_body[:300]
+        for name, value in headers:
+            secret = value.removeprefix(b"Bearer ").removeprefix(b"Basic ")
+            if (name.lower() in CREDENTIAL_NAMES or len(secret) > 100) and len(secret) >= 12:
+                assert secret[:12] not in response_body, (value[:40], response_body[:300])
 
     run()
     total = sum(statuses.values())

@@ -1,0 +1,22 @@
+"""Request values made safe to log: one line, no control characters, bounded length.
+
+A client controls its path, headers and body. Logged raw, a `%0D%0A` in a path writes a
+forged log line, and an escape sequence can rewrite what a terminal shows.
+"""
+
+from __future__ import annotations
+
+LIMIT = 300
+
+
+def printable(value: object, limit: int = LIMIT) -> str:
+    """`value` as text with every non-printable character escaped (`\\r`, `\\x1b`, lone
+    surrogates from bytes that were not UTF-8), cut to `limit` characters."""
+    text = str(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else _escape(c) for c in text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _escape(char: str) -> str:
+    return char.encode("unicode_escape", "backslashreplace").decode("ascii")
