@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import resource
 import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +25,8 @@ from aiohttp.web_request import BaseRequest
 
 from kvmigrate.logtext import printable
 
+log = logging.getLogger("kvmigrate.serving")
+LIMIT_WARNING_INTERVAL = 10.0
 AppFactory = Callable[[], Awaitable[web.Application]] | Callable[[], web.Application]
 
 
@@ -57,7 +62,81 @@ _PARSE_FAILURES: tuple[tuple[type[BaseException], str], ...] = (
 )
 
 
+@dataclass
+class ConnectionLimits:
+    """How long a client may take to send a request head, how long an idle kept-alive
+    connection stays open, and how many connections may be open at once. Without them a
+    thousand idle or header-trickling sockets hold file descriptors until the process can
+    accept nothing else. `on_close(reason)` counts what was closed (a metric)."""
+
+    header_timeout: float
+    idle_timeout: float
+    max_connections: int
+    on_close: Callable[[str], None] = lambda _reason: None
+    open: int = 0
+    _last_warning: float = -LIMIT_WARNING_INTERVAL
+
+    def over_limit(self, now: float) -> bool:
+        if self.open <= self.max_connections:
+            return False
+        self.on_close("over_limit")
+        if now - self._last_warning >= LIMIT_WARNING_INTERVAL:
+            self._last_warning = now
+            log.warning(
+                "%d client connections open, over server.max_connections (%d): new ones "
+                "are closed at once (metric kvmigrate_connections_closed_total)",
+                self.open,
+                self.max_connections,
+            )
+        return True
+
+
+def default_max_connections() -> int:
+    """A third of the file-descriptor limit: a request can hold a client, an upstream and a
+    shadow connection, and the process needs some for its stores and logs."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, soft // 3) if soft != resource.RLIM_INFINITY else 100_000
+
+
+CONNECTION_LIMITS = web.AppKey("kvmigrate_connection_limits", ConnectionLimits)
+
+
 class EnvelopeRequestHandler(RequestHandler):
+    """Closes connections as `ConnectionLimits` says (when the application sets them), and
+    answers protocol-level errors in OpenAI's envelope (below)."""
+
+    _limits: ConnectionLimits | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        limits = self._limits
+        if limits is None:
+            return
+        limits.open += 1
+        loop = self._loop
+        if limits.over_limit(loop.time()):
+            self.force_close()
+            return
+        # aiohttp closes a connection idle for `keepalive_timeout`, from its start too; a
+        # first request head gets only `header_timeout`.
+        if self._keepalive_handle is not None:
+            self._keepalive_handle.cancel()
+        self._next_keepalive_close_time = loop.time() + limits.header_timeout
+        self._keepalive_handle = loop.call_at(
+            self._next_keepalive_close_time, self._close_if_no_request
+        )
+
+    def _close_if_no_request(self) -> None:
+        limits = self._limits
+        if limits is not None and self._waiter is not None and not self._waiter.done():
+            limits.on_close("header_timeout")
+        self._process_keepalive()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._limits is not None:
+            self._limits.open -= 1
+        super().connection_lost(exc)
+
     """Answers requests that fail below the application (a malformed request line, bad
     headers, an oversized header block) in OpenAI's error envelope too, never plain text."""
 
@@ -96,8 +175,12 @@ class EnvelopeRequestHandler(RequestHandler):
 
 
 class EnvelopeServer(web.Server):
+    limits: ConnectionLimits | None = None
+
     def __call__(self) -> RequestHandler:
-        return EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
+        handler = EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
+        handler._limits = self.limits
+        return handler
 
 
 class EnvelopeAppRunner(web.AppRunner):
@@ -113,6 +196,11 @@ class EnvelopeAppRunner(web.AppRunner):
         server = await super()._make_server()
         # aiohttp builds its Server inside the app; reuse its settings with our handler.
         server.__class__ = EnvelopeServer
+        limits = self.app.get(CONNECTION_LIMITS)
+        if limits is not None:
+            assert isinstance(server, EnvelopeServer)
+            server.limits = limits
+            server._kwargs["keepalive_timeout"] = limits.idle_timeout
         return server
 
 

@@ -70,7 +70,7 @@ class ServerConfig(ConfigSection, frozen=True):
     # A client must send its whole request head within this, and a kept-alive connection
     # with no request in flight is closed after `idle_timeout_seconds`.
     header_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 10.0
-    idle_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 75.0
+    idle_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 30.0
     # Open client connections at most; 0: a third of the process's file-descriptor limit
     # (each request can hold a client, an upstream and a shadow connection).
     max_connections: Annotated[int, Meta(ge=0)] = 0

@@ -18,6 +18,7 @@ from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.service import ProxyService, RolloutSource
+from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
 
 log = logging.getLogger("kvmigrate.proxy")
 
@@ -59,6 +60,7 @@ def build_proxy_app(
         middlewares=[error_boundary], client_max_size=config.server.max_body_bytes
     )
     app[SERVICE_KEY] = service
+    app[CONNECTION_LIMITS] = _connection_limits(config, service)
     for route in MODEL_ROUTES:
         app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, path=route))
     app.router.add_get("/v1/models", partial(list_models, config))
@@ -69,6 +71,18 @@ def build_proxy_app(
     app.on_startup.append(lambda _app: service.start())
     app.on_cleanup.append(lambda _app: service.close())
     return app
+
+
+def _connection_limits(config: Config, service: ProxyService) -> ConnectionLimits:
+    server = config.server
+    limits = ConnectionLimits(
+        header_timeout=server.header_timeout_seconds,
+        idle_timeout=server.idle_timeout_seconds,
+        max_connections=server.max_connections or default_max_connections(),
+        on_close=lambda reason: service.metrics.connections_closed.labels(reason).inc(),
+    )
+    service.metrics.open_connections.set_function(lambda: limits.open)
+    return limits
 
 
 async def list_models(config: Config, request: web.Request) -> web.Response:

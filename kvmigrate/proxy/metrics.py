@@ -68,6 +68,16 @@ class ProxyMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.connections_closed = Counter(
+            "kvmigrate_connections_closed",
+            "Client connections the proxy closed itself, by reason (header_timeout: no "
+            "whole request head in time; over_limit: server.max_connections reached).",
+            ["reason"],
+            registry=r,
+        )
+        self.open_connections = Gauge(
+            "kvmigrate_open_connections", "Client connections now open.", registry=r
+        )
         self.overhead = Histogram(
             "kvmigrate_overhead_seconds",
             "Time the proxy itself adds before relaying a response.",

@@ -192,3 +192,65 @@ def test_metrics_key_guards_metrics_and_health_stays_open(make_proxy: ProxyFacto
     assert get("/metrics", "metrics-secret") == 200
     assert get("/health") == 200
     assert get("/ready") == 200
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True when the peer closes the connection before the socket's own timeout."""
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+LIMITS = "server: {header_timeout_seconds: 0.5, idle_timeout_seconds: 1, max_connections: 8}"
+
+
+def test_a_connection_that_sends_no_request_head_is_closed(make_proxy: ProxyFactory) -> None:
+    proxy = make_proxy(extra=LIMITS)
+    host, port = proxy.url.removeprefix("http://").split(":")
+    silent = socket.create_connection((host, int(port)), timeout=5)
+    trickling = socket.create_connection((host, int(port)), timeout=5)
+    trickling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    with silent, trickling:
+        assert _closed_by_peer(silent)
+        assert _closed_by_peer(trickling)
+    assert proxy.metric("kvmigrate_connections_closed_total", reason="header_timeout") >= 2
+
+
+def test_an_idle_kept_alive_connection_is_closed(make_proxy: ProxyFactory) -> None:
+    proxy = make_proxy(extra=LIMITS)
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        assert _closed_by_peer(sock)
+
+
+def test_connections_over_the_cap_are_closed_counted_and_logged(
+    make_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(extra="server: {max_connections: 8}")
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with caplog.at_level(logging.WARNING):
+        held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(12)]
+        try:
+            # Accepted in the order they connected: the last four are over the cap.
+            assert all(_closed_by_peer(sock) for sock in held[8:])
+            assert not any(_closed_by_peer_soon(sock) for sock in held[:8])
+        finally:
+            for sock in held:
+                sock.close()
+    assert any("max_connections" in r.getMessage() for r in caplog.records)
+    # Released, the proxy serves again; the refusals are on /metrics.
+    completion = proxy.client().chat.completions.create(
+        model=HOSTED_MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert completion.choices
+    assert proxy.metric("kvmigrate_connections_closed_total", reason="over_limit") == 4
+
+
+def _closed_by_peer_soon(sock: socket.socket) -> bool:
+    sock.settimeout(0.2)
+    return _closed_by_peer(sock)
