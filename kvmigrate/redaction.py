@@ -92,6 +92,7 @@ STRUCTURAL_KEYS = frozenset(
 
 
 MESSAGE_STRUCTURAL_KEYS = STRUCTURAL_KEYS - {"name"}
+MEMO_MAX_CHARS = 16 * 1024 * 1024  # per generation of the memo
 # Values that identify a person whatever they look like: the end-user id fields.
 PERSONAL_KEYS = frozenset({"user", "safety_identifier"})
 
@@ -201,8 +202,12 @@ class Redactor:
     and the oldest go. Clearing everything at once (as before) forgot the answer scrubbed
     just before the clear, exactly when its next turn was about to resend it."""
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 4096, max_chars: int = MEMO_MAX_CHARS) -> None:
         self.capacity = capacity
+        # Bounds each generation by size too: 4,096 strings of a 30 MB paste each would
+        # otherwise stay in memory, twice.
+        self.max_chars = max_chars
+        self._chars = 0
         self._memo: dict[str, str] = {}
         self._older: dict[str, str] = {}
 
@@ -214,9 +219,12 @@ class Redactor:
             done = self._older.get(text)
             if done is None:
                 done = redact_text(text)
-            if len(self._memo) >= self.capacity:
-                self._older, self._memo = self._memo, {}
+            if len(text) > self.max_chars // 4:
+                return done  # too large to be worth keeping
+            if len(self._memo) >= self.capacity or self._chars >= self.max_chars:
+                self._older, self._memo, self._chars = self._memo, {}, 0
             self._memo[text] = done
+            self._chars += len(text) + len(done)
         return done
 
     def __call__(self, value: Any, key: str | None = None) -> Any:

@@ -27,7 +27,10 @@ from multiprocessing.context import SpawnContext
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import orjson
+
 from kvmigrate.background import WorkerGone, WorkerProcess
+from kvmigrate.proxy.exchange import MAX_RECORDED_BYTES
 from kvmigrate.recorder.convert import DEFAULT_HASH_KEY, ExchangeLike
 from kvmigrate.recorder.writer import WriterSettings, WriterStats
 
@@ -76,7 +79,26 @@ Packed = tuple[Any, ...]  # RecordedExchange's fields, then the wall-clock start
 
 
 def pack(exchange: ExchangeLike, ts: float) -> Packed:
-    return (*_FIELDS(exchange), [b"".join(exchange.chunks)], ts)
+    """The exchange as it crosses to a worker. A request body over `MAX_RECORDED_BYTES`
+    crosses as a marker with its size, and so does an answer whose middle was not kept
+    (`ChunkLog`), unless it is a stream: its head and its usage-bearing tail still count."""
+    fields = _FIELDS(exchange)
+    body = exchange.request_body
+    if len(body) > MAX_RECORDED_BYTES:
+        fields = (*fields[:_BODY], not_recorded(len(body)), *fields[_BODY + 1 :])
+    dropped = getattr(exchange.chunks, "dropped", 0)
+    answer = b"".join(exchange.chunks)
+    if dropped and not exchange.stream:
+        answer = not_recorded(len(answer) + dropped)
+    return (*fields, [answer], ts)
+
+
+def not_recorded(size: int) -> bytes:
+    """What the record holds in place of a body too large to keep."""
+    return orjson.dumps({"kvmigrate_not_recorded": {"bytes": size}})
+
+
+_BODY = RecordedExchange._fields.index("request_body")
 
 
 def unpack(packed: Packed) -> tuple[RecordedExchange, float]:
