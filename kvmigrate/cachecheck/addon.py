@@ -34,6 +34,7 @@ from kvmigrate.cachecheck.checker import (
 )
 from kvmigrate.cachecheck.compare import Tokenize
 from kvmigrate.cachecheck.process import CheckerProcess, Failed, Outcome, WorkerGone, check_one
+from kvmigrate.proxy.exchange import MAX_RECORDED_BYTES
 
 log = logging.getLogger("kvmigrate.cachecheck")
 
@@ -200,6 +201,10 @@ class CacheBusterAddon:
     def _check_batch(self, batch: list[ExchangeLike]) -> None:
         items = []
         for exchange in batch:
+            if len(exchange.request_body) > MAX_RECORDED_BYTES:
+                # A pasted document, not an agent's growing prefix: copying 30 MB to the
+                # worker to compare it costs more memory than the check is worth.
+                continue
             try:
                 items.append(_item(exchange))
             except Exception:

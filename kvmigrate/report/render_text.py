@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from kvmigrate.logtext import printable
 from kvmigrate.report.model import Report
 from kvmigrate.report.tables import Table, report_tables, summary_lines
 
@@ -9,12 +12,17 @@ TITLE = "kvmigrate report"
 
 
 def render_text(report: Report) -> str:
-    out = [TITLE, "=" * len(TITLE), *summary_lines(report), ""]
+    out = [TITLE, "=" * len(TITLE), *map(_plain, summary_lines(report)), ""]
     for table in report_tables(report):
         out += [table.title, "-" * len(table.title)]
-        out += _text_table(table) if table.rows else [table.note]
+        out += _text_table(table) if table.rows else [_plain(table.note)]
         out.append("")
     return "\n".join(out)
+
+
+def _plain(text: str) -> str:
+    """Recorded values (conversation ids, rollout reasons) may hold terminal escapes."""
+    return printable(text, limit=10_000)
 
 
 def _text_table(table: Table) -> list[str]:
@@ -25,22 +33,33 @@ def _text_table(table: Table) -> list[str]:
     lines.append("  ".join("-" * w for w in widths))
     for row in table.rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return lines
+    return [_plain(line) for line in lines]
 
 
 def render_md(report: Report) -> str:
     out = [f"# {TITLE}", ""]
-    out += [f"- {line}" for line in summary_lines(report)]
+    out += [f"- {md_escape(line)}" for line in summary_lines(report)]
     out.append("")
     for table in report_tables(report):
-        out += [f"## {table.title}", ""]
-        out += _md_table(table) if table.rows else [f"_{table.note}_"]
+        out += [f"## {md_escape(table.title)}", ""]
+        out += _md_table(table) if table.rows else [f"_{md_escape(table.note)}_"]
         out.append("")
     return "\n".join(out)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
+
+
+def md_escape(text: str) -> str:
+    """Text that Markdown and the HTML inside it show as written: a recorded `user`, a
+    session id or a rollout reason like `<script>` or `[x](javascript:...)` stays text."""
+    text = " ".join(printable(text, limit=10_000).splitlines())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 def _md_table(table: Table) -> list[str]:
     def cells(values: tuple[str, ...]) -> str:
-        return "| " + " | ".join(v.replace("|", "\\|").replace("\n", " ") for v in values) + " |"
+        return "| " + " | ".join(map(md_escape, values)) + " |"
 
     return [cells(table.headers), "|" + "---|" * len(table.headers), *map(cells, table.rows)]
