@@ -179,9 +179,11 @@ record: {{db: "sqlite:///{tmp}/records.db", content: redacted}}
                 ("4 x 30 MB bodies", four_large_bodies),
                 (f"{args.stream_mb} MB streamed answer", one_large_stream),
             ):
+                # The peak covers the settling too: the recorder's work starts as the
+                # client's answer ends.
                 with Sampler(proxy.pid) as s:
                     outcome = asyncio.run(load(proxy.url))
-                time.sleep(args.settle)
+                    time.sleep(args.settle)
                 main_after, tree_after = s.now()
                 rows.append((name, outcome, s.peak_main, s.peak_tree, main_after, tree_after))
             head = ("load", "peak main", "peak tree", "settled main", "settled tree")

@@ -47,6 +47,10 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     for step in ("10%", "50%", "100%"):
         assert f"promoted to {step}" in out
     assert "rollout complete" in out
+    # Off a terminal, progress is one summary line, not a stray label (issue 21 item 14).
+    lines = [line.strip() for line in proc.stderr.splitlines()]
+    assert "conversations" not in lines
+    assert "conversations: 18/18" in lines
     html = (tmp_path / "report.html").read_text()
     assert html.count('class="chart') >= 5
     assert elapsed < 120, f"the demo took {elapsed:.0f}s"

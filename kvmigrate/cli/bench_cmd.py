@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from kvmigrate.bench import (
 from kvmigrate.bench.chart import html_report
 from kvmigrate.bench.render import report_json, table
 from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.progress import progress
 
 _POSITIVE = click.IntRange(min=1)
 
@@ -49,9 +49,7 @@ def _run_all(
 ) -> list[Summary]:
     total = sum(len(c.user_turns) for _, convs in plan for c in convs)
     summaries = []
-    with click.progressbar(
-        length=total, label="turns", file=sys.stderr, show_pos=True, width=30
-    ) as bar:
+    with progress(total, "turns", show_pos=True, width=30) as bar:
 
         def advance(_record: TurnRecord) -> None:
             bar.update(1)

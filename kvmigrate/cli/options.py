@@ -24,9 +24,11 @@ def config_option(func: F) -> F:
     )(func)
 
 
-def load_or_exit(path: str) -> Config:
-    """Load the config, turning any problem into a one-line error and exit code 2."""
+def load_or_exit(path: str, secrets_required: bool = True) -> Config:
+    """Load the config, turning any problem into a one-line error and exit code 2.
+    Commands that call no backend pass `secrets_required=False`: the proxy's master key
+    need not be set to read a report."""
     try:
-        return load_config(path)
+        return load_config(path, secrets_required=secrets_required)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None

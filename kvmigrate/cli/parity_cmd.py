@@ -23,6 +23,7 @@ from kvmigrate.parity.offline import summarise
 from kvmigrate.parity.render import render_changes, render_json, render_text, verdict
 from kvmigrate.parity.replay import ItemResult, ReplaySettings, run_replay, targets_from_config
 from kvmigrate.parity.semantic import SemanticScorer, load_semantic
+from kvmigrate.progress import progress
 
 
 def _semantic(enabled: bool) -> SemanticScorer | None:
@@ -92,9 +93,7 @@ def parity(
     primary, candidate = targets_from_config(config)
     settings = ReplaySettings(repeats=repeats, concurrency=concurrency, timeout_s=timeout)
     scorer = _semantic(semantic)
-    with click.progressbar(
-        length=len(items), label="requests", file=sys.stderr, show_pos=True, width=30
-    ) as bar:
+    with progress(len(items), "requests", show_pos=True, width=30) as bar:
 
         def advance(_result: ItemResult) -> None:
             bar.update(1)

@@ -27,7 +27,7 @@ def records_group() -> None:
 )
 def prune(config_path: str, older_than_days: int | None) -> None:
     """Delete records older than the retention period (the proxy also prunes hourly)."""
-    config = load_or_exit(config_path)
+    config = load_or_exit(config_path, secrets_required=False)
     days = config.record.retention_days if older_than_days is None else older_than_days
     store = open_records(config.record.db)
     if store is None:

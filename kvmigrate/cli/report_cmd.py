@@ -91,7 +91,7 @@ def report(
     min_gpus: int,
 ) -> None:
     """Summarise recorded traffic: TTFT by turn, cache hits, errors, coverage and cost."""
-    config = load_or_exit(config_path)
+    config = load_or_exit(config_path, secrets_required=False)
     now = time.time()
     start = parse_since(since, now)
     prices = Prices(

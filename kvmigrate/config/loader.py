@@ -44,8 +44,14 @@ def default_config_path(env: Mapping[str, str] | None = None) -> str:
     return env.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Load and validate a config file. Every problem is raised as `ConfigError`."""
+def load_config(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    secrets_required: bool = True,
+) -> Config:
+    """Load and validate a config file. Every problem is raised as `ConfigError`.
+    `secrets_required=False`: an `os.environ/` secret whose variable is unset loads as an
+    `UnsetSecret`, for commands that never use one."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -53,14 +59,17 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         raise ConfigError(source, "", "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "", f"cannot read: {exc}") from None
-    return parse_config(text, source, env)
+    return parse_config(text, source, env, secrets_required)
 
 
 def parse_config(
-    text: str, source: str = "<config>", env: Mapping[str, str] | None = None
+    text: str,
+    source: str = "<config>",
+    env: Mapping[str, str] | None = None,
+    secrets_required: bool = True,
 ) -> Config:
     env = os.environ if env is None else env
-    root = Section(_yaml(text, source), source, "", env)
+    root = Section(_yaml(text, source), source, "", env, secrets_required)
     config = _config(root)
     root.finish()
     return config

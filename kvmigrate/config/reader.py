@@ -22,7 +22,14 @@ _MISSING: Any = object()
 class Section:
     """A mapping in the config file, read key by key."""
 
-    def __init__(self, data: Any, source: str, path: str, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        data: Any,
+        source: str,
+        path: str,
+        env: Mapping[str, str],
+        secrets_required: bool = True,
+    ) -> None:
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -34,6 +41,9 @@ class Section:
         self.source = source
         self.path = path
         self.env = env
+        # False for commands that never use a credential (report, records): a secret whose
+        # variable is unset then loads as `UnsetSecret`, which fails only if revealed.
+        self.secrets_required = secrets_required
 
     def key_path(self, key: str | int) -> str:
         if isinstance(key, int):
@@ -61,10 +71,11 @@ class Section:
         return self._data[key]
 
     def section(self, key: str) -> Section:
-        return Section(self.raw(key, {}), self.source, self.key_path(key), self.env)
+        return self.child(key, self.raw(key, {}))
 
     def child(self, key: str | int, value: Any) -> Section:
-        return Section(value, self.source, self.key_path(key), self.env)
+        path = self.key_path(key)
+        return Section(value, self.source, path, self.env, self.secrets_required)
 
     def string(self, key: str, default: Any = _MISSING) -> Any:
         value = self.raw(key, default)
@@ -80,6 +91,11 @@ class Section:
 
     def secret(self, key: str) -> Secret | None:
         """A credential: literal or `os.environ/NAME`, wrapped so it never prints."""
+        text = self.raw(key, None)
+        if not self.secrets_required and isinstance(text, str) and text.startswith(ENV_PREFIX):
+            name = text[len(ENV_PREFIX) :]
+            if name and not self.env.get(name):
+                return UnsetSecret(name, self.key_path(key))
         value = self.string(key, None)
         if value is None:
             return None
@@ -152,6 +168,24 @@ class Section:
         if value is None or value == "":
             raise self.error(key, f"environment variable {name} is not set")
         return value
+
+
+class UnsetSecret(Secret):
+    """A secret whose environment variable is not set, in a config loaded by a command that
+    does not need it. Using it fails with the reason the loader would have given."""
+
+    __slots__ = ("_name", "_where")
+
+    def __init__(self, name: str, where: str) -> None:
+        super().__init__("")
+        self._name = name
+        self._where = where
+
+    def reveal(self) -> str:
+        raise ConfigError("", self._where, f"environment variable {self._name} is not set")
+
+    def matches(self, candidate: str) -> bool:
+        return False
 
 
 def _check_range(

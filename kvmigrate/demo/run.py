@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -21,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
 from kvmigrate.config import Config
 from kvmigrate.demo.agent import drive
 from kvmigrate.embedded import HOSTED_MODEL, EmulatedBackends, embedded_config, emulated_backends
 from kvmigrate.policies.gates import render_gates
+from kvmigrate.progress import progress
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, build_report
 from kvmigrate.report.timeline import rollout_timeline
@@ -116,7 +114,7 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
 def _traffic(
     base_url: str, settings: DemoSettings, conversations: int, first: int, echo: Echo
 ) -> None:
-    with click.progressbar(length=conversations, label="  conversations", file=sys.stderr) as bar:
+    with progress(conversations, "  conversations") as bar:
         failed = asyncio.run(
             drive(
                 base_url,
