@@ -16,7 +16,7 @@ Measured on the 2-core test machine (6 conversations x 8 turns, 250-word system 
 from __future__ import annotations
 
 import asyncio
-import statistics
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,13 +64,12 @@ def runs(bench_model: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     return results
 
 
-def _median_ttft(summary: Summary, turns: range) -> float:
-    return statistics.median(t.ttft_p50 for t in summary.turns if t.turn in turns)
-
-
-def test_ttft_grows_without_the_cache_and_stays_flat_with_it(
+def test_the_cache_serves_each_turns_prefix_and_without_it_nothing(
     runs: dict[str, object], record_property: pytest.RecordProperty
 ) -> None:
+    """What the engine reports, not how long it took: on a loaded 2-core machine the TTFT
+    ratio fell to 1.34 while the cache did its job (issue 21 item 13). The timing figures
+    are printed here and measured in benchmarks/ttft_prefix_cache.py."""
     cached, uncached = runs["cached"], runs["uncached"]
     assert isinstance(cached, Summary)
     assert isinstance(uncached, Summary)
@@ -78,26 +77,26 @@ def test_ttft_grows_without_the_cache_and_stays_flat_with_it(
     assert cached.errors == 0
     assert uncached.errors == 0
     assert [t.turn for t in cached.turns] == list(range(1, TURNS + 1))
+    assert [t.prompt_tokens for t in cached.turns] == [t.prompt_tokens for t in uncached.turns]
 
     # The server's own accounting: most of every later prompt cached, or none of it.
     for stats in cached.turns[1:]:
         assert stats.cached_share is not None
         assert stats.cached_share > 0.6  # whole 32-token blocks: turn 2 is about 0.7
     assert all(t.cached_tokens == 0 for t in uncached.turns)
+    # Each turn reuses all of the previous turn's prompt, less a partial 32-token block:
+    # the prefill left to do stays about one turn long while the prompt grows.
+    for before, after in itertools.pairwise(cached.turns):
+        assert before.prompt_tokens is not None
+        assert after.cached_tokens is not None
+        assert after.cached_tokens >= before.prompt_tokens - 32
+    uncomputed = [t.prompt_tokens - (t.cached_tokens or 0) for t in cached.turns[1:]]  # type: ignore[operator]
+    assert max(uncomputed) < 2 * min(uncomputed) + 64
+    assert uncached.turns[-1].prompt_tokens > 4 * max(uncomputed)  # type: ignore[operator]
 
-    turn8_ratio = uncached.turns[-1].ttft_p50 / cached.turns[-1].ttft_p50
-    record_property("turn8_ttft_ratio_uncached_over_cached", round(turn8_ratio, 2))
-    print(f"turn-8 TTFT p50 without/with cache: {turn8_ratio:.2f}")
-    assert turn8_ratio > 2.0
-
-    early, late = range(2, 5), range(6, 9)
-    uncached_growth = _median_ttft(uncached, late) / _median_ttft(uncached, early)
-    cached_growth = _median_ttft(cached, late) / _median_ttft(cached, early)
-    print(f"TTFT growth turns 6-8 over 2-4: {uncached_growth:.2f} without, "
-          f"{cached_growth:.2f} with the cache")  # fmt: skip
-    assert uncached.turns[-1].ttft_p50 > 2.0 * uncached.turns[0].ttft_p50
-    assert uncached_growth > 1.4
-    assert cached_growth < 0.75 * uncached_growth
+    ratio = uncached.turns[-1].ttft_p50 / cached.turns[-1].ttft_p50
+    record_property("turn8_ttft_ratio_uncached_over_cached", round(ratio, 2))
+    print(f"turn-8 TTFT p50 without/with cache: {ratio:.2f} (a figure, not a check)")
 
 
 def test_doctor_names_the_fixes_for_the_misconfigured_server(runs: dict[str, object]) -> None:
