@@ -77,7 +77,6 @@ def test_the_cache_serves_each_turns_prefix_and_without_it_nothing(
     assert cached.errors == 0
     assert uncached.errors == 0
     assert [t.turn for t in cached.turns] == list(range(1, TURNS + 1))
-    assert [t.prompt_tokens for t in cached.turns] == [t.prompt_tokens for t in uncached.turns]
 
     # The server's own accounting: most of every later prompt cached, or none of it.
     for stats in cached.turns[1:]:
