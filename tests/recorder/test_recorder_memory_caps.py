@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 
 from kvmigrate.proxy.exchange import MAX_RECORDED_BYTES, ChunkLog, Exchange
-from kvmigrate.recorder.redact import Redactor
 from kvmigrate.recorder.worker import pack, unpack
+from kvmigrate.redaction import Redactor
 
 MIB = 1024 * 1024
 
