@@ -34,7 +34,7 @@ from kvmigrate.cachecheck.checker import (
 )
 from kvmigrate.cachecheck.compare import Tokenize
 from kvmigrate.cachecheck.process import CheckerProcess, Failed, Outcome, WorkerGone, check_one
-from kvmigrate.proxy.exchange import MAX_RECORDED_BYTES
+from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
 log = logging.getLogger("kvmigrate.cachecheck")
 

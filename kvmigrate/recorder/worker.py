@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from kvmigrate.background import WorkerGone, WorkerProcess
-from kvmigrate.proxy.exchange import MAX_RECORDED_BYTES
 from kvmigrate.recorder.convert import DEFAULT_HASH_KEY, ExchangeLike
 from kvmigrate.recorder.writer import WriterSettings, WriterStats
+from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
 log = logging.getLogger("kvmigrate.recorder")
 
