@@ -97,6 +97,10 @@ def test_timestamp_in_system_prompt_is_counted_in_metrics(
     # which changes every turn; the addon must still see one conversation.
     _talk(client, "Current time: {now}\n" + SYSTEM, 4, stream)
     _talk(client, SYSTEM, 4, stream, extra_headers={"X-Session-ID": f"clean-{stream}"})
+    # The last answer reaches the addon just after the client has read it: wait for it.
+    deadline = time.monotonic() + 10
+    while _metric(url, "kvmigrate_prefix_reuse_ratio_count") < 6 < deadline - time.monotonic():
+        time.sleep(0.02)
     assert addon.wait_idle()
     assert _metric(url, "kvmigrate_cache_breaks_total", **{"class": "timestamp"}) == 3
     assert _metric(url, "kvmigrate_cache_breaks_total") == 3
