@@ -38,6 +38,25 @@ DESCRIPTIONS: dict[BreakClass, str] = {
 
 def fix_for(cls: BreakClass, label: str, role: str, field: str) -> str:
     """A concrete fix. `label` is the text that introduces a changing value (`Current time:`)."""
+    fix = _fix(cls, label, role)
+    if cls in _STICKINESS_BREAKERS and role in ("system", "developer"):
+        return fix + STICKINESS_NOTE
+    return fix
+
+
+# A system prompt that changes every turn also hides which conversation a request belongs to
+# when the client sends no session id: the proxy then keys it by continuity or by a guess.
+STICKINESS_NOTE = (
+    "; the same changing prompt also weakens conversation stickiness (turns of one "
+    "conversation can reach different backends): send an `X-Session-ID` header per "
+    "conversation"
+)
+_STICKINESS_BREAKERS = frozenset(
+    {BreakClass.TIMESTAMP, BreakClass.REQUEST_ID, BreakClass.COUNTER, BreakClass.SYSTEM_PROMPT}
+)
+
+
+def _fix(cls: BreakClass, label: str, role: str) -> str:
     name = f"`{label}`" if label else "the changing value"
     where = "the system prompt" if role in ("system", "developer") else "earlier messages"
     if cls is BreakClass.TIMESTAMP:

@@ -2,7 +2,9 @@
 
 Prefix caching pays off only when every turn of a conversation reaches the same warm engine,
 so the key must be stable across turns: turn N resends turn 1's system prompt and first
-user message unchanged, while everything after them grows.
+user message unchanged, while everything after them grows. Timestamps, dates and ids in that
+opening are masked before hashing: a system prompt that says `Current time: ...` changes every
+turn, and must not make every turn a new conversation.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from kvmigrate.policies.volatile import mask_volatile
 
 SESSION_HEADER = "x-session-id"
 
@@ -27,12 +31,9 @@ def conversation_key(
     headers: Mapping[str, str], body: Mapping[str, Any], model: str
 ) -> ConversationKey:
     """The X-Session-ID header, else the request's `user`, else a hash of the stable prefix."""
-    session = headers.get(SESSION_HEADER)
-    if session:
-        return ConversationKey(session if session.isascii() else _as_text(session), "header")
-    user = body.get("user")
-    if isinstance(user, str) and user:
-        return ConversationKey("user:" + user, "user")
+    declared = declared_key(headers, body)
+    if declared is not None:
+        return declared
     anchor = _stable_prefix(body)
     source = "prefix" if anchor is not None else "body"
     if anchor is None:
@@ -50,6 +51,17 @@ def _as_text(value: str) -> str:
     return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def declared_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> ConversationKey | None:
+    """The key the client states: the X-Session-ID header, else the request's `user`."""
+    session = headers.get(SESSION_HEADER)
+    if session:
+        return ConversationKey(session if session.isascii() else _as_text(session), "header")
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return ConversationKey("user:" + user, "user")
+    return None
+
+
 def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
     """System messages plus the first user message: what every later turn resends unchanged."""
     messages = body.get("messages")
@@ -64,13 +76,28 @@ def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
             continue
         role = message.get("role")
         if role in ("system", "developer"):
-            prefix.append([role, message.get("content")])
+            prefix.append([role, masked(message.get("content"))])
         elif role == "user":
-            prefix.append(["user", message.get("content")])
+            prefix.append(["user", masked(message.get("content"))])
             break
     if "instructions" in body:
-        prefix.append(["instructions", body.get("instructions")])
+        prefix.append(["instructions", masked(body.get("instructions"))])
     return prefix or None
+
+
+def masked(content: Any) -> Any:
+    """Content with its volatile spans masked; content without any is returned as it came,
+    so keys of openings without timestamps or ids are the same as before masking existed."""
+    if isinstance(content, str):
+        return mask_volatile(content)
+    if isinstance(content, list):
+        return [
+            {**part, "text": mask_volatile(part["text"])}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+    return content
 
 
 def turn_index(body: Mapping[str, Any]) -> int:

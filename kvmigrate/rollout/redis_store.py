@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from kvmigrate.config import safe_url
-from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.state import Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
 PREFIX = "kvmigrate:rollout"
@@ -99,6 +99,32 @@ class RedisRolloutStore:
                 backend, epoch, expires = str(value).split("|")
                 pins.append(Pin(conversation, backend, int(epoch), float(expires)))
         return pins
+
+    def save_links(self, links: Sequence[Link]) -> None:
+        if not links:
+            return
+        now = time.time()
+        with self._redis.pipeline(transaction=False) as pipe:
+            for link in links:
+                if link.expires_at <= now:
+                    continue
+                value = json.dumps([link.conversation, link.turn, link.expires_at, link.detail])
+                ttl = max(1, int(link.expires_at - now))
+                pipe.set(self._key(f"link:{link.key}"), value, ex=ttl)
+            self._call(pipe.execute)
+
+    def load_links(self, keys: Sequence[str]) -> list[Link]:
+        if not keys:
+            return []
+        values = self._call(self._redis.mget, [self._key(f"link:{k}") for k in keys])
+        links = []
+        now = time.time()
+        for key, value in zip(keys, values, strict=True):
+            if value:
+                conversation, turn, expires_at, detail = json.loads(value)
+                if expires_at >= now:
+                    links.append(Link(key, str(conversation), int(turn), float(expires_at), detail))
+        return links
 
     def close(self) -> None:
         self._redis.close()

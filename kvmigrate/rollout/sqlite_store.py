@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.state import Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
 SCHEMA = """
@@ -25,7 +25,12 @@ CREATE TABLE IF NOT EXISTS rollout_history (version INTEGER PRIMARY KEY, at REAL
                                             data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rollout_pins (conversation TEXT PRIMARY KEY, backend TEXT NOT NULL,
                                          epoch INTEGER NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS rollout_links (key TEXT PRIMARY KEY, conversation TEXT NOT NULL,
+                                          turn INTEGER NOT NULL, expires_at REAL NOT NULL,
+                                          detail TEXT NOT NULL DEFAULT '');
 """
+# Every table is created if missing, so a store written by an older version gains the new
+# ones in place the first time a newer proxy opens it.
 
 
 def sqlite_path(url: str) -> Path:
@@ -122,6 +127,26 @@ class SqliteRolloutStore:
                 (now, *conversations),
             )
         return [Pin(str(r[0]), str(r[1]), int(r[2]), float(r[3])) for r in rows]
+
+    def save_links(self, links: Sequence[Link]) -> None:
+        if not links:
+            return
+        with self._transaction():
+            self._db.execute("DELETE FROM rollout_links WHERE expires_at < ?", (time.time(),))
+            self._db.executemany(
+                "INSERT OR REPLACE INTO rollout_links VALUES (?, ?, ?, ?, ?)",
+                [(k.key, k.conversation, k.turn, k.expires_at, k.detail) for k in links],
+            )
+
+    def load_links(self, keys: Sequence[str]) -> list[Link]:
+        if not keys:
+            return []
+        marks = ",".join("?" * len(keys))
+        rows = self._query_all(
+            f"SELECT * FROM rollout_links WHERE expires_at >= ? AND key IN ({marks})",
+            (time.time(), *keys),
+        )
+        return [Link(str(r[0]), str(r[1]), int(r[2]), float(r[3]), str(r[4])) for r in rows]
 
     def close(self) -> None:
         with self._lock:

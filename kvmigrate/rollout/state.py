@@ -108,3 +108,19 @@ class Pin:
     backend: str
     epoch: int
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Something a later request will name, mapped to the conversation and turn it belongs to.
+
+    `key` is namespaced by kind: `c:<digest>` for a history and its answer (continuity, issue
+    25); response ids for Responses API chains can live beside them. `detail` is free text
+    for what a kind needs besides (a backend, the candidate's own response id).
+    """
+
+    key: str
+    conversation: str
+    turn: int
+    expires_at: float
+    detail: str = ""

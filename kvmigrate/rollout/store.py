@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import Final, Protocol
 
 from kvmigrate.lazy import implementation
-from kvmigrate.rollout.state import Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.state import Link, Pin, RolloutEvent, RolloutState
 
 # A change computes the new state and its audit event from the current state, so the
 # store can apply it atomically (and retry it after losing a race).
@@ -43,6 +43,14 @@ class RolloutStore(Protocol):
 
     def load_pins(self, conversations: Sequence[str] | None = None) -> list[Pin]:
         """Unexpired pins: all of them, or those of the given conversations."""
+        ...
+
+    def save_links(self, links: Sequence[Link]) -> None:
+        """Keep links (same TTL as pins); a later link for the same key replaces it."""
+        ...
+
+    def load_links(self, keys: Sequence[str]) -> list[Link]:
+        """The unexpired links of the given keys (those not found are simply absent)."""
         ...
 
     def close(self) -> None: ...

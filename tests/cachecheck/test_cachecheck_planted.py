@@ -55,7 +55,10 @@ def test_system_timestamp_names_its_label_and_redacts_the_excerpt() -> None:
     brk = checks[1].brk
     assert brk is not None
     assert brk.label == "Current time:"
-    assert brk.fix == "move `Current time:` from the system prompt to the latest user message"
+    assert brk.fix.startswith(
+        "move `Current time:` from the system prompt to the latest user message; "
+    )
+    assert "`X-Session-ID`" in brk.fix  # the same prompt also breaks stickiness
     assert "Current time: ####-##-##T##:##:##Z" in brk.before
     assert not any(ch.isdigit() for ch in brk.before + brk.after)
     # Right inside the timestamp: the minutes of `2025-01-06T10:31:07Z` change.

@@ -88,7 +88,10 @@ def test_timestamp_in_system_prompt_busts_the_cache_and_the_fix_restores_it(
     breaks = [c.brk for c in checks[1:]]
     assert all(b is not None and b.cls is BreakClass.TIMESTAMP for b in breaks), breaks
     assert breaks[0] is not None
-    assert breaks[0].fix == "move `Current time:` from the system prompt to the latest user message"
+    assert breaks[0].fix.startswith(
+        "move `Current time:` from the system prompt to the latest user message"
+    )
+    assert "`X-Session-ID`" in breaks[0].fix
     assert all(c.brk is None and c.ratio == 1.0 for c in check_conversation(after, TokenCounter()))
 
     # The prompts are several blocks long, so the contrast is not a rounding effect.

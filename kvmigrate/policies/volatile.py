@@ -1,0 +1,91 @@
+"""Values that change on every turn by construction: timestamps, dates, ids.
+
+Two parts read them: the cache-buster detector (which blames a prefix break on such a value)
+and conversation identity (which masks them in a conversation's opening before hashing it,
+so `Current time: ...` in a system prompt does not make every turn a new conversation).
+They live here, in pure policy code, so both share one set of patterns without an import
+cycle. Bare numbers (counters) are left to the detector: masking every number would make
+"What is 2+2" and "What is 3+3" one opening.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MONTH = (
+    r"(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\b\.?"
+)
+_WEEKDAY = r"(?:Mon|Tues|Tue|Wednes|Wed|Thurs|Thur|Thu|Fri|Satur|Sat|Sun)(?:day)?\b\.?"
+_TIME = (
+    r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:\s?[AaPp]\.?[Mm]\.?)?"
+    r"(?:\s?(?:Z|UTC|GMT|[A-Z]{3,4}|[+-]\d{2}:?\d{2}))?"
+)
+
+TIMESTAMP_PATTERNS = (
+    # ISO 8601 and its common relatives: 2025-01-06, 2025-01-06T10:31:07.123Z, 2025/01/06 10:31
+    re.compile(rf"\d{{4}}[-/.]\d{{1,2}}[-/.]\d{{1,2}}(?:[T ]{_TIME})?"),
+    re.compile(rf"\d{{1,2}}(?:[-/]\d{{1,2}}[-/]\d{{2,4}}|\.\d{{1,2}}\.\d{{4}})(?:,?\s{_TIME})?"),
+    # Monday, January 6, 2025 10:31 / 6 Jan 2025 / Jan 6th
+    re.compile(
+        rf"(?:{_WEEKDAY},?\s+)?(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?|\d{{1,2}}\s+{_MONTH})"
+        rf"(?:,?\s+\d{{4}})?(?:,?\s+(?:at\s+)?{_TIME})?"
+    ),
+    re.compile(rf"{_WEEKDAY}(?:,?\s+{_TIME})?"),
+    re.compile(_TIME),
+    # Unix epoch seconds or milliseconds from 2001 to 2033.
+    re.compile(r"(?<!\d)1[0-9]\d{8}(?:\d{3})?(?:\.\d+)?(?!\d)"),
+)
+
+ID_PATTERNS = (
+    re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
+    # Prefixed ids: req_abc123, chatcmpl-..., trace-id, run_..., msg_...
+    re.compile(
+        r"\b(?:req|request|trace|span|corr|correlation|msg|run|sess|session|chatcmpl|call|"
+        r"evt|job|txn|id)[-_:=]?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9][A-Za-z0-9_-]{5,}"
+    ),
+    # Bare hex or base62 ids: 12+ hex digits, or 16+ letters and digits mixed.
+    re.compile(
+        r"(?<![A-Za-z0-9])(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{12,}(?![A-Za-z0-9])"
+    ),
+    re.compile(r"(?<![A-Za-z0-9])(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}"),
+)
+
+# Ids first: a uuid or a hex id is full of digits that would also pass for a date or a time.
+VOLATILE_PATTERN = re.compile(
+    "|".join(f"(?:{p.pattern})" for p in (*ID_PATTERNS, *TIMESTAMP_PATTERNS))
+)
+MASK = "\x00"
+
+
+# ASCII digits -> b"d", newlines kept, everything else -> b" ": one C pass finds the lines
+# worth a regex.
+_DIGIT_MARKS = bytes(
+    ord("d") if chr(i).isdigit() else ord("\n") if i == 10 else ord(" ") for i in range(256)
+)
+
+
+def mask_volatile(text: str) -> str:
+    """`text` with every timestamp, date and id replaced by one placeholder.
+
+    Every pattern but a bare weekday needs a digit, so only the lines holding one are
+    searched: a long system prompt usually carries its timestamp on one short line, and
+    scanning all of it with ten patterns costs milliseconds. (A bare weekday on a line
+    without digits is therefore left as it is.)"""
+    if not text.isascii():
+        return VOLATILE_PATTERN.sub(MASK, text)
+    marks = text.encode("ascii").translate(_DIGIT_MARKS)
+    at = marks.find(b"d")
+    if at < 0:
+        return text
+    pieces = []
+    done = 0
+    while at >= 0:
+        start = marks.rfind(b"\n", 0, at) + 1
+        end = marks.find(b"\n", at)
+        end = len(text) if end < 0 else end
+        pieces += [text[done:start], VOLATILE_PATTERN.sub(MASK, text[start:end])]
+        done = end
+        at = marks.find(b"d", end)
+    pieces.append(text[done:])
+    return "".join(pieces)

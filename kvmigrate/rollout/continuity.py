@@ -1,0 +1,210 @@
+"""Conversation identity as a running proxy resolves it: declared (session header, `user`),
+else by continuity with an answer this proxy fleet gave, else by the masked opening.
+
+The links (history digest -> conversation, turn) live in an in-process LRU in front of the
+rollout store, so every proxy sharing the store (Redis) continues a conversation another one
+started. A request reads the LRU and, on a miss after turn 1, the store with a short timeout.
+An answer's link goes into the LRU as soon as the relay ends, before the client can send its
+next turn to this proxy, and to the store from a background task that writes whatever has
+queued in one batch, at once, so a next turn sent to another proxy finds it too.
+
+Proxy addon: `exchange_done` remembers served answers; `running`/`done` run the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from kvmigrate.policies.continuity import History, answer_digest, iter_answer, request_history
+from kvmigrate.policies.conversation import conversation_key, declared_key, turn_index
+from kvmigrate.rollout.state import Link
+from kvmigrate.rollout.store import RolloutStore, StoreError
+from kvmigrate.wire.assemble import assemble
+
+log = logging.getLogger("kvmigrate.identity")
+
+MAX_LOCAL_LINKS = 200_000
+MAX_UNSAVED = 10_000
+REMOTE_LINK_TIMEOUT = 0.05
+
+# How a request's conversation was known. `guess`: a later turn (it resends answers) that
+# matched no remembered answer, keyed by its masked opening; `body`: no messages at all.
+SOURCES = ("header", "user", "continuity", "opening", "guess", "body")
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What to remember once this request's answer is whole."""
+
+    route: str
+    history: History
+    conversation: str
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    conversation: str
+    turn: int
+    source: str
+    pending: Pending | None = None
+
+
+class ContinuityResolver:
+    def __init__(
+        self,
+        store: RolloutStore | None = None,
+        ttl_seconds: float = 3600.0,
+        max_local: int = MAX_LOCAL_LINKS,
+        remote_timeout: float = REMOTE_LINK_TIMEOUT,
+    ) -> None:
+        self.store = store
+        self.ttl_seconds = ttl_seconds
+        self.max_local = max_local
+        self.remote_timeout = remote_timeout
+        self._local: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._unsaved: list[Link] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._counter: Counter | None = None
+        self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self.store_errors = 0
+
+    # -- resolving ----------------------------------------------------------------------------
+
+    async def identify(
+        self, headers: Mapping[str, str], body: Mapping[str, Any], model: str, route: str
+    ) -> Identity:
+        declared = declared_key(headers, body)
+        if declared is not None:
+            return self._count(Identity(declared.value, turn_index(body), declared.source))
+        history = request_history(route, body)
+        if history is not None and history.lookup is not None:
+            found = self._local.get(history.lookup)
+            if found is None and self.store is not None:
+                found = await self._remote(history.lookup)
+            if found is not None:
+                self._local.move_to_end(history.lookup)
+                conversation, turn = found[0], found[1] + 1
+                pending = Pending(route, history, conversation, turn)
+                return self._count(Identity(conversation, turn, "continuity", pending))
+        key = conversation_key(headers, body, model)
+        if history is None:
+            source = "opening" if key.source == "prefix" else "body"
+            return self._count(Identity(key.value, turn_index(body), source))
+        source = "opening" if history.turn == 1 else "guess"
+        pending = Pending(route, history, key.value, history.turn)
+        return self._count(Identity(key.value, history.turn, source, pending))
+
+    def _count(self, identity: Identity) -> Identity:
+        self.counts[identity.source] += 1
+        if self._counter is not None:
+            self._counter.labels(identity.source).inc()
+        return identity
+
+    async def _remote(self, lookup: str) -> tuple[str, int] | None:
+        assert self.store is not None
+        try:
+            links = await asyncio.wait_for(
+                asyncio.to_thread(self.store.load_links, [lookup]), self.remote_timeout
+            )
+        except (TimeoutError, StoreError):
+            return None
+        if not links:
+            return None
+        found = (links[0].conversation, links[0].turn)
+        self._put(lookup, found)
+        return found
+
+    # -- remembering --------------------------------------------------------------------------
+
+    def remember(self, pending: Pending, response: Mapping[str, Any]) -> str | None:
+        """Link the request's history plus its answer to the conversation; returns the link."""
+        answer = list(iter_answer(pending.route, response))
+        if not answer:
+            return None
+        link = answer_digest(pending.history.hasher, answer)
+        self._put(link, (pending.conversation, pending.turn))
+        if self.store is not None:
+            expires = time.time() + self.ttl_seconds
+            self._unsaved.append(Link(link, pending.conversation, pending.turn, expires))
+            del self._unsaved[:-MAX_UNSAVED]
+            if self._wake is not None:
+                self._wake.set()
+        return link
+
+    def exchange_done(self, exchange: Any) -> None:
+        """A served answer, whole: runs after the client's last byte, in the handler's task,
+        so this proxy knows the link before the client can send its next turn."""
+        pending = exchange.continuity
+        if not isinstance(pending, Pending) or exchange.status != 200 or not exchange.ok:
+            return
+        response = assemble(exchange.route, exchange.body())
+        if response is not None:
+            self.remember(pending, response)
+
+    def _put(self, link: str, value: tuple[str, int]) -> None:
+        self._local[link] = value
+        self._local.move_to_end(link)
+        if len(self._local) > self.max_local:
+            self._local.popitem(last=False)
+
+    # -- addon hooks --------------------------------------------------------------------------
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self._counter = Counter(
+            "kvmigrate_conversation_identity",
+            "Requests by how their conversation was identified: header, user, continuity "
+            "(an earlier answer resent), opening (a first turn), guess (a later turn keyed by "
+            "its masked opening only), body (no messages).",
+            ["source"],
+            registry=registry,
+        )
+        for source in SOURCES:
+            self._counter.labels(source)
+
+    async def running(self) -> None:
+        if self.store is not None:
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._writer())
+
+    async def done(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(StoreError):
+            await self._flush()
+
+    async def _writer(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._flush()
+            except StoreError as exc:
+                self.store_errors += 1
+                if self.store_errors == 1 or self.store_errors % 1000 == 0:
+                    log.error("cannot save conversation links, retrying: %s", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def _flush(self) -> None:
+        if not self._unsaved or self.store is None:
+            return
+        batch, self._unsaved = self._unsaved, []
+        try:
+            await asyncio.to_thread(self.store.save_links, batch)
+        except StoreError:
+            self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
+            raise

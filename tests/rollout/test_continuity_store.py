@@ -1,0 +1,128 @@
+"""Conversation links in the rollout store (SQLite and Redis) and the resolver in front of it:
+a conversation started behind one proxy continues behind another sharing the store."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvmigrate.rollout.continuity import ContinuityResolver
+from kvmigrate.rollout.state import Link, Pin, RolloutState
+from kvmigrate.rollout.store import open_store
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/state.db"
+    url: str = request.getfixturevalue("fresh_redis_url")
+    return url
+
+
+def test_links_are_kept_replaced_and_expire(store_url: str) -> None:
+    store = open_store(store_url, RolloutState())
+    now = time.time()
+    store.save_links([Link("c:a", "conv-1", 1, now + 60), Link("c:old", "conv-2", 3, now - 1, "x")])
+    store.save_links([Link("c:a", "conv-1", 2, now + 60, "d")])
+    assert store.load_links(["c:a", "c:old", "c:none"]) == [Link("c:a", "conv-1", 2, now + 60, "d")]
+    assert store.load_links([]) == []
+    store.close()
+
+
+def test_an_existing_sqlite_store_gains_the_link_table_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE rollout_state (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL,"
+        " version INTEGER NOT NULL);"
+        "CREATE TABLE rollout_history (version INTEGER PRIMARY KEY, at REAL NOT NULL,"
+        " data TEXT NOT NULL);"
+        "CREATE TABLE rollout_pins (conversation TEXT PRIMARY KEY, backend TEXT NOT NULL,"
+        " epoch INTEGER NOT NULL, expires_at REAL NOT NULL);"
+        "INSERT INTO rollout_pins VALUES ('kept', 'vllm', 0, 9e12);"
+    )
+    old.commit()
+    old.close()
+    store = open_store(f"sqlite:///{path}", RolloutState())
+    assert store.load_pins() == [Pin("kept", "vllm", 0, 9e12)]
+    store.save_links([Link("c:a", "kept", 1, time.time() + 60)])
+    assert [link.conversation for link in store.load_links(["c:a"])] == ["kept"]
+    store.close()
+
+
+def chat(now: str, *rest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": f"Be brief. Context block: {now} weather=sunny"},
+            {"role": "user", "content": "Plan my day"},
+            *rest,
+        ],
+    }
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+
+
+async def _two_proxies(store_url: str) -> list[tuple[str, int, str]]:
+    """Turns alternate between two resolvers sharing one store; each answer is remembered
+    where it was served, and written to the store in the background."""
+    resolvers = [ContinuityResolver(open_store(store_url, RolloutState()), 60.0) for _ in "ab"]
+    for r in resolvers:
+        await r.running()
+    seen = []
+    history: list[dict[str, Any]] = []
+    for turn in range(1, 5):
+        resolver = resolvers[turn % 2]
+        # A retrieved-context block that changes every turn and is no timestamp: masking
+        # cannot help, continuity must.
+        body = chat(f"doc-{turn * 7919 % 1000}-{'xyz'[turn % 3]}", *history)
+        identity = await resolver.identify({}, body, "m", "chat/completions")
+        seen.append((identity.conversation, identity.turn, identity.source))
+        assert identity.pending is not None
+        resolver.remember(identity.pending, answer(f"answer {turn}"))
+        await asyncio.sleep(0.05)  # the writer's batch reaches the store
+        history += [{"role": "assistant", "content": f"answer {turn}"}]
+        history += [{"role": "user", "content": f"and then {turn}?"}]
+    for r in resolvers:
+        await r.done()
+        assert r.store is not None
+        r.store.close()
+    return seen
+
+
+def test_a_conversation_started_behind_one_proxy_continues_behind_another(
+    store_url: str,
+) -> None:
+    seen = asyncio.run(_two_proxies(store_url))
+    assert len({conversation for conversation, _, _ in seen}) == 1
+    assert [(turn, source) for _, turn, source in seen] == [
+        (1, "opening"),
+        (2, "continuity"),
+        (3, "continuity"),
+        (4, "continuity"),
+    ]
+
+
+def test_without_a_match_a_later_turn_is_a_guess_by_its_masked_opening() -> None:
+    async def run() -> tuple[Any, Any, Any]:
+        resolver = ContinuityResolver()
+        first = await resolver.identify({}, chat("2026-01-01 10:00"), "m", "chat/completions")
+        # An agent that trimmed its history: the resent answer is not one this proxy gave.
+        trimmed = chat("2026-01-01 10:05", {"role": "assistant", "content": "(summary)"})
+        later = await resolver.identify({}, trimmed, "m", "chat/completions")
+        declared = await resolver.identify({"x-session-id": "s1"}, trimmed, "m", "chat/completions")
+        return first, later, declared
+
+    first, later, declared = asyncio.run(run())
+    assert (first.source, later.source, declared.source) == ("opening", "guess", "header")
+    assert later.conversation == first.conversation
+    assert later.turn == 2
+    assert declared.conversation == "s1"
+    assert declared.pending is None
