@@ -37,6 +37,7 @@ class Exchange:
     fallback_from: str | None = None
     pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
     mirrored: bool = False  # an answer a shadow copy will be compared with
+    identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
     continuity: Any = None  # what conversation identity remembers once the answer is whole
     chunks: list[bytes] = field(default_factory=ChunkLog)
     _usage: dict[str, Any] | None = None

@@ -46,6 +46,7 @@ class ExchangeLike(Protocol):
     fallback_from: str | None
     pair_id: str | None
     mirrored: bool
+    identity: str
     chunks: list[bytes]
 
 
@@ -180,6 +181,7 @@ def to_record(
         pair_id=x.pair_id,
         source=source,
         content=content,
+        identity=x.identity or None,
         **stored,
         **_parity(x, mirrored, response, mirrored_answer),
     )

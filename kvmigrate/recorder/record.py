@@ -30,6 +30,8 @@ class Record:
     request's history (chat `messages`, Responses `input`) is stored once per message in
     the `messages` table: `request_messages` lists the digests by key, and `messages` and
     `touched` carry the rows to write with this record (they are not columns).
+    `identity` says how the proxy knew the conversation: `header`, `user`, `continuity`,
+    `opening` (a first turn), `guess` (a later turn known only by its masked opening), `body`.
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -66,6 +68,7 @@ class Record:
     parity_tool_agree: float | None = None
     parity_json_valid: float | None = None
     request_messages: str | None = None
+    identity: str | None = None
     messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
     touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

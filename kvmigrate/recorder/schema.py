@@ -102,4 +102,10 @@ MIGRATIONS: tuple[Migration, ...] = (
             "DROP INDEX IF EXISTS records_conversation",
         ),
     ),
+    Migration(
+        "m006_identity",
+        # How the proxy knew the conversation (kvmigrate.rollout.continuity.SOURCES), so the
+        # report can say how much traffic was keyed by a guess.
+        ("ALTER TABLE records ADD COLUMN identity TEXT",),
+    ),
 )

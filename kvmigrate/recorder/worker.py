@@ -69,6 +69,7 @@ class RecordedExchange(NamedTuple):
     fallback_from: str | None
     pair_id: str | None
     mirrored: bool
+    identity: str
     chunks: list[bytes]
 
 

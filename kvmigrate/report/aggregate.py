@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from kvmigrate.percentile import percentile
 from kvmigrate.policies.outcome import is_backend_error
+from kvmigrate.report.identity import count_conversations
 from kvmigrate.report.model import BackendSummary, CacheRow, Coverage, TurnRow
 from kvmigrate.report.rows import Row
 
@@ -31,7 +32,7 @@ def _summary(backend: str, rows: list[Row]) -> BackendSummary:
     s = BackendSummary(backend)
     s.serve = sum(r.role == "serve" for r in rows)
     s.shadow = sum(r.role == "shadow" for r in rows)
-    s.conversations = len({r.conversation for r in rows})
+    s.conversations = count_conversations(rows)
     s.errors = sum(is_backend_error(r.status, r.error) for r in rows)
     s.error_rate = s.errors / len(rows) if rows else None
     ttfts = [r.ttft_ms for r in rows if r.ttft_ms is not None]

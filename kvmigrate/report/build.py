@@ -15,6 +15,7 @@ from kvmigrate.report.aggregate import (
     ttft_by_turn,
 )
 from kvmigrate.report.cost import project_cost
+from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
 from kvmigrate.report.rows import fetch_rows
@@ -61,7 +62,9 @@ def build_report(
     report.cache_by_turn = cache_by_turn(rows, names, max_turn)
     report.latency_cdf = latency_cdf(rows, names)
     report.parity = parity_summary(recorded, store)
+    report.identity = identity_summary(rows)
     report.notes.extend(_notes(report))
+    report.notes.extend(identity_notes(report.identity))
     return report
 
 

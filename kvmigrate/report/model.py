@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvmigrate.report.identity import IdentitySummary
+
 
 @dataclass(frozen=True, slots=True)
 class TimelineEvent:
@@ -151,6 +153,7 @@ class Report:
     cost: CostProjection = field(default_factory=CostProjection)
     parity: ParitySummary = field(default_factory=ParitySummary)
     timeline: list[TimelineEvent] = field(default_factory=list)
+    identity: IdentitySummary = field(default_factory=IdentitySummary)
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -38,6 +38,8 @@ class Row(NamedTuple):
     parity_kind: str | None
     parity_applicable: str | None
     parity_disagree: str | None
+    identity: str | None = None
+    fallback_from: str | None = None
 
 
 def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row], bool]:
@@ -46,9 +48,11 @@ def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row
     present = store.columns("records")
     has_parity = "parity_score" in present
     parity = ", ".join(c if c in present else "NULL" for c in PARITY_COLUMNS)
+    identity = "identity" if "identity" in present else "NULL"
     sql = (
         "SELECT request_id, ts, backend, role, conversation, turn, status, error, ttft_ms, "
         "latency_ms, prompt_tokens, cached_tokens, completion_tokens, pair_id, "
-        f"{parity} FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC} ORDER BY ts"
+        f"{parity}, {identity}, fallback_from FROM records "
+        f"WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC} ORDER BY ts"
     )
     return [Row(*r) for r in store.query(sql, (since, until))], has_parity

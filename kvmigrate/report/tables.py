@@ -35,6 +35,7 @@ def report_tables(report: Report) -> list[Table]:
         coverage(report),
         ttft_by_turn(report),
         cache_by_turn(report),
+        identity(report),
         cost(report),
         parity(report),
         timeline(report),
@@ -89,6 +90,17 @@ def coverage(report: Report) -> Table:
     note = f"No calls served by the primary `{report.primary}` in this window."
     title = f"Shadow coverage (primary calls mirrored to {report.candidate})"
     return Table("coverage", title, ("unit", "mirrored", "share"), rows, note)
+
+
+def identity(report: Report) -> Table:
+    i = report.identity
+    rows = [(source, fmt.number(n), fmt.pct(n / i.served)) for source, n in i.shares]
+    if rows:
+        rows.append(("conversations", fmt.number(i.conversations), ""))
+        rows.append(("split across backends", fmt.number(i.split), ""))
+    note = "No served requests with a recorded identity source in this window."
+    title = "Conversation identity (how served requests were keyed)"
+    return Table("identity", title, ("source", "requests", "share"), rows, note)
 
 
 def ttft_by_turn(report: Report) -> Table:
