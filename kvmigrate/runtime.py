@@ -11,6 +11,7 @@ from kvmigrate.config import Config
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.rollout.admin_api import add_admin_routes
 from kvmigrate.rollout.configured import open_controller
+from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import RolloutStore
 from kvmigrate.rollout.watcher import RollbackWatcher
@@ -40,7 +41,9 @@ def build_app(
                 ttl_s=config.cachecheck.ttl_seconds,
             )
         )
-    app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons])
+    # Conversation links share the rollout store, so every proxy on it continues the others'.
+    identity = ContinuityResolver(controller.store, config.rollout.pin_ttl_seconds)
+    app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons], identity=identity)
     add_admin_routes(app, controller, config.server.admin_key)
     app.on_cleanup.append(lambda _app: _close_store(controller.store))
     return app

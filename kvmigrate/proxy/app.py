@@ -18,6 +18,7 @@ from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.service import ProxyService, RolloutSource
+from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
 
 log = logging.getLogger("kvmigrate.proxy")
@@ -53,9 +54,12 @@ async def error_boundary(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 def build_proxy_app(
-    config: Config, rollout: RolloutSource | None = None, addons: Sequence[object] = ()
+    config: Config,
+    rollout: RolloutSource | None = None,
+    addons: Sequence[object] = (),
+    identity: ContinuityResolver | None = None,
 ) -> web.Application:
-    service = ProxyService(config, rollout, addons)
+    service = ProxyService(config, rollout, addons, identity)
     app = web.Application(
         middlewares=[error_boundary], client_max_size=config.server.max_body_bytes
     )

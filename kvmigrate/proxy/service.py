@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies import RolloutSnapshot, Route, conversation_key, route, turn_index
+from kvmigrate.policies import RolloutSnapshot, Route, route
 from kvmigrate.policies.outcome import CLIENT_CANCELLED, CLIENT_DISCONNECTED, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
@@ -44,6 +44,7 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.wire.errors import openai_error_body
 
 if TYPE_CHECKING:
@@ -113,16 +114,23 @@ class Routed:
     turn: int
     route: Route
     served: dict[str, str]
+    identity: Identity
 
 
 class ProxyService:
     def __init__(
-        self, config: Config, rollout: RolloutSource | None = None, addons: Sequence[object] = ()
+        self,
+        config: Config,
+        rollout: RolloutSource | None = None,
+        addons: Sequence[object] = (),
+        identity: ContinuityResolver | None = None,
     ) -> None:
         self.config = config
         self.rollout = rollout or StaticRollout(config)
         self.metrics = ProxyMetrics()
-        self.addons = Addons([MetricsAddon(self.metrics), *addons])
+        # Without a store, continuity holds within this process only.
+        self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
+        self.addons = Addons([MetricsAddon(self.metrics), self.identity, *addons])
         self.addons.trigger("register_metrics", self.metrics.registry)
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
@@ -170,11 +178,10 @@ class ProxyService:
         model_route = self.config.route(body.model)
         if model_route is None:
             raise model_not_found(body.model)
-        conversation = conversation_key(request.headers, body.data, body.model).value
-        turn = turn_index(body.data)
+        identity = await self.identity.identify(request.headers, body.data, body.model, path)
         served = model_route.served
-        chosen = await self.rollout.route(conversation, turn, served)
-        return Routed(path, body, conversation, turn, chosen, served)
+        chosen = await self.rollout.route(identity.conversation, identity.turn, served)
+        return Routed(path, body, identity.conversation, identity.turn, chosen, served, identity)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -367,7 +374,7 @@ class ProxyService:
     ) -> Exchange:
         """A new exchange with `backend`; `routed` None: a pass-through call, on no model
         route and in no conversation."""
-        return Exchange(
+        exchange = Exchange(
             request_id="req_" + os.urandom(12).hex(),
             route=routed.path if routed else "other",
             backend=backend,
@@ -380,6 +387,11 @@ class ProxyService:
             started=started,
             fallback_from=fallback_from,
         )
+        if routed is not None:
+            exchange.identity = routed.identity.source
+            if role == SERVE:  # the answer the client gets is the one its next turn resends
+                exchange.continuity = routed.identity.pending
+        return exchange
 
     def _dispatch_copy(
         self, request: web.Request, routed: Routed, backend: str, role: str, primary_id: str
