@@ -35,6 +35,9 @@ log = logging.getLogger("kvmigrate.identity")
 MAX_LOCAL_LINKS = 200_000
 MAX_UNSAVED = 10_000
 REMOTE_LINK_TIMEOUT = 0.05
+# Another proxy writes its link as soon as its answer is whole, but its client can be quicker
+# still: a miss on a shared store is read once more after this long before it counts.
+REMOTE_RETRY_DELAY = 0.01
 
 # How a request's conversation was known. `guess`: a later turn (it resends answers) that
 # matched no remembered answer, keyed by its masked opening; `body`: no messages at all.
@@ -76,6 +79,7 @@ class ContinuityResolver:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._counter: Counter | None = None
+        self.shared = store is not None and store.url.startswith(("redis://", "rediss://"))
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
 
@@ -112,18 +116,24 @@ class ContinuityResolver:
         return identity
 
     async def _remote(self, lookup: str) -> tuple[str, int] | None:
-        assert self.store is not None
-        try:
-            links = await asyncio.wait_for(
-                asyncio.to_thread(self.store.load_links, [lookup]), self.remote_timeout
-            )
-        except (TimeoutError, StoreError):
-            return None
+        links = await self._load(lookup)
+        if not links and self.shared:
+            await asyncio.sleep(REMOTE_RETRY_DELAY)
+            links = await self._load(lookup)
         if not links:
             return None
         found = (links[0].conversation, links[0].turn)
         self._put(lookup, found)
         return found
+
+    async def _load(self, lookup: str) -> list[Link]:
+        assert self.store is not None
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(self.store.load_links, [lookup]), self.remote_timeout
+            )
+        except (TimeoutError, StoreError):
+            return []
 
     # -- remembering --------------------------------------------------------------------------
 
