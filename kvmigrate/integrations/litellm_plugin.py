@@ -47,10 +47,11 @@ from kvmigrate.integrations.litellm_request import (
     route_of,
 )
 from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
-from kvmigrate.policies import Route, conversation_key, turn_index
+from kvmigrate.policies import Route
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange
 from kvmigrate.proxy.shadow import RateBudget
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
+from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import open_store
@@ -85,6 +86,7 @@ class Routed:
     route: Route
     served: dict[str, str]
     body: dict[str, Any]
+    identity: Identity
 
 
 class KvmigrateRouter(_CustomLogger):
@@ -102,6 +104,7 @@ class KvmigrateRouter(_CustomLogger):
         self._router = router
         self.store = open_store(config.rollout.state, initial_state(config))
         self.live = LiveRollout(config, self.store, poll_interval=poll_interval)
+        self.identity = ContinuityResolver(self.store, config.rollout.pin_ttl_seconds)
         self.recorder: RecorderAddon | None = build_recorder(config) if record else None
         timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
         self.shadows = ShadowCopies(
@@ -177,8 +180,8 @@ class KvmigrateRouter(_CustomLogger):
         await self._started()
         body = client_body(data)
         served = model_route.served
-        conversation = conversation_key(request_headers(data), body, model).value
-        turn = turn_index(body)
+        identity = await self.identity.identify(request_headers(data), body, model, route)
+        conversation, turn = identity.conversation, identity.turn
         chosen = await self.live.route(conversation, turn, served)
         group = served.get(chosen.serve)
         if group is None:
@@ -195,7 +198,7 @@ class KvmigrateRouter(_CustomLogger):
         if key is not None:
             stream = bool(body.get("stream"))
             self._pending[key] = Routed(
-                route, model, conversation, turn, stream, chosen, served, body
+                route, model, conversation, turn, stream, chosen, served, body, identity
             )
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
@@ -243,6 +246,7 @@ class KvmigrateRouter(_CustomLogger):
             exchange.status = error_status(exc)
             exchange.error = error_kind(exc)
         exchange.mirrored = chosen.shadow is not None
+        self.identity.exchange_done(exchange)
         self._record(exchange)
         if chosen.shadow is not None:
             self._copy(routed, chosen.shadow, SHADOW, exchange)
@@ -271,6 +275,8 @@ class KvmigrateRouter(_CustomLogger):
             turn=routed.turn,
             stream=routed.stream,
             started=time.perf_counter(),
+            identity=routed.identity.source,
+            continuity=routed.identity.pending if role == SERVE else None,
         )
 
     def _record(self, exchange: Exchange) -> None:
@@ -297,6 +303,7 @@ class KvmigrateRouter(_CustomLogger):
         if self.recorder is not None:
             self.recorder.start()
         await self.live.running()
+        await self.identity.running()
 
     async def _started(self) -> None:
         """Started once, on LiteLLM's loop: the first request waits for the first read of
@@ -313,6 +320,7 @@ class KvmigrateRouter(_CustomLogger):
         """Stop watching the store, let copies finish briefly, flush the recorder."""
         await self.shadows.close()
         await self.live.done()
+        await self.identity.done()
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:

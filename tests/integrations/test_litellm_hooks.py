@@ -193,3 +193,38 @@ def test_calls_the_plugin_does_not_route_are_left_alone(tmp_path: Path) -> None:
     assert unmapped["model"] == "some-other-model"
     assert embedding["model"] == "gpt-4o-mini"
     assert "kvmigrate_backend" not in embedding["metadata"]
+
+
+def _turn(call_id: str, context: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """A request with no session id and a system prompt that changes every turn."""
+    messages = [{"role": "system", "content": f"Notes: {context}"}, *history]
+    body = {"model": "gpt-4o-mini", "messages": messages}
+    headers = {"authorization": "Bearer sk"}
+    return {
+        **body,
+        "metadata": {"headers": headers},
+        "litellm_call_id": call_id,
+        "proxy_server_request": {"headers": headers, "body": {**body, "metadata": {}}},
+    }
+
+
+def test_the_plugin_keys_a_later_turn_by_the_answer_it_resends(tmp_path: Path) -> None:
+    async def run() -> None:
+        plugin = KvmigrateRouter(_config(tmp_path), router=FakeRouter())
+        history: list[dict[str, Any]] = [{"role": "user", "content": "plan my day"}]
+        for turn, context in enumerate(("museums rank high", "beaches rank low"), start=1):
+            data = _turn(f"call-{turn}", context, history)
+            await plugin.async_pre_call_hook(None, None, data, "acompletion")
+            now = datetime.now()
+            kwargs = _logged(f"call-{turn}", "gpt-4o-mini")
+            await plugin.async_log_success_event(kwargs, _answer(f"answer {turn}"), now, now)
+            history += [
+                {"role": "assistant", "content": f"answer {turn}"},
+                {"role": "user", "content": "and then?"},
+            ]
+        await plugin.aclose()
+
+    asyncio.run(run())
+    served = [r for r in _rows(tmp_path) if r["role"] == "serve"]
+    assert [(r["turn"], r["identity"]) for r in served] == [(1, "opening"), (2, "continuity")]
+    assert served[0]["conversation"] == served[1]["conversation"]
