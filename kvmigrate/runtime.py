@@ -42,7 +42,9 @@ def build_app(
             )
         )
     # Conversation links share the rollout store, so every proxy on it continues the others'.
-    identity = ContinuityResolver(controller.store, config.rollout.pin_ttl_seconds)
+    identity = ContinuityResolver(
+        controller.store, config.rollout.pin_ttl_seconds, supervisor=supervisor
+    )
     app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons], identity=identity)
     add_admin_routes(app, controller, config.server.admin_key)
     app.on_cleanup.append(lambda _app: _close_store(controller.store))

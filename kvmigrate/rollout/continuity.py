@@ -28,6 +28,7 @@ from kvmigrate.policies.continuity import History, answer_digest, iter_answer, r
 from kvmigrate.policies.conversation import conversation_key, declared_key, turn_index
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
+from kvmigrate.supervisor import Supervisor
 from kvmigrate.wire.assemble import assemble
 
 log = logging.getLogger("kvmigrate.identity")
@@ -69,11 +70,13 @@ class ContinuityResolver:
         ttl_seconds: float = 3600.0,
         max_local: int = MAX_LOCAL_LINKS,
         remote_timeout: float = REMOTE_LINK_TIMEOUT,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
         self.max_local = max_local
         self.remote_timeout = remote_timeout
+        self.supervisor = supervisor or Supervisor()
         self._local: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._unsaved: list[Link] = []
         self._wake: asyncio.Event | None = None
@@ -185,7 +188,7 @@ class ContinuityResolver:
     async def running(self) -> None:
         if self.store is not None:
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._writer())
+            self._task = self.supervisor.start("conversation-links", self._writer)
 
     async def done(self) -> None:
         if self._task is not None:
