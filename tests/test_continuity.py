@@ -157,3 +157,21 @@ def test_the_opening_key_ignores_timestamps_and_ids_but_not_the_question() -> No
 
     assert key("2026-12-01T10:00:01Z", "Rome?") == key("2026-12-02T23:59:59Z", "Rome?")
     assert key("2026-12-01T10:00:01Z", "Rome?") != key("2026-12-01T10:00:01Z", "Paris?")
+
+
+def test_the_next_turn_names_this_request_even_before_its_answer_is_linked() -> None:
+    first = {"messages": [system("t1"), {"role": "user", "content": "Rome?"}]}
+    second = {
+        "messages": [
+            system("t2"),
+            {"role": "user", "content": "Rome?"},
+            {"role": "assistant", "content": "Lovely in May."},
+            {"role": "user", "content": "Paris?"},
+        ]
+    }
+    asked_first = request_history("chat/completions", first)
+    asked_second = request_history("chat/completions", second)
+    assert asked_first is not None
+    assert asked_second is not None
+    assert asked_second.asked == asked_first.request_link
+    assert asked_second.lookup != asked_second.asked

@@ -26,6 +26,9 @@ import orjson
 NEW_ROLES = frozenset({"user", "tool"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
 LINK_PREFIX = "c:"  # continuity links in the store's link map (issue 17 adds response ids)
+# A request's own history, linked as soon as it arrives: the next turn, sent to another proxy
+# before this one has linked the answer (a fast client), still finds its conversation.
+REQUEST_PREFIX = "q:"
 
 Encoded = tuple[str, bytes]  # (role, normalised bytes) of one non-system message
 
@@ -34,23 +37,32 @@ Encoded = tuple[str, bytes]  # (role, normalised bytes) of one non-system messag
 class History:
     """A request's non-system messages, normalised, and what identity needs from them."""
 
-    lookup: str | None  # digest of the history before the newest user/tool messages
-    hasher: (
-        hashlib.blake2b
-    )  # blake2b state over every non-system message: the answer is added to it
+    lookup: str | None  # the answer link: the history before the newest user/tool messages
+    asked: str | None  # the request link: the same history less the answer it ends with
+    hasher: hashlib.blake2b  # over every non-system message: the answer is added to it
     turn: int  # 1 + the answers this history resends
+
+    @property
+    def request_link(self) -> str:
+        """What the next turn's `asked` will be, known before this request is answered."""
+        return REQUEST_PREFIX + self.hasher.hexdigest()
 
 
 def history(messages: Sequence[Encoded]) -> History:
-    """One pass over the encoded messages: the lookup digest and the running digest."""
+    """One pass over the encoded messages: the lookup digests and the running digest."""
     cut = len(messages)
     while cut and messages[cut - 1][0] in NEW_ROLES:
         cut -= 1
+    start = cut  # where the answer this history ends with begins
+    while start and messages[start - 1][0] == "assistant":
+        start -= 1
     hasher = hashlib.blake2b(digest_size=16)
-    lookup = None
+    lookup = asked = None
     answers = 0
     previous = ""
     for i, (role, data) in enumerate(messages):
+        if i == start and start < cut:
+            asked = REQUEST_PREFIX + hasher.hexdigest()
         if i == cut:
             lookup = LINK_PREFIX + hasher.hexdigest()
         if role == "assistant" and previous != "assistant":
@@ -59,7 +71,9 @@ def history(messages: Sequence[Encoded]) -> History:
         hasher.update(data)
     if cut == len(messages) and cut:
         lookup = LINK_PREFIX + hasher.hexdigest()  # ends with an answer: a continuation
-    return History(lookup if answers else None, hasher, answers + 1)
+    if not answers:
+        return History(None, None, hasher, 1)
+    return History(lookup, asked if start else None, hasher, answers + 1)
 
 
 def answer_digest(hasher: hashlib.blake2b, answer: Sequence[Encoded]) -> str:

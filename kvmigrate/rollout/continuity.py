@@ -19,7 +19,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -95,22 +95,31 @@ class ContinuityResolver:
         if declared is not None:
             return self._count(Identity(declared.value, turn_index(body), declared.source))
         history = request_history(route, body)
-        if history is not None and history.lookup is not None:
-            found = self._local.get(history.lookup)
-            if found is None and self.store is not None:
-                found = await self._remote(history.lookup)
-            if found is not None:
-                self._local.move_to_end(history.lookup)
-                conversation, turn = found[0], found[1] + 1
-                pending = Pending(route, history, conversation, turn)
-                return self._count(Identity(conversation, turn, "continuity", pending))
-        key = conversation_key(headers, body, model)
         if history is None:
-            source = "opening" if key.source == "prefix" else "body"
-            return self._count(Identity(key.value, turn_index(body), source))
-        source = "opening" if history.turn == 1 else "guess"
-        pending = Pending(route, history, key.value, history.turn)
-        return self._count(Identity(key.value, history.turn, source, pending))
+            whole = conversation_key(headers, body, model)
+            source = "opening" if whole.source == "prefix" else "body"
+            return self._count(Identity(whole.value, turn_index(body), source))
+        found = self._local_link(history) if history.lookup is not None else None
+        if found is None and history.lookup is not None and self.store is not None:
+            found = await self._remote(history)
+        if found is not None:
+            identity = Identity(found[0], found[1] + 1, "continuity")
+        else:
+            opening = conversation_key(headers, body, model).value
+            source = "opening" if history.turn == 1 else "guess"
+            identity = Identity(opening, history.turn, source)
+        self._link(history.request_link, identity.conversation, identity.turn)
+        pending = Pending(route, history, identity.conversation, identity.turn)
+        return self._count(replace(identity, pending=pending))
+
+    def _local_link(self, history: History) -> tuple[str, int] | None:
+        """The answer link, else the request link (an answer not linked: it failed, or the
+        client edited it before resending)."""
+        for link in (history.lookup, history.asked):
+            if link is not None and (found := self._local.get(link)) is not None:
+                self._local.move_to_end(link)
+                return found
+        return None
 
     def _count(self, identity: Identity) -> Identity:
         self.counts[identity.source] += 1
@@ -118,22 +127,24 @@ class ContinuityResolver:
             self._counter.labels(identity.source).inc()
         return identity
 
-    async def _remote(self, lookup: str) -> tuple[str, int] | None:
-        links = await self._load(lookup)
+    async def _remote(self, history: History) -> tuple[str, int] | None:
+        keys = [k for k in (history.lookup, history.asked) if k is not None]
+        links = await self._load(keys)
         if not links and self.shared:
             await asyncio.sleep(REMOTE_RETRY_DELAY)
-            links = await self._load(lookup)
+            links = await self._load(keys)
         if not links:
             return None
-        found = (links[0].conversation, links[0].turn)
-        self._put(lookup, found)
+        best = min(links, key=lambda link: keys.index(link.key))  # the answer link first
+        found = (best.conversation, best.turn)
+        self._put(best.key, found)
         return found
 
-    async def _load(self, lookup: str) -> list[Link]:
+    async def _load(self, keys: list[str]) -> list[Link]:
         assert self.store is not None
         try:
             return await asyncio.wait_for(
-                asyncio.to_thread(self.store.load_links, [lookup]), self.remote_timeout
+                asyncio.to_thread(self.store.load_links, keys), self.remote_timeout
             )
         except (TimeoutError, StoreError):
             return []
@@ -146,14 +157,18 @@ class ContinuityResolver:
         if not answer:
             return None
         link = answer_digest(pending.history.hasher, answer)
-        self._put(link, (pending.conversation, pending.turn))
+        self._link(link, pending.conversation, pending.turn)
+        return link
+
+    def _link(self, link: str, conversation: str, turn: int) -> None:
+        """Known here at once; in the store as soon as the writer's next batch lands."""
+        self._put(link, (conversation, turn))
         if self.store is not None:
             expires = time.time() + self.ttl_seconds
-            self._unsaved.append(Link(link, pending.conversation, pending.turn, expires))
+            self._unsaved.append(Link(link, conversation, turn, expires))
             del self._unsaved[:-MAX_UNSAVED]
             if self._wake is not None:
                 self._wake.set()
-        return link
 
     def exchange_done(self, exchange: Any) -> None:
         """A served answer, whole: runs after the client's last byte, in the handler's task,

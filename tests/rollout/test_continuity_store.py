@@ -114,8 +114,13 @@ def test_without_a_match_a_later_turn_is_a_guess_by_its_masked_opening() -> None
     async def run() -> tuple[Any, Any, Any]:
         resolver = ContinuityResolver()
         first = await resolver.identify({}, chat("2026-01-01 10:00"), "m", "chat/completions")
-        # An agent that trimmed its history: the resent answer is not one this proxy gave.
-        trimmed = chat("2026-01-01 10:05", {"role": "assistant", "content": "(summary)"})
+        # An agent that summarised its history: nothing before its last answer was seen.
+        trimmed = chat(
+            "2026-01-01 10:05",
+            {"role": "user", "content": "(summary of the day so far)"},
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "Next?"},
+        )
         later = await resolver.identify({}, trimmed, "m", "chat/completions")
         declared = await resolver.identify({"x-session-id": "s1"}, trimmed, "m", "chat/completions")
         return first, later, declared
@@ -123,6 +128,36 @@ def test_without_a_match_a_later_turn_is_a_guess_by_its_masked_opening() -> None
     first, later, declared = asyncio.run(run())
     assert (first.source, later.source, declared.source) == ("opening", "guess", "header")
     assert later.conversation == first.conversation
-    assert later.turn == 2
     assert declared.conversation == "s1"
     assert declared.pending is None
+
+
+def test_a_next_turn_that_outruns_the_answer_link_continues_by_the_request_link(
+    store_url: str,
+) -> None:
+    """The client's next turn reaches proxy B before proxy A has linked the answer: A linked
+    the request itself when it arrived, and that is enough."""
+
+    async def run() -> tuple[Any, Any]:
+        a, b = (ContinuityResolver(open_store(store_url, RolloutState()), 60.0) for _ in "ab")
+        await a.running()
+        first = await a.identify({}, chat("ctx-alpha"), "m", "chat/completions")
+        await asyncio.sleep(0.05)  # the request link reaches the store; no answer link yet
+        later = chat(
+            "ctx-beta",
+            {"role": "assistant", "content": "Start at nine."},
+            {"role": "user", "content": "Then?"},
+        )
+        second = await b.identify({}, later, "m", "chat/completions")
+        for r in (a, b):
+            await r.done()
+            assert r.store is not None
+            r.store.close()
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert (second.conversation, second.turn, second.source) == (
+        first.conversation,
+        2,
+        "continuity",
+    )
