@@ -23,6 +23,7 @@ from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.report.build import build_report
+from kvmigrate.report.render_text import render_text
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
@@ -163,6 +164,9 @@ def test_conversations_with_a_changing_system_prompt_stay_on_one_backend(
         "continuity": CONVERSATIONS * (TURNS - 1),
     }
     assert not [n for n in report.notes if n.startswith("Warning")]
+    text = render_text(report)
+    assert "Conversation identity" in text
+    assert "continuity" in text
 
 
 def test_tool_calling_turns_stay_on_one_backend(
