@@ -14,6 +14,7 @@ import logging
 import socket
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter
@@ -23,12 +24,14 @@ from kvmigrate.policies.gates import rollback_reason
 from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.policies.tool_calls import invalid_tool_calls
 from kvmigrate.policies.window import BackendWindow
-from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.rollout.controller import RolloutController, RolloutError
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.rollout.store import StoreError
 from kvmigrate.wire.assemble import assemble
+
+if TYPE_CHECKING:
+    from kvmigrate.proxy.exchange import Exchange
 
 log = logging.getLogger("kvmigrate.rollout")
 
