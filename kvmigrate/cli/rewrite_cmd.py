@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from kvmigrate.config.loader import DEFAULT_CONFIG_PATH
 from kvmigrate.migrate import (
     DEFAULT_PROXY_URL,
     ApplyError,
+    DirtyTree,
     RevertError,
     RewriteOptions,
     apply_plan,
@@ -30,6 +32,7 @@ from kvmigrate.migrate import (
     validate_proxy_key,
     validate_proxy_url,
 )
+from kvmigrate.migrate.gitstate import dirty_paths
 
 EXIT_NOTHING, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -82,6 +85,12 @@ class _AnyEnv(Mapping[str, str]):
     "(env KVMIGRATE_PROXY_KEY). Off unless given.",
 )
 @click.option("--allow-dirty", is_flag=True, help="Apply even with uncommitted git changes.")
+@click.option(
+    "--backup-dir",
+    type=click.Path(file_okay=False),
+    help="Keep backups here, outside the tree [default: PATH/.kvmigrate/backups, which "
+    "ignores itself in git]. Give it to --revert too.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report.")
 @config_option
 @click.pass_context
@@ -93,6 +102,7 @@ def rewrite(
     proxy_url: str | None,
     proxy_key: str | None,
     allow_dirty: bool,
+    backup_dir: str | None,
     as_json: bool,
     config_path: str,
 ) -> None:
@@ -105,16 +115,27 @@ def rewrite(
     never rewritten.
 
     \b
+    Backups hold the files as they were, secrets in .env files included: they go to
+    PATH/.kvmigrate/backups (0700, with a .gitignore so `git add -A` skips them), or to
+    --backup-dir.
+
+    \b
     Exit codes:
       0  nothing to rewrite; or --apply / --revert succeeded
       1  errors: a file could not be read or parsed (others are still handled),
          a refused or failed apply, a failed revert, a bad option
       2  dry run: changes are proposed
     """
+    backups = Path(backup_dir).resolve() if backup_dir else None
     if revert_id is not None:
         if do_apply:
             raise _UsageError("--apply and --revert do not go together")
-        ctx.exit(_revert(Path(path), None if revert_id == "latest" else revert_id, as_json))
+        ctx.exit(
+            _revert(Path(path), None if revert_id == "latest" else revert_id, as_json, backups)
+        )
+    if do_apply and not allow_dirty and (dirty := dirty_paths(Path(path).resolve())):
+        # Refuse before any output: a diff and "Dry run" above the error read as a success.
+        ctx.exit(_refuse(str(DirtyTree(dirty)), as_json))
     try:
         url = validate_proxy_url(proxy_url) if proxy_url else _config_url(ctx, config_path)
         key = validate_proxy_key(proxy_key) if proxy_key is not None else None
@@ -124,7 +145,7 @@ def rewrite(
     applied, error = None, None
     if do_apply:
         try:
-            applied = apply_plan(plan, allow_dirty=allow_dirty)
+            applied = apply_plan(plan, allow_dirty=allow_dirty, backup_dir=backups)
         except ApplyError as exc:
             error = str(exc)
     code = _exit_code(bool(plan.changes), bool(plan.errors) or error is not None, do_apply)
@@ -132,10 +153,52 @@ def rewrite(
         mode = "apply" if do_apply else "dry-run"
         _echo_json(plan_json(plan, mode=mode, exit_code=code, applied=applied, error=error))
     else:
-        click.echo(plan_text(plan, applied=applied, show_diff=not do_apply or error is not None))
+        command = None if do_apply else _apply_command(ctx, path)
+        click.echo(
+            plan_text(
+                plan,
+                applied=applied,
+                show_diff=not do_apply or error is not None,
+                apply_command=command,
+                backup_dir=backups,
+            )
+        )
         if error:
             click.echo(f"Error: {error}", err=True)
     ctx.exit(code)
+
+
+def _refuse(error: str, as_json: bool) -> int:
+    if as_json:
+        _echo_json({"version": 1, "mode": "apply", "error": error, "exit_code": EXIT_ERROR})
+    else:
+        click.echo(f"Error: {error}", err=True)
+    return EXIT_ERROR
+
+
+def _apply_command(ctx: click.Context, path: str) -> str:
+    """The dry run's own command with --apply: the options that shaped the diff, exactly.
+    A --proxy-key given on the command line is not printed (it is a secret)."""
+    words = ["kvmigrate", "rewrite", path]
+    given = {
+        name
+        for name in ("proxy_url", "config_path", "backup_dir", "allow_dirty", "proxy_key")
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
+    flags = (
+        ("proxy_url", "--proxy-url"),
+        ("config_path", "--config"),
+        ("backup_dir", "--backup-dir"),
+    )
+    for name, flag in flags:
+        if name in given:
+            words += [flag, str(ctx.params[name])]
+    parts = [shlex.quote(w) for w in words]
+    if "proxy_key" in given:
+        parts.append('--proxy-key "$KVMIGRATE_PROXY_KEY"')
+    if "allow_dirty" in given:
+        parts.append("--allow-dirty")
+    return " ".join([*parts, "--apply"])
 
 
 def _exit_code(changes: bool, errors: bool, applied: bool) -> int:
@@ -155,9 +218,9 @@ def _config_url(ctx: click.Context, config_path: str) -> str:
     return proxy_url_for_server(server.host, server.port)
 
 
-def _revert(root: Path, backup_id: str | None, as_json: bool) -> int:
+def _revert(root: Path, backup_id: str | None, as_json: bool, backup_dir: Path | None) -> int:
     try:
-        result = revert(root, backup_id)
+        result = revert(root, backup_id, backup_dir=backup_dir)
     except (RevertError, OSError) as exc:
         if as_json:
             _echo_json(revert_json(None, error=str(exc), exit_code=EXIT_ERROR))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,8 +20,13 @@ from typing import Any
 from kvmigrate.migrate.gitstate import dirty_paths
 from kvmigrate.migrate.plan import FileChange, Plan
 
-BACKUP_DIR = ".kvmigrate/backups"
+STATE_DIR = ".kvmigrate"
+BACKUP_DIR = f"{STATE_DIR}/backups"
 MANIFEST = "manifest.json"
+# Backups hold the files as they were, `.env` secrets included: one `git add -A` must not
+# commit them, so our folder ignores itself, and only the owner may enter it.
+GITIGNORE = "# kvmigrate's backups hold your files as they were, secrets included.\n*\n"
+DIR_MODE = 0o700
 # Injected seam: os.replace in production; tests pass one that fails or dies mid-apply.
 Replace = Callable[[Path, Path], None]
 
@@ -58,8 +64,18 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def backup_base(root: Path, backup_dir: Path | None = None) -> Path:
+    """Where a tree's backups live: `backup_dir` when given (outside the tree), else
+    `<root>/.kvmigrate/backups`."""
+    return backup_dir if backup_dir is not None else root / BACKUP_DIR
+
+
 def apply_plan(
-    plan: Plan, *, allow_dirty: bool = False, replace: Replace = os.replace
+    plan: Plan,
+    *,
+    allow_dirty: bool = False,
+    replace: Replace = os.replace,
+    backup_dir: Path | None = None,
 ) -> ApplyResult:
     if not plan.changes:
         return ApplyResult(None, [])
@@ -68,37 +84,64 @@ def apply_plan(
     for change in plan.changes:
         if _read(plan.root / change.path) != change.old:
             raise ApplyError(f"{change.path} changed since it was scanned; run again")
-    backup_id, backup_dir = _new_backup_dir(plan.root)
-    manifest = _write_backups(plan, backup_id, backup_dir)
+    backup_id, where = _new_backup_dir(plan.root, backup_dir)
+    manifest = _write_backups(plan, backup_id, where)
     written: list[str] = []
     try:
         for change, entry in zip(plan.changes, manifest["files"], strict=True):
             atomic_write(plan.root / change.path, change.new, entry["mode"], backup_id, replace)
             written.append(change.path)
     except OSError as exc:
-        raise ApplyError(_rollback(plan.root, backup_id, written, exc, replace)) from exc
+        raise ApplyError(
+            _rollback(plan.root, backup_id, written, exc, replace, backup_dir)
+        ) from exc
     manifest["status"] = "applied"
-    _write_json(backup_dir / MANIFEST, manifest)
+    _write_json(where / MANIFEST, manifest)
     return ApplyResult(backup_id, written)
 
 
 def _rollback(
-    root: Path, backup_id: str, written: list[str], exc: OSError, replace: Replace
+    root: Path,
+    backup_id: str,
+    written: list[str],
+    exc: OSError,
+    replace: Replace,
+    backup_dir: Path | None,
 ) -> str:
     what = f"apply stopped after {len(written)} file(s): {exc}"
     try:
-        revert(root, backup_id, replace=replace)
+        revert(root, backup_id, replace=replace, backup_dir=backup_dir)
     except (OSError, RevertError) as again:
-        restore = f"kvmigrate rewrite {root} --revert {backup_id}"
+        restore = revert_command(root, backup_id, backup_dir)
         return f"{what}; automatic restore failed too ({again}): run {restore}"
     return f"{what}; every file was restored from backup {backup_id}"
 
 
-def _new_backup_dir(root: Path) -> tuple[str, Path]:
+def revert_command(root: Path, backup_id: str, backup_dir: Path | None) -> str:
+    """The command that puts this backup back, as a user pastes it."""
+    where = f" --backup-dir {shlex.quote(str(backup_dir))}" if backup_dir is not None else ""
+    return f"kvmigrate rewrite {shlex.quote(str(root))}{where} --revert {backup_id}"
+
+
+def _new_backup_dir(root: Path, backup_dir: Path | None) -> tuple[str, Path]:
     backup_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    path = root / BACKUP_DIR / backup_id
-    path.mkdir(parents=True, exist_ok=False)
+    base = backup_base(root, backup_dir)
+    if backup_dir is None:
+        _private_dir(root / STATE_DIR)
+        ignore = root / STATE_DIR / ".gitignore"
+        if not ignore.exists():
+            _write_synced(ignore, GITIGNORE.encode(), 0o644)
+    _private_dir(base)
+    path = base / backup_id
+    path.mkdir(mode=DIR_MODE, exist_ok=False)
+    os.chmod(path, DIR_MODE)  # mkdir's mode is filtered by the umask
     return backup_id, path
+
+
+def _private_dir(path: Path) -> None:
+    """Make path (and missing parents) and leave it 0700; an existing one is tightened."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(path, DIR_MODE)
 
 
 def _write_backups(plan: Plan, backup_id: str, backup_dir: Path) -> dict[str, Any]:
@@ -106,7 +149,7 @@ def _write_backups(plan: Plan, backup_id: str, backup_dir: Path) -> dict[str, An
     for change in plan.changes:
         target = plan.root / change.path
         copy = backup_dir / "files" / change.path
-        copy.parent.mkdir(parents=True, exist_ok=True)
+        _private_tree(backup_dir, copy.parent)
         _write_synced(copy, change.old, 0o600)
         files.append(_entry(change, target))
     for directory in {(backup_dir / "files" / c.path).parent for c in plan.changes}:
@@ -116,12 +159,22 @@ def _write_backups(plan: Plan, backup_id: str, backup_dir: Path) -> dict[str, An
         "id": backup_id,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "proxy_url": plan.options.proxy_url,
+        "root": str(plan.root.resolve()),
         "status": "applying",
         "files": files,
     }
     _write_json(backup_dir / MANIFEST, manifest)
     _fsync_dir(backup_dir.parent)
     return manifest
+
+
+def _private_tree(top: Path, leaf: Path) -> None:
+    """Every directory from top down to leaf exists and is 0700."""
+    for directory in [*reversed(leaf.relative_to(top).parents), leaf.relative_to(top)]:
+        path = top / directory
+        if not path.is_dir():
+            path.mkdir(mode=DIR_MODE)
+            os.chmod(path, DIR_MODE)
 
 
 def _entry(change: FileChange, target: Path) -> dict[str, Any]:
@@ -134,11 +187,15 @@ def _entry(change: FileChange, target: Path) -> dict[str, Any]:
 
 
 def revert(
-    root: Path, backup_id: str | None = None, *, replace: Replace = os.replace
+    root: Path,
+    backup_id: str | None = None,
+    *,
+    replace: Replace = os.replace,
+    backup_dir: Path | None = None,
 ) -> RevertResult:
     """Restore every file of a backup (default: the latest not yet reverted), exactly."""
     root = root.resolve()
-    backup_dir = _find_backup(root, backup_id)
+    backup_dir = _find_backup(root, backup_id, backup_dir)
     manifest = _read_manifest(backup_dir)
     todo, unchanged, conflicts = _classify(root, backup_dir, manifest)
     if conflicts:
@@ -179,27 +236,30 @@ def _classify(
     return todo, unchanged, conflicts
 
 
-def list_backups(root: Path) -> list[dict[str, Any]]:
-    """Manifests, newest first."""
-    base = root / BACKUP_DIR
+def list_backups(root: Path, backup_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Manifests of this tree's backups, newest first. A shared `backup_dir` may hold other
+    trees' backups too: only those made from `root` are listed."""
+    base = backup_base(root, backup_dir)
     if not base.is_dir():
         return []
     found = [
         _read_manifest(d) for d in sorted(base.iterdir(), reverse=True) if (d / MANIFEST).is_file()
     ]
-    return found
+    mine = str(root.resolve())
+    return [m for m in found if m.get("root", mine) == mine]
 
 
-def _find_backup(root: Path, backup_id: str | None) -> Path:
+def _find_backup(root: Path, backup_id: str | None, backup_dir: Path | None) -> Path:
+    base = backup_base(root, backup_dir)
     if backup_id is not None:
-        path = root / BACKUP_DIR / backup_id
+        path = base / backup_id
         if os.sep in backup_id or "/" in backup_id or not (path / MANIFEST).is_file():
-            raise RevertError(f"no backup {backup_id!r} under {root / BACKUP_DIR}")
+            raise RevertError(f"no backup {backup_id!r} under {base}")
         return path
-    for manifest in list_backups(root):
+    for manifest in list_backups(root, backup_dir):
         if manifest.get("status") != "reverted":
-            return root / BACKUP_DIR / str(manifest["id"])
-    raise RevertError(f"no backup left to revert under {root / BACKUP_DIR}")
+            return base / str(manifest["id"])
+    raise RevertError(f"no backup left to revert under {base}")
 
 
 def _read_manifest(backup_dir: Path) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kvmigrate.migrate.apply import ApplyResult, RevertResult
+from pathlib import Path
+
+from kvmigrate.migrate.apply import BACKUP_DIR, ApplyResult, RevertResult, revert_command
 from kvmigrate.migrate.findings import Action, Finding, Severity
 from kvmigrate.migrate.plan import Plan
 
@@ -52,7 +54,16 @@ def revert_json(
     }
 
 
-def plan_text(plan: Plan, *, applied: ApplyResult | None, show_diff: bool) -> str:
+def plan_text(
+    plan: Plan,
+    *,
+    applied: ApplyResult | None,
+    show_diff: bool,
+    apply_command: str | None = None,
+    backup_dir: Path | None = None,
+) -> str:
+    """`apply_command`: the exact command that applies this dry run (the options it was
+    made with); None after an apply was attempted."""
     lines: list[str] = []
     if show_diff:
         lines.extend(c.diff().rstrip("\n") for c in plan.changes)
@@ -82,7 +93,7 @@ def plan_text(plan: Plan, *, applied: ApplyResult | None, show_diff: bool) -> st
         lines.extend(
             f"  {p.path} ({p.reason}{': ' + p.detail if p.detail else ''})" for p in skipped
         )
-    lines.append(_closing(plan, applied))
+    lines.append(_closing(plan, applied, apply_command, backup_dir))
     return "\n".join(lines)
 
 
@@ -93,15 +104,23 @@ def _finding_line(finding: Finding) -> str:
     return line
 
 
-def _closing(plan: Plan, applied: ApplyResult | None) -> str:
+def _closing(
+    plan: Plan, applied: ApplyResult | None, apply_command: str | None, backup_dir: Path | None
+) -> str:
     if applied is not None and applied.backup_id:
-        return (
-            f"Applied. Backup {applied.backup_id}; undo with: "
-            f"kvmigrate rewrite {plan.root} --revert {applied.backup_id}"
+        where = (
+            f"in {backup_dir}"
+            if backup_dir is not None
+            else f"in {BACKUP_DIR}/ (git-ignored by .kvmigrate/.gitignore: it holds your "
+            "files as they were, secrets included)"
         )
+        undo = revert_command(plan.root, applied.backup_id, backup_dir)
+        return f"Applied. Backup {applied.backup_id} {where}; undo with: {undo}"
     if not plan.changes:
         return "Nothing to rewrite."
-    return f"Dry run: nothing written. Apply with: kvmigrate rewrite {plan.root} --apply"
+    if apply_command is None:
+        return "Nothing written."
+    return f"Dry run: nothing written. Apply with: {apply_command}"
 
 
 def revert_text(result: RevertResult) -> str:
