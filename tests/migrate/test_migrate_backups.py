@@ -39,13 +39,15 @@ def test_backups_of_secrets_are_git_ignored_and_private(tmp_path: Path) -> None:
     staged = subprocess.run(
         ["git", "diff", "--cached", "--name-only"], cwd=tree, capture_output=True, text=True
     ).stdout.split()
-    assert staged and not [p for p in staged if p.startswith(".kvmigrate")], staged
+    assert staged
+    assert not [p for p in staged if p.startswith(".kvmigrate")], staged
     backup_dirs = [tree / ".kvmigrate", *(tree / ".kvmigrate").rglob("*")]
     dirs = [p for p in backup_dirs if p.is_dir()]
     assert len(dirs) >= 4  # .kvmigrate, backups, <id>, files, ...
     assert {stat.S_IMODE(p.stat().st_mode) for p in dirs} == {0o700}
     backed_up = [p for p in (tree / ".kvmigrate").rglob(".env") if SECRET in p.read_text()]
-    assert backed_up and stat.S_IMODE(backed_up[0].stat().st_mode) == 0o600
+    assert backed_up
+    assert stat.S_IMODE(backed_up[0].stat().st_mode) == 0o600
 
 
 @needs_git
@@ -93,7 +95,8 @@ def test_apply_with_line_is_the_exact_command(tmp_path: Path) -> None:
         assert dry.exit_code == 2, dry.stdout + dry.stderr
         [line] = [x for x in dry.stdout.splitlines() if "Apply with: " in x]
         command = shlex.split(line.split("Apply with: ", 1)[1])
-        assert command[:2] == ["kvmigrate", "rewrite"] and command[-1] == "--apply"
+        assert command[:2] == ["kvmigrate", "rewrite"]
+        assert command[-1] == "--apply"
         pasted = run_cli(*command[2:], cwd=tmp_path)  # what a user pastes
         assert pasted.returncode == 0, pasted.stdout + pasted.stderr
         assert url in (tree / "dotenv/.env").read_text()
@@ -106,5 +109,6 @@ def test_dirty_tree_apply_refuses_before_printing_a_diff(tmp_path: Path) -> None
     (tree / "notes.txt").write_text("work in progress\n")
     proc = run_cli(str(tree), "--proxy-url", PROXY, "--apply", cwd=tmp_path)
     assert proc.returncode == 1
-    assert "notes.txt" in proc.stderr and "--allow-dirty" in proc.stderr
+    assert "notes.txt" in proc.stderr
+    assert "--allow-dirty" in proc.stderr
     assert proc.stdout == ""  # no diff, no "Dry run: nothing written"
