@@ -239,3 +239,53 @@ def test_ttft_gate_uses_latency_when_nothing_streamed() -> None:
     gate = evaluate_gates(primary, candidate, GateConfig())[2]
     assert gate.verdict is Verdict.PASSED
     assert "latency p95 (nothing streamed)" in gate.detail
+
+
+def _detail(candidate: BackendWindow, name: str, config: GateConfig | None = None) -> str:
+    config = config or GateConfig(min_parity=0.9)
+    [gate] = [g for g in evaluate_gates(PRIMARY, candidate, config) if g.name == name]
+    assert gate.verdict is Verdict.INCONCLUSIVE
+    return gate.detail
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("traffic", ["100", "20", "have 57 in 6", "rollout.gates.min_requests",
+                     "rollout.gates.min_conversations"]),
+        ("error_rate", ["need 100", "have 57", "rollout.gates.min_requests"]),
+        ("ttft_p95", ["need 100", "have 57", "rollout.gates.min_requests"]),
+        ("parity", ["need 30 scored pairs", "have 12", "rollout.gates.min_parity_samples"]),
+    ],
+)  # fmt: skip
+def test_every_wait_names_the_threshold_the_count_and_the_config_key(
+    name: str, words: list[str]
+) -> None:
+    candidate = BackendWindow(
+        "vllm", requests=57, conversations=6, ttft_p95=0.1, parity=0.95, parity_samples=12
+    )
+    detail = _detail(candidate, name)
+    for word in words:
+        assert word in detail, detail
+
+
+def test_parity_wait_names_the_missing_noise_pairs_and_how_long_they_take() -> None:
+    # Enough scored pairs, but the primary-vs-primary noise floor is not known yet: the
+    # gate must say so, not "need 30 scored pairs; have 81".
+    candidate = BackendWindow(
+        "vllm", 200, 40, ttft_p95=0.1, parity=None, parity_samples=81,
+        noise_pairs=3, noise_needed=20, span_s=600.0,
+    )  # fmt: skip
+    detail = _detail(candidate, "parity")
+    assert "scored pairs;" not in detail
+    assert "need 30" not in detail
+    for word in ("81 scored pairs", "20 primary-vs-primary", "have 3", "rollout.noise_sample"):
+        assert word in detail, detail
+    assert "about 57 min more" in detail  # 17 more pairs at 3 per 10 minutes
+
+
+def test_a_wait_says_how_long_at_the_current_rate() -> None:
+    candidate = BackendWindow("vllm", requests=50, conversations=25, span_s=300.0)
+    assert "about 5 min more" in _detail(candidate, "error_rate")
+    assert "about 5 min more" in _detail(candidate, "traffic")
+    assert "none in the last" in _detail(BackendWindow("vllm", span_s=300.0), "traffic")

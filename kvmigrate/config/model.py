@@ -151,7 +151,9 @@ class RolloutConfig(ConfigSection, frozen=True):
     shadow_max_concurrency: Annotated[int, Meta(ge=0)] = 64
     # Mirror requests the primary failed too (a retrying SDK sends each attempt again).
     shadow_primary_failures: bool = False
-    noise_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.1
+    # 0.5, not less: a pilot of the gates' minimum size must bring the 20 noise pairs a
+    # parity verdict needs (tests/rollout/test_gate_evidence.py).
+    noise_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
     noise_per_minute: Annotated[float, Meta(ge=0.0)] = 30.0
     pinning: bool = True
     pin_ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0

@@ -101,14 +101,53 @@ def _traffic_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
             f"{candidate.requests} requests in {candidate.conversations} conversations",
             figures,
         )
+    short = max(
+        _share(candidate.requests, config.min_requests),
+        _share(candidate.conversations, config.min_conversations),
+        key=lambda have_need: have_need[1] - have_need[0],
+    )
     return GateResult(
         "traffic",
         Verdict.INCONCLUSIVE,
-        f"need {config.min_requests} requests in {config.min_conversations} "
-        f"conversations; have {candidate.requests} in "
-        f"{candidate.conversations}",
+        f"need {config.min_requests} candidate requests (rollout.gates.min_requests) in "
+        f"{config.min_conversations} conversations (rollout.gates.min_conversations); have "
+        f"{candidate.requests} in {candidate.conversations}"
+        + _eta(short[0], short[1], candidate.span_s),
         figures,
     )
+
+
+def _share(have: int, need: int) -> tuple[float, float]:
+    """(have, need) as fractions of need, so the furthest-behind count sets the wait."""
+    return (have / need, 1.0) if need else (1.0, 1.0)
+
+
+def _too_few_requests(candidate: BackendWindow, config: GateConfig, what: str) -> str:
+    return (
+        f"need {config.min_requests} candidate requests (rollout.gates.min_requests) before "
+        f"{what} counts; have {candidate.requests}"
+        + _eta(candidate.requests, config.min_requests, candidate.span_s)
+    )
+
+
+def _eta(have: float, need: float, span_s: float) -> str:
+    """How long the missing evidence takes at the rate it arrived so far, if it arrived."""
+    if have >= need:
+        return ""
+    if span_s < 1.0:
+        return ""
+    if have <= 0:
+        return f"; none in the last {_duration(span_s)}"
+    left = (need - have) * span_s / have
+    return f"; at the current rate ({_duration(span_s)} so far) about {_duration(left)} more"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _error_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConfig) -> GateResult:
@@ -119,7 +158,12 @@ def _error_gate(primary: BackendWindow, candidate: BackendWindow, config: GateCo
         "limit": round(limit, 5),
     }
     if candidate.requests < config.min_requests:
-        return GateResult("error_rate", Verdict.INCONCLUSIVE, "too few candidate requests", figures)
+        return GateResult(
+            "error_rate",
+            Verdict.INCONCLUSIVE,
+            _too_few_requests(candidate, config, "an error rate"),
+            figures,
+        )
     verdict = Verdict.PASSED if candidate.error_rate <= limit else Verdict.FAILED
     return GateResult(
         "error_rate",
@@ -147,8 +191,20 @@ def _ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateCon
         "slo_ms": config.ttft_p95_slo_ms,
         "factor": config.ttft_p95_factor,
     }
-    if cand is None or candidate.requests < config.min_requests:
-        return GateResult("ttft_p95", Verdict.INCONCLUSIVE, "too few candidate TTFTs", figures)
+    if cand is None:
+        return GateResult(
+            "ttft_p95",
+            Verdict.INCONCLUSIVE,
+            f"no candidate TTFT or latency recorded yet; have {candidate.requests} requests",
+            figures,
+        )
+    if candidate.requests < config.min_requests:
+        return GateResult(
+            "ttft_p95",
+            Verdict.INCONCLUSIVE,
+            _too_few_requests(candidate, config, f"its {measure}"),
+            figures,
+        )
     ms = cand * 1000
     if ms <= config.ttft_p95_floor_ms:
         return GateResult(
@@ -173,7 +229,11 @@ def _ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateCon
                 figures,
             )
         return GateResult(
-            "ttft_p95", Verdict.INCONCLUSIVE, "no primary figure to compare with", figures
+            "ttft_p95",
+            Verdict.INCONCLUSIVE,
+            f"no primary {measure} to compare with (rollout.gates.ttft_p95_factor); set "
+            "rollout.gates.ttft_p95_slo_ms for an absolute target",
+            figures,
         )
     limit = prim * 1000 * config.ttft_p95_factor
     verdict = Verdict.PASSED if ms <= limit else Verdict.FAILED
@@ -192,20 +252,33 @@ def _parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
         "parity": candidate.parity,
         "samples": candidate.parity_samples,
         "min_parity": config.min_parity,
+        "min_parity_samples": config.min_parity_samples,
+        "noise_pairs": candidate.noise_pairs,
+        "noise_needed": candidate.noise_needed,
     }
     if candidate.parity is None or candidate.parity_samples < config.min_parity_samples:
-        return GateResult(
-            "parity",
-            Verdict.INCONCLUSIVE,
-            f"need {config.min_parity_samples} scored pairs; have {candidate.parity_samples}",
-            figures,
-        )
+        return GateResult("parity", Verdict.INCONCLUSIVE, _parity_wait(candidate, config), figures)
     verdict = Verdict.PASSED if candidate.parity >= config.min_parity else Verdict.FAILED
     return GateResult(
         "parity",
         verdict,
         f"noise-adjusted parity {candidate.parity:.3f} vs {config.min_parity:g}",
         figures,
+    )
+
+
+def _parity_wait(candidate: BackendWindow, config: GateConfig) -> str:
+    """What parity still lacks: scored pairs, or the noise floor they are measured against."""
+    have, need, span = candidate.parity_samples, config.min_parity_samples, candidate.span_s
+    if have < need:
+        return f"need {need} scored pairs (rollout.gates.min_parity_samples); have {have}" + _eta(
+            have, need, span
+        )
+    noise, floor = candidate.noise_pairs, candidate.noise_needed
+    return (
+        f"{have} scored pairs are in, but the noise floor needs {floor} primary-vs-primary "
+        f"pairs; have {noise}" + _eta(noise, floor, span) + ". Raise rollout.noise_sample "
+        "(share of conversations sent to the primary twice) or rollout.noise_per_minute"
     )
 
 

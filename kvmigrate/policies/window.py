@@ -19,6 +19,9 @@ class BackendWindow:
     or with broken arguments.
     `latency_p95`: total latency, what the TTFT gate compares when nothing was streamed (a
     non-streamed answer has no observable TTFT).
+    `noise_pairs` / `noise_needed`: primary-vs-primary pairs in the window, and how many a
+    noise floor needs (parity stays None below it). `span_s`: the seconds between the
+    window's first and last record, so a waiting gate can say how long it has to go.
     """
 
     backend: str
@@ -32,6 +35,9 @@ class BackendWindow:
     tool_calls: int = 0
     invalid_tool_calls: int = 0
     latency_p95: float | None = None
+    noise_pairs: int = 0
+    noise_needed: int = 0
+    span_s: float = 0.0
 
     @property
     def error_rate(self) -> float:

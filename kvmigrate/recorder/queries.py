@@ -27,6 +27,8 @@ class _Tally:
     ttfts: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     parity_flags: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
+    first_ts: float | None = None
+    last_ts: float | None = None
 
 
 def window_stats(
@@ -61,8 +63,11 @@ def window_stats(
         kind,
         applicable,
         disagree,
+        ts,
     ) in rows:
         tally = tallies.setdefault(backend, _Tally())
+        tally.first_ts = ts if tally.first_ts is None else min(tally.first_ts, ts)
+        tally.last_ts = ts if tally.last_ts is None else max(tally.last_ts, ts)
         if kind == NOISE_KIND:
             noise.append((kind, applicable, disagree))
         elif kind is not None:
@@ -88,7 +93,7 @@ def _window_sql(
     sql = (
         "SELECT backend, conversation, status, error, ttft_ms, latency_ms, parity_kind, "
         "parity_applicable, "
-        f"parity_disagree FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC}"
+        f"parity_disagree, ts FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC}"
     )
     params: list[Any] = [since, time.time() + 1e9 if until is None else until]
     if roles:
@@ -103,9 +108,9 @@ def _window(
     noise: list[tuple[str | None, str | None, str | None]],
     min_noise_samples: int,
 ) -> BackendWindow:
-    parity, samples = None, 0
+    parity, samples, noise_pairs = None, 0, 0
     if t.parity_flags:
-        parity, samples, _ = noise_adjusted([*t.parity_flags, *noise], min_noise_samples)
+        parity, samples, noise_pairs = noise_adjusted([*t.parity_flags, *noise], min_noise_samples)
     return BackendWindow(
         backend=backend,
         requests=t.requests,
@@ -116,4 +121,7 @@ def _window(
         parity=parity,
         parity_samples=samples,
         latency_p95=percentile(t.latencies, 95),
+        noise_pairs=noise_pairs,
+        noise_needed=min_noise_samples,
+        span_s=(t.last_ts or 0.0) - (t.first_ts or 0.0),
     )
