@@ -11,10 +11,13 @@ from collections.abc import Sequence
 
 from kvmigrate.bench.render import table
 from kvmigrate.bench.stats import Summary
+from kvmigrate.report.svg import CANDIDATE_COLOR, PRIMARY_COLOR
 
 WIDTH, HEIGHT = 720, 360
 LEFT, RIGHT, TOP, BOTTOM = 64, 24, 24, 48
-COLOURS = ("#1f77b4", "#d62728")
+# The measured endpoint (--base-url, the self-hosted candidate) and --vs (the hosted API)
+# in the report's colours for those roles.
+COLOURS = (CANDIDATE_COLOR, PRIMARY_COLOR)
 
 
 def _nice_ceiling(value: float) -> float:

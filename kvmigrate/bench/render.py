@@ -73,7 +73,18 @@ def table(summary: Summary, vs: Summary | None = None) -> str:
     )
     if vs is not None:
         footer += f"; vs: {vs.requests} requests, {vs.errors} errors, {vs.wall_s:.1f} s"
-    return "\n".join([title, *lines, footer])
+    return "\n".join([title, *lines, footer, *_throughput(summary)])
+
+
+def _throughput(summary: Summary) -> list[str]:
+    rate = summary.output_tokens_per_s
+    if rate is None:
+        return []
+    return [
+        f"output {rate:.1f} tokens/s, all streams together: pass it to `kvmigrate report "
+        "--gpu-tokens-per-s` for the cost projection (per GPU; raise --concurrency until TTFT "
+        "suffers for the most one sustains)"
+    ]
 
 
 def _finite(value: float | None) -> float | None:
@@ -103,6 +114,7 @@ def summary_json(summary: Summary) -> dict[str, Any]:
         "requests": summary.requests,
         "errors": summary.errors,
         "wall_s": round(summary.wall_s, 3),
+        "output_tokens_per_s": _finite(summary.output_tokens_per_s),
         "turns": [turn_json(t) for t in summary.turns],
     }
 

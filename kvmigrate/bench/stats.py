@@ -53,6 +53,13 @@ class Summary:
     requests: int
     errors: int
     wall_s: float
+    # Every answer's output tokens over the run's wall time, all streams together: what
+    # the endpoint sustained at this concurrency, the figure a cost projection needs.
+    output_tokens: int = 0
+
+    @property
+    def output_tokens_per_s(self) -> float | None:
+        return self.output_tokens / self.wall_s if self.output_tokens and self.wall_s > 0 else None
 
     def turn(self, number: int) -> TurnStats | None:
         return next((t for t in self.turns if t.turn == number), None)
@@ -104,6 +111,7 @@ def summarize(run: BenchRun) -> Summary:
         requests=len(run.records),
         errors=sum(t.errors for t in turns),
         wall_s=run.wall_s,
+        output_tokens=sum(r.completion_tokens or 0 for r in run.records if r.error is None),
     )
 
 

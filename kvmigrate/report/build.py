@@ -14,6 +14,7 @@ from kvmigrate.report.aggregate import (
     shadow_coverage,
     ttft_by_turn,
 )
+from kvmigrate.report.busters import cache_busters
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import Prices, Report, TimelineEvent
@@ -51,6 +52,7 @@ def build_report(
     rows = [r for r in recorded if r.role != "noise"]
     report.cost = project_cost(rows, candidate, prices or Prices())
     report.records = len(recorded)
+    report.noise_calls = len(recorded) - len(rows)
     if not rows:
         report.notes.append("No records in this window: nothing to report yet.")
         return report
@@ -63,6 +65,8 @@ def build_report(
     report.latency_cdf = latency_cdf(rows, names)
     report.parity = parity_summary(recorded, store)
     report.identity = identity_summary(rows)
+    if store is not None:
+        report.cache_busters = cache_busters(store, since, until)
     report.notes.extend(_notes(report))
     report.notes.extend(identity_notes(report.identity))
     return report

@@ -12,6 +12,13 @@ from kvmigrate.report.rows import Row
 MONTH_S = 30 * 86_400.0
 HOURS_PER_MONTH = 730.0
 PEAK_BUCKET_S = 60.0
+GIVEN = "given with --gpu-tokens-per-s"
+# The shadow candidate only ever handled the load it was sent: its peak is a floor on what
+# a GPU sustains, so the GPU count from it is a ceiling. Say so, and how to do better.
+OBSERVED = (
+    "the candidate's observed peak, a lower bound, so GPUs needed is an upper bound; set "
+    "--gpu-tokens-per-s to the output tokens/s `kvmigrate bench --concurrency N` prints"
+)
 
 
 def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostProjection:
@@ -33,9 +40,9 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
         + output * prices.output_per_m
     ) / 1e6
     demand = output / span
-    capacity, source = prices.gpu_tokens_per_s, "given"
+    capacity, source = prices.gpu_tokens_per_s, GIVEN
     if capacity is None:
-        capacity, source = _observed_peak(rows, candidate), "observed peak (a lower bound)"
+        capacity, source = _observed_peak(rows, candidate), OBSERVED
     gpus = max(prices.min_gpus, math.ceil(demand / capacity)) if capacity else None
     self_hosted = gpus * prices.gpu_per_hour * HOURS_PER_MONTH if gpus is not None else None
     hosted_monthly = hosted * scale

@@ -122,6 +122,31 @@ class Divergence:
 
 
 @dataclass(frozen=True, slots=True)
+class BusterRow:
+    cls: str
+    field: str
+    label: str
+    breaks: int
+    conversations: int
+    tokens_lost: int
+    deliberate: bool
+    fix: str
+
+
+@dataclass(frozen=True, slots=True)
+class CacheBusters:
+    """`checked` False: no request bodies recorded (record.content none) to look at."""
+
+    checked: bool = False
+    conversations: int = 0
+    compared: int = 0  # requests after their conversation's first
+    reuse_ratio: float | None = None
+    breaks: int = 0  # not counting deliberate history truncation
+    tokens_lost: int = 0
+    busters: tuple[BusterRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ParitySummary:
     scored: bool = False  # False until the parity engine adds its columns and scores pairs
     samples: int = 0
@@ -152,6 +177,8 @@ class Report:
     latency_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     cost: CostProjection = field(default_factory=CostProjection)
     parity: ParitySummary = field(default_factory=ParitySummary)
+    cache_busters: CacheBusters = field(default_factory=CacheBusters)
+    noise_calls: int = 0  # the primary asked twice for parity: in `records`, not in figures
     timeline: list[TimelineEvent] = field(default_factory=list)
     identity: IdentitySummary = field(default_factory=IdentitySummary)
     notes: list[str] = field(default_factory=list)

@@ -36,7 +36,9 @@ def parity_summary(rows: Sequence[Row], store: RecordStore | None = None) -> Par
     histogram = [0] * BINS
     for score in scores:
         histogram[min(int(max(score, 0.0) * BINS), BINS - 1)] += 1
-    worst = sorted(scored, key=lambda r: float(r.parity_score or 0.0))[:WORST]
+    # A perfect pair is no divergence, however few imperfect ones there are.
+    imperfect = [r for r in scored if float(r.parity_score or 0.0) < 1.0]
+    worst = sorted(imperfect, key=lambda r: float(r.parity_score or 0.0))[:WORST]
     return ParitySummary(
         scored=True,
         samples=len(scores),

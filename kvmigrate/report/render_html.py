@@ -7,13 +7,23 @@ from html import escape
 
 from kvmigrate.report import fmt
 from kvmigrate.report.model import Report
-from kvmigrate.report.svg import PALETTE, Axis, Series, bar_chart, line_chart, placeholder
+from kvmigrate.report.svg import (
+    CANDIDATE_COLOR,
+    PALETTE,
+    PRIMARY_COLOR,
+    Axis,
+    Series,
+    bar_chart,
+    line_chart,
+    placeholder,
+)
 from kvmigrate.report.tables import NOT_SCORED, Table, report_tables, summary_lines
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 1340px; color: #222; }
 h1 { margin-bottom: .2rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; }
 ul.summary { color: #444; } .note { color: #666; font-style: italic; }
+.footnote { color: #555; font-size: 13px; max-width: 900px; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(640px, 1fr)); gap: 1rem; }
 svg.chart { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; }
 svg .title { font-weight: 600; font-size: 14px; } svg .tick { font-size: 11px; fill: #555; }
@@ -72,9 +82,11 @@ def charts(report: Report) -> list[str]:
 
 
 def _colors(report: Report) -> dict[str, str]:
-    names = [report.primary, report.candidate]
-    names += [b.backend for b in report.backends if b.backend not in names]
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+    others = [
+        b.backend for b in report.backends if b.backend not in (report.primary, report.candidate)
+    ]
+    colors = {name: PALETTE[(i + 2) % len(PALETTE)] for i, name in enumerate(others)}
+    return {**colors, report.primary: PRIMARY_COLOR, report.candidate: CANDIDATE_COLOR}
 
 
 def _turn_axis(rows: list[str]) -> Axis:
@@ -135,7 +147,11 @@ def parity_chart(report: Report) -> str:
     labels = [f"{i / 10:.1f}" for i in range(len(p.histogram))]
     y = Axis("scored pairs", lambda v: f"{v:g}")
     title = "Parity distribution"
-    return bar_chart("parity-distribution", title, labels, list(p.histogram), y, "agreement score")
+    # The scores are the candidate's (against the primary): its colour, not the primary's.
+    return bar_chart(
+        "parity-distribution", title, labels, list(p.histogram), y, "agreement score",
+        CANDIDATE_COLOR,
+    )  # fmt: skip
 
 
 def timeline_chart(report: Report) -> str:
@@ -148,7 +164,9 @@ def timeline_chart(report: Report) -> str:
     end = max(report.until, events[-1].ts) - start
     if end > points[-1][0]:
         points.append((end, points[-1][1]))  # hold the last level until the window's end
-    x = Axis("time (UTC)", lambda v: time.strftime("%m-%d %H:%M", time.gmtime(start + v)))
+    # Minutes repeat over a short window (a demo, a test): show seconds there.
+    shape = "%H:%M:%S" if end < 600 else "%m-%d %H:%M"
+    x = Axis("time (UTC)", lambda v: time.strftime(shape, time.gmtime(start + v)))
     y = Axis("candidate share (%)", lambda v: f"{v:.0f}%", top=100.0)
     series = [Series(report.candidate, points, _colors(report)[report.candidate])]
     return line_chart("rollout-timeline", title, series, x, y, step=True)
@@ -162,4 +180,9 @@ def _table(table: Table) -> str:
     rows = "".join(
         "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
     )
-    return f'{head}<table data-table="{escape(table.key)}"><tr>{cells}</tr>{rows}</table>'
+    foot = (
+        f'<p class="footnote" data-footnote="{escape(table.key)}">{escape(table.footnote)}</p>'
+        if table.footnote
+        else ""
+    )
+    return f'{head}<table data-table="{escape(table.key)}"><tr>{cells}</tr>{rows}</table>{foot}'

@@ -16,6 +16,8 @@ def render_text(report: Report) -> str:
     for table in report_tables(report):
         out += [table.title, "-" * len(table.title)]
         out += _text_table(table) if table.rows else [_plain(table.note)]
+        if table.rows and table.footnote:
+            out.append(_plain(table.footnote))
         out.append("")
     return "\n".join(out)
 
@@ -43,6 +45,8 @@ def render_md(report: Report) -> str:
     for table in report_tables(report):
         out += [f"## {md_escape(table.title)}", ""]
         out += _md_table(table) if table.rows else [f"_{md_escape(table.note)}_"]
+        if table.rows and table.footnote:
+            out += ["", f"_{md_escape(table.footnote)}_"]
         out.append("")
     return "\n".join(out)
 

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from html import escape
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2")
+# One colour per backend role in every chart kvmigrate draws (report, bench): the hosted
+# primary is blue, the self-hosted candidate orange.
+PRIMARY_COLOR, CANDIDATE_COLOR = PALETTE[0], PALETTE[1]
+HALF_CHAR = 3.5  # px: half a tick character; a centred label that would run off is right-aligned
 WIDTH, HEIGHT = 640, 320
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 52, 48
 LEGEND_ITEM = 110  # px per legend entry, laid out in one row above the plot
@@ -91,7 +95,8 @@ def _axes(frame: _Frame, x: Axis, y: Axis, x_ticks: Sequence[tuple[float, str]])
     for value, label in x_ticks:
         px = frame.x(value)
         tick = escape(label)
-        out.append(el("text", tick, x=px, y=bottom + 16, text_anchor="middle", class_="tick"))
+        anchor = "end" if px + HALF_CHAR * len(label) > WIDTH - 2 else "middle"
+        out.append(el("text", tick, x=px, y=bottom + 16, text_anchor=anchor, class_="tick"))
     out.append(el("line", x1=LEFT, x2=right, y1=bottom, y2=bottom, class_="axis"))
     out.append(el("line", x1=LEFT, x2=LEFT, y1=TOP, y2=bottom, class_="axis"))
     middle = (LEFT + right) / 2
@@ -120,7 +125,12 @@ def _auto_ticks(frame: _Frame, axis: Axis) -> list[tuple[float, str]]:
         return list(axis.ticks)
     span = frame.x1 - frame.x0
     values = (frame.x0 + span * i / TICKS for i in range(TICKS + 1))
-    return [(v, axis.fmt(v)) for v in values]
+    ticks: list[tuple[float, str]] = []
+    for v in values:
+        label = axis.fmt(v)
+        if not ticks or ticks[-1][1] != label:  # a coarse format repeats: show each once
+            ticks.append((v, label))
+    return ticks
 
 
 def line_chart(
@@ -161,7 +171,13 @@ def _path(frame: _Frame, points: Sequence[tuple[float, float]], step: bool) -> s
 
 
 def bar_chart(
-    key: str, title: str, labels: Sequence[str], values: Sequence[float], y: Axis, x_label: str
+    key: str,
+    title: str,
+    labels: Sequence[str],
+    values: Sequence[float],
+    y: Axis,
+    x_label: str,
+    color: str = PALETTE[0],
 ) -> str:
     if not values or max(values) <= 0:
         return placeholder(key, title, "No data in this window.")
@@ -174,7 +190,7 @@ def bar_chart(
         tip = el("title", escape(f"{label}: {value:g}"))
         out.append(
             el("rect", tip, x=frame.x(i) + slot * 0.1, y=top, width=slot * 0.8,
-               height=HEIGHT - BOTTOM - top, fill=PALETTE[0], data_series=title, data_x=label,
+               height=HEIGHT - BOTTOM - top, fill=color, data_series=title, data_x=label,
                data_y=f"{value:g}", class_="bar")
         )  # fmt: skip
     return "\n".join([*out, "</svg>"])

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
+from kvmigrate.report.cost import OBSERVED
 from kvmigrate.report.model import Report
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
@@ -18,6 +19,7 @@ class Table:
     headers: tuple[str, ...]
     rows: Sequence[tuple[str, ...]] = field(default_factory=list)
     note: str = ""  # shown instead of the table when it has no rows
+    footnote: str = ""  # shown under the table: how to read it
 
 
 def summary_lines(report: Report) -> list[str]:
@@ -38,6 +40,7 @@ def report_tables(report: Report) -> list[Table]:
         identity(report),
         cost(report),
         parity(report),
+        cache_busters(report),
         timeline(report),
     ]
 
@@ -68,7 +71,14 @@ def headline(report: Report) -> Table:
         )
         for b in report.backends
     ]
-    return Table("headline", "Headline", headers, rows, "No calls recorded in this window.")
+    foot = ""
+    if report.noise_calls:
+        foot = (
+            f"{report.records:,} records: these {report.records - report.noise_calls:,} calls, "
+            f"and {report.noise_calls:,} noise calls (the primary asked a second time, for "
+            "the parity noise floor), which count for parity only."
+        )
+    return Table("headline", "Headline", headers, rows, "No calls recorded in this window.", foot)
 
 
 def coverage(report: Report) -> Table:
@@ -130,7 +140,14 @@ def ttft_by_turn(report: Report) -> Table:
         for t in report.ttft_by_turn
     ]
     title = "TTFT by turn (reduction > 0: the candidate is faster)"
-    return Table("ttft_by_turn", title, headers, rows, "No timed calls in this window.")
+    foot = ""
+    if any(fmt.MISSING in row[1:] for row in rows):
+        foot = (
+            f"{fmt.MISSING}: no streamed call at that turn. TTFT is the time to the first "
+            "streamed byte; a non-streamed answer has none (its total latency is in the "
+            "headline and the latency CDF)."
+        )
+    return Table("ttft_by_turn", title, headers, rows, "No timed calls in this window.", foot)
 
 
 def cache_by_turn(report: Report) -> Table:
@@ -162,7 +179,10 @@ def cost(report: Report) -> Table:
             "GPU throughput (output tokens/s per GPU)",
             f"{fmt.number(k.gpu_tokens_per_s, 1)} ({k.throughput_source})",
         ),
-        ("GPUs needed", fmt.number(k.gpus)),
+        (
+            "GPUs needed" + (" (at most)" if k.throughput_source == OBSERVED else ""),
+            fmt.number(k.gpus),
+        ),
         (
             "self-hosted cost / month",
             f"{fmt.usd(k.self_hosted_monthly_usd)} at {fmt.usd(p.gpu_per_hour)}/GPU-hour",
@@ -192,10 +212,54 @@ def parity(report: Report) -> Table:
         ("JSON validity", fmt.pct(s.json_validity)),
     ]
     rows += [
-        (f"worst: {d.conversation} turn {d.turn} ({fmt.pct(d.score)})", d.excerpt or fmt.MISSING)
+        (
+            f"worst: {d.conversation} turn {d.turn} ({fmt.pct(d.score)})",
+            f"{report.candidate}'s answer: {d.excerpt}" if d.excerpt else fmt.MISSING,
+        )
         for d in s.worst
     ]
-    return Table("parity", "Parity", ("item", "value"), rows)
+    return Table("parity", "Parity", ("item", "value"), rows, footnote=PARITY_READING)
+
+
+PARITY_READING = (
+    "A pair's score is the raw agreement of the candidate's answer with the primary's, "
+    "both to the same request; the worst pairs list those under 100%. Noise-adjusted parity "
+    "counts, per comparator (text, tool calls, ...), disagreements beyond those the primary "
+    "shows against itself on the same requests: a low-scoring pair the primary also "
+    "disagrees with itself on does not lower it, so 0% pairs and a high figure can both "
+    "be true."
+)
+
+
+def cache_busters(report: Report) -> Table:
+    b = report.cache_busters
+    title = "Cache busters (what broke prefix reuse in the recorded prompts)"
+    if not b.checked:
+        note = "No recorded request bodies to check (record.content: none)."
+        return Table("cache_busters", title, (), [], note)
+    rows = [
+        (
+            x.cls + (" (deliberate)" if x.deliberate else ""),
+            x.field,
+            fmt.number(x.breaks),
+            fmt.number(x.conversations),
+            fmt.number(x.tokens_lost),
+            x.fix,
+        )
+        for x in b.busters
+    ]
+    note = (
+        f"None: every one of {b.compared:,} later turns in {b.conversations:,} conversations "
+        "reused its whole prefix."
+    )
+    foot = (
+        f"{b.breaks:,} breaks ({b.tokens_lost:,} prompt tokens prefilled again) in "
+        f"{b.compared:,} later turns; prefix reuse {fmt.pct(b.reuse_ratio)}. The live "
+        "detector counts the same causes in kvmigrate_cache_breaks_total; "
+        "`kvmigrate cachecheck --dataset` on `report --export-requests` gives every example."
+    )
+    headers = ("cause", "where", "breaks", "conversations", "tokens lost", "fix")
+    return Table("cache_busters", title, headers, rows, note, foot if rows else "")
 
 
 def timeline(report: Report) -> Table:

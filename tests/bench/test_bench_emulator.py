@@ -101,6 +101,8 @@ def test_cli_compares_two_endpoints_in_json_and_html(
     assert report["vs"]["errors"] == 0
     assert report["ttft_p50_reduction_pct"]["4"] > 50
     assert report["run"]["turns"][3]["cached_tokens"] > 0
+    # All streams together: the figure `report --gpu-tokens-per-s` takes.
+    assert report["run"]["output_tokens_per_s"] > 0
     page = chart.read_text()
     assert page.startswith("<!doctype html>")
     assert "<svg" in page
@@ -129,6 +131,9 @@ def test_cli_table_shows_turns_and_reduction(
     assert "TTFT reduction" in header
     rows = [line.split() for line in lines if line.strip()[:1].isdigit() and "ms" not in line]
     assert [row[0] for row in rows] == ["1", "2", "3"]
+    [hint] = [line for line in lines if "--gpu-tokens-per-s" in line]
+    assert hint.startswith("output ")
+    assert float(hint.split()[1]) > 0
 
 
 def test_cli_fails_cleanly_when_nothing_answers() -> None:
