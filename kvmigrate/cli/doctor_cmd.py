@@ -116,7 +116,12 @@ def doctor(
     """
     config = _config(ctx, config_path)
     if print_serve_command:
-        _print_serve_command(config, model, gpu, max_model_len or hosted_context, as_json_output)
+        length, source = max_model_len or hosted_context, None
+        if max_model_len:
+            source = "from --max-model-len"
+        elif hosted_context:
+            source = "from --hosted-context"
+        _print_serve_command(config, model, gpu, length, source, as_json_output)
         return
     plan = _plan(config, base_url, model, api_key, hosted_context)
     results = asyncio.run(_diagnose_all(plan))
@@ -130,14 +135,20 @@ def doctor(
 
 
 def _print_serve_command(
-    config: Config | None, model: str | None, gpu: str | None, length: int | None, as_json: bool
+    config: Config | None,
+    model: str | None,
+    gpu: str | None,
+    length: int | None,
+    source: str | None,
+    as_json: bool,
 ) -> None:
     if not model or not gpu:
         raise click.UsageError("--print-serve-command needs --model and --gpu")
-    if length is None:
-        length = _hosted(config, model)[1]
+    if length is None and config is not None:
+        hosted, length = _hosted(config, model)
+        source = f"the context window of {hosted}, the hosted model it replaces in {config.source}"
     try:
-        command = serve_command(model, gpu, length)
+        command = serve_command(model, gpu, length, source)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--gpu") from None
     if as_json:

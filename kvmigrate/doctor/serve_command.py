@@ -6,6 +6,9 @@ cache), the tool-call parser of the model's family, the context length, and memo
 weight size comes from the parameter count in the model's name (`8B`, `70b`), at 2 bytes a
 parameter (bf16), or about 0.55 for gpt-oss's MXFP4 weights; tensor parallelism is proposed
 when the weights would take more than 60% of one GPU, leaving the rest for the KV cache.
+Beyond one node (8 GPUs), tensor parallelism stays inside a node, where GPUs talk over
+NVLink or PCIe, and pipeline parallelism spans the nodes, as vLLM's distributed serving
+guide recommends: tensor parallelism across a network would stall every layer.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ GPU_MEMORY_GB: dict[str, int] = {
 }
 WEIGHT_SHARE = 0.6
 DEFAULT_MAX_MODEL_LEN = 32_768
+GPUS_PER_NODE = 8
 _PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
 
 
@@ -94,11 +98,25 @@ def tensor_parallel(weights: float | None, memory: int) -> int:
     return size
 
 
-def serve_command(model: str, gpu: str, max_model_len: int | None = None) -> ServeCommand:
+def serve_command(
+    model: str,
+    gpu: str,
+    max_model_len: int | None = None,
+    length_source: str | None = None,
+    gpus_per_node: int = GPUS_PER_NODE,
+) -> ServeCommand:
+    """`length_source` says where `max_model_len` came from, so a length that differs
+    between two runs says why."""
     memory = gpu_memory_gb(gpu)
     weights = weight_gb(model)
-    tp = tensor_parallel(weights, memory)
+    gpus = tensor_parallel(weights, memory)
     length = max_model_len or DEFAULT_MAX_MODEL_LEN
+    if max_model_len is None:
+        length_source = (
+            f"the default {DEFAULT_MAX_MODEL_LEN}: no hosted model's context is known here "
+            "(pass --max-model-len, or a --config whose models map this one to a hosted "
+            "model)"
+        )
     parser = tool_parser(model)
     flags = [
         Flag(("--enable-prefix-caching",),
@@ -119,7 +137,8 @@ def serve_command(model: str, gpu: str, max_model_len: int | None = None) -> Ser
              f"({UNKNOWN_FAMILY_HINT})."),
         Flag(("--max-model-len", str(length)),
              "the longest prompt plus answer accepted; match the context the hosted model "
-             "offers your traffic, or longer conversations get a 400 and fall back."),
+             "offers your traffic, or longer conversations get a 400 and fall back. This "
+             f"value: {length_source or 'given'}."),
         Flag(("--gpu-memory-utilization", "0.90"),
              "lets vLLM take 90% of GPU memory; what the weights leave becomes KV cache, "
              "i.e. how many conversations stay cached at once."),
@@ -129,10 +148,28 @@ def serve_command(model: str, gpu: str, max_model_len: int | None = None) -> Ser
         Flag(("--api-key", "$VLLM_API_KEY"),
              "requires a bearer key; the proxy sends it from backends.vllm.api_key."),
     ]  # fmt: skip
-    if tp > 1:
-        flags.insert(0, Flag(
-            ("--tensor-parallel-size", str(tp)),
-            f"shards the weights (about {weights:.0f} GB) over {tp} {gpu} GPUs, so at least "
-            f"{math.floor((1 - WEIGHT_SHARE) * 100)}% of each GPU remains for the KV cache.",
-        ))  # fmt: skip
+    flags[:0] = _parallel(gpus, weights, gpu, gpus_per_node)
     return ServeCommand(model, gpu, tuple(flags))
+
+
+def _parallel(gpus: int, weights: float | None, gpu: str, per_node: int) -> list[Flag]:
+    if gpus <= 1 or weights is None:
+        return []
+    room = f"so at least {math.floor((1 - WEIGHT_SHARE) * 100)}% of each GPU stays KV cache"
+    if gpus <= per_node:
+        why = f"shards the weights (about {weights:.0f} GB) over {gpus} {gpu} GPUs, {room}."
+        return [Flag(("--tensor-parallel-size", str(gpus)), why)]
+    nodes = math.ceil(gpus / per_node)
+    return [
+        Flag(("--tensor-parallel-size", str(per_node)),
+             f"shards each layer over the {per_node} {gpu} GPUs of one node: the weights "
+             f"(about {weights:.0f} GB) need {gpus} {gpu} GPUs, {room}, more than one node "
+             "holds, and tensor parallelism across a network would stall every layer."),
+        Flag(("--pipeline-parallel-size", str(nodes)),
+             f"splits the layers over {nodes} nodes of {per_node} GPUs. Multi-node vLLM "
+             "runs on a Ray cluster: `ray start --head` on one node, `ray start --address "
+             "HEAD:6379` on the others, then this command on the head; or use fewer, larger "
+             "GPUs (H100, H200) to stay on one node."),
+        Flag(("--distributed-executor-backend", "ray"),
+             "pipeline parallelism across nodes runs its workers through Ray."),
+    ]  # fmt: skip

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,3 +240,41 @@ def test_tool_parser_by_family(names: tuple[str, ...], parser: str | None) -> No
 )  # fmt: skip
 def test_hosted_context(model: str, window: int | None) -> None:
     assert hosted_context(model) == window
+
+
+def test_serve_command_beyond_one_node_uses_pipeline_parallelism() -> None:
+    # 70B in bf16 is about 140 GB: 16 L4s, two nodes of 8. Tensor parallelism 16 would
+    # cross the network every layer; the command keeps it inside a node.
+    command = serve_command("meta-llama/Llama-3.1-70B-Instruct", "L4", 65536)
+    argv = command.argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
+    text = command.text()
+    assert "2 nodes of 8 GPUs" in text
+    assert "ray start --head" in text
+    one_node = serve_command("meta-llama/Llama-3.3-70B-Instruct", "H100", 65536).argv
+    assert "--pipeline-parallel-size" not in one_node
+
+
+def test_serve_command_says_where_max_model_len_comes_from(tmp_path: Path) -> None:
+    def reason(*args: str, cwd: Path | None = None) -> str:
+        old = Path.cwd()
+        os.chdir(cwd or tmp_path)
+        try:
+            result = doctor("--print-serve-command", "--model", LLAMA, "--gpu", "H100", *args)
+        finally:
+            os.chdir(old)
+        assert result.exit_code == 0, result.output
+        [line] = [x for x in result.stdout.splitlines() if x.startswith("# --max-model-len")]
+        return line
+
+    assert "the default 32768" in reason()
+    assert "from --max-model-len" in reason("--max-model-len", "4096")
+    with_config = tmp_path / "project"
+    with_config.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "config.yaml", with_config)
+    line = reason(cwd=with_config)  # the same command, where a config.yaml maps the model
+    assert "128000" in line
+    assert "gpt-4o-mini" in line
+    assert "config.yaml" in line
