@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,29 @@ def test_a_secret_compared_with_undecodable_header_bytes_is_a_mismatch() -> None
     secret = Secret("café")
     assert not secret.matches("caf\udce9")
     assert secret.matches("café")
+
+
+def test_config_check_names_every_missing_secret_and_tells_empty_from_unset(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "server: {master_key: os.environ/KVM_T_MASTER, admin_key: os.environ/KVM_T_ADMIN}\n"
+        "backends:\n"
+        "  hosted: {api_base: 'https://api.openai.com/v1', api_key: os.environ/KVM_T_OPENAI}\n"
+        "  vllm: {api_base: 'http://127.0.0.1:8000/v1', api_key: os.environ/KVM_T_VLLM}\n"
+        "models: [{model_name: m, hosted: m, vllm: m}]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVM_T_")}
+    env["KVM_T_ADMIN"] = "admin-key"
+    env["KVM_T_VLLM"] = ""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvmigrate", "config", "check", "--config", str(cfg)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "server.master_key: environment variable KVM_T_MASTER is not set" in proc.stderr
+    assert "backends.hosted.api_key: environment variable KVM_T_OPENAI is not set" in proc.stderr
+    assert "backends.vllm.api_key: environment variable KVM_T_VLLM is set but empty" in proc.stderr
+    assert "KVM_T_ADMIN" not in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import click
+import yaml
 
 from kvmigrate.adapters.litellm_gateway import litellm_problem
 from kvmigrate.cli.options import config_option, load_or_exit
@@ -17,7 +23,16 @@ def config_group() -> None:
 @config_group.command("check")
 @config_option
 def check(config_path: str) -> None:
-    """Load the config as the proxy would, and print what it routes where."""
+    """Load the config as the proxy would, and print what it routes where.
+
+    Every `os.environ/NAME` the file references is checked first, so one run names all
+    the variables still to set (or set but empty), not only the first."""
+    unset = _unset_secrets(config_path)
+    if unset:
+        raise click.ClickException(
+            f"{config_path}: {len(unset)} environment variable(s) to set:\n"
+            + "\n".join(f"  {path}: {problem}" for path, problem in unset)
+        )
     config = load_or_exit(config_path)
     problem = litellm_problem(config)
     if problem:
@@ -46,3 +61,37 @@ def _backend_line(config: Config, backend: BackendConfig) -> str:
         if not backend.api_key:
             auth = "litellm reads the provider's credentials from the environment"
     return f"  backend {name} ({role}): {where} [{auth}]"
+
+
+ENV_PREFIX = "os.environ/"
+
+
+def _unset_secrets(path: str) -> list[tuple[str, str]]:
+    """(key path, problem) for each `os.environ/NAME` whose variable is unset or empty. A
+    file that does not parse is left to the loader, which says why."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    found = []
+    for key_path, value in _strings(data, ""):
+        name = value[len(ENV_PREFIX) :]
+        if not value.startswith(ENV_PREFIX) or not name:
+            continue
+        current = os.environ.get(name)
+        if current is None:
+            found.append((key_path, f"environment variable {name} is not set"))
+        elif not current:
+            found.append((key_path, f"environment variable {name} is set but empty"))
+    return found
+
+
+def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _strings(value, f"{path}[{i}]")
+    elif isinstance(node, str):
+        yield path, node

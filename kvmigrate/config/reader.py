@@ -165,8 +165,10 @@ class Section:
         if not name:
             raise self.error(key, f"{ENV_PREFIX} must name an environment variable")
         value = self.env.get(name)
-        if value is None or value == "":
+        if value is None:
             raise self.error(key, f"environment variable {name} is not set")
+        if not value:
+            raise self.error(key, f"environment variable {name} is set but empty")
         return value
 
 
