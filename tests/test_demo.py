@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -37,7 +38,7 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
 
 
 def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
-    proc, elapsed = run_demo(tmp_path)
+    proc, elapsed = run_demo(tmp_path, "--keep")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "TTFT by turn" in out
@@ -54,6 +55,11 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     html = (tmp_path / "report.html").read_text()
     assert html.count('class="chart') >= 5
     assert elapsed < 120, f"the demo took {elapsed:.0f}s"
+    # --keep: the directory it names is there afterwards, with the records in it.
+    [kept] = [line for line in out.splitlines() if line.startswith("state and records kept in")]
+    kept_dir = Path(kept.rsplit(" ", 1)[1])
+    assert any(kept_dir.glob("*.db")), sorted(kept_dir.iterdir())
+    shutil.rmtree(kept_dir)
 
 
 def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
@@ -63,6 +69,9 @@ def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
     assert "FAIL  parity" in proc.stdout
     assert "auto-rollback: 10% -> 0%" in proc.stdout
     assert "tool calls are broken" in proc.stdout
+    # Without --keep it names no directory that is about to disappear.
+    assert "deleted at the end (--keep keeps them)" in proc.stdout
+    assert "kept in" not in proc.stdout
 
 
 @pytest.mark.parametrize("args", [["--conversations", "0"], ["--time-scale", "-1"]])

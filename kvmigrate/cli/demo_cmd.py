@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import click
@@ -9,7 +10,7 @@ import click
 from kvmigrate.demo import DemoSettings, run_demo
 
 
-@click.command("demo")
+@click.command("demo", short_help="The whole migration on emulated backends, no GPU.")
 @click.option("--conversations", type=click.IntRange(1, 1000), default=24, show_default=True)
 @click.option("--turns", type=click.IntRange(1, 50), default=6, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
@@ -42,7 +43,12 @@ from kvmigrate.demo import DemoSettings, run_demo
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep the state and records here (default: a temporary directory).",
+    help="Keep the state and records here (default: a temporary directory, deleted at the end).",
+)
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep the state and records (in a new directory, unless --workdir names one).",
 )
 def demo(
     conversations: int,
@@ -53,13 +59,19 @@ def demo(
     real_vllm: bool,
     out: Path,
     workdir: Path | None,
+    keep: bool,
 ) -> None:
     """Shadow agent traffic to an emulated vLLM, report, and roll out 10% -> 50% -> 100%
     through the gates, all on this machine."""
+    if workdir is None and keep:
+        workdir = Path(tempfile.mkdtemp(prefix="kvmigrate-demo-"))
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     settings = DemoSettings(
         conversations, turns, concurrency, time_scale, bad_candidate, real_vllm, out, workdir
     )
-    if not run_demo(settings, click.echo):
+    ok = run_demo(settings, click.echo)
+    if workdir is not None:
+        click.echo(f"state and records kept in {workdir}")
+    if not ok:
         raise SystemExit(1)

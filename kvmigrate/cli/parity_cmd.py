@@ -35,7 +35,11 @@ def _semantic(enabled: bool) -> SemanticScorer | None:
     return scorer
 
 
-@click.command("parity", context_settings={"show_default": True})
+@click.command(
+    "parity",
+    context_settings={"show_default": True},
+    short_help="Replay requests on both backends; score parity beyond noise.",
+)
 @config_option
 @click.option(
     "--dataset",

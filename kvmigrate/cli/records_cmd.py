@@ -17,7 +17,7 @@ def records_group() -> None:
     """Maintain the records database."""
 
 
-@records_group.command("prune")
+@records_group.command("prune", short_help="Delete records older than record.retention_days.")
 @config_option
 @click.option(
     "--older-than-days",

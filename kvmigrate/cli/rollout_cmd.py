@@ -131,7 +131,7 @@ def status(config_path: str, proxy_url: str | None, admin_key: str | None, as_js
         click.echo(render_gates([g.to_dict() for g in report.gates_for_next_step]))
 
 
-@rollout.command("history")
+@rollout.command("history", short_help="Every change: when, who, why, and the gates' verdicts.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @target_options
 def history(
@@ -157,7 +157,7 @@ def history(
         )
 
 
-@rollout.command("auto")
+@rollout.command("auto", short_help="Walk rollout.steps through the gates, baking at each step.")
 @click.option(
     "--bake",
     type=float,

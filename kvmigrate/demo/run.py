@@ -73,7 +73,13 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         stack.callback(controller.store.close)
         base_url = proxy.url + "/v1"
         started = time.time()
-        echo(f"proxy on {base_url} (shadow mode); state and records in {workdir}\n")
+        where = (
+            f"state and records in {workdir}"
+            if settings.workdir is not None
+            else "state and records in a temporary directory, deleted at the end "
+            "(--keep keeps them)"
+        )
+        echo(f"proxy on {base_url} (shadow mode); {where}\n")
         _phase(
             f"1. Shadow: {settings.conversations} agent conversations of {settings.turns} "
             "turns, mirrored to the candidate",

@@ -1,0 +1,68 @@
+"""What a user reads of the CLI: summaries that are whole sentences, and the README's
+claims about `--config` and the cache-buster metrics' labels kept true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from kvmigrate.cachecheck.addon import CacheBusterAddon
+from kvmigrate.cli import main
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def _groups() -> list[list[str]]:
+    ctx = click.Context(main)
+    found = [[]]
+    for name in main.list_commands(ctx):
+        if isinstance(main.get_command(ctx, name), click.Group):
+            found.append([name])
+    return found
+
+
+def test_command_summaries_are_not_cut_mid_sentence() -> None:
+    for group in _groups():
+        result = CliRunner().invoke(main, [*group, "--help"], terminal_width=80)
+        assert result.exit_code == 0, result.output
+        listed = result.output.split("Commands:", 1)[1].splitlines()
+        for line in filter(str.strip, listed):
+            assert not line.endswith("..."), (group, line)
+            assert not line.endswith("(e.g."), (group, line)
+
+
+def _leaves(command: click.Command, path: str) -> list[tuple[str, click.Command]]:
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        return [
+            leaf
+            for name in command.list_commands(ctx)
+            for leaf in _leaves(command.get_command(ctx, name), f"{path} {name}".strip())  # type: ignore[arg-type]
+        ]
+    return [(path, command)]
+
+
+def test_readme_names_exactly_the_commands_without_config() -> None:
+    without = set()
+    for path, command in _leaves(main, ""):
+        if not any("--config" in p.opts for p in command.params):
+            without.add(path.split()[0])
+    claim = re.search(r"takes `--config`.*?all but (.*?), which need none", README, re.S)
+    assert claim, "the README's --config sentence moved"
+    assert set(re.findall(r"`(\w+)`", claim.group(1))) == without
+
+
+def test_readme_gives_the_cache_buster_metrics_their_real_labels() -> None:
+    addon = CacheBusterAddon(worker="thread")
+    for metric in (addon.breaks, addon.tokens_lost, addon.reuse):
+        name = metric._name
+        [row] = [line for line in README.splitlines() if line.startswith("|") and name in line]
+        meaning = row.split("|")[2].strip()
+        labels = ", ".join(metric._labelnames)
+        if labels:
+            assert meaning.startswith(labels + ":"), row
+        else:
+            assert meaning.startswith("no labels"), row
