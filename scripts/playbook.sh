@@ -11,7 +11,7 @@
 #
 # It takes a few minutes; the demos are most of it. Exits non-zero at the first step that
 # fails, naming it.
-set -euo pipefail
+set -Eeuo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="$(mktemp -d -t kvmigrate-playbook-XXXXXX)"
@@ -57,7 +57,8 @@ cd "$WORK/kvmigrate"
 
 step "install (README: python3 -m venv .venv && .venv/bin/pip install -q .)"
 if [[ -n "${PLAYBOOK_PYTHON:-}" ]]; then
-    PY="$(cd "$SRC" && realpath "$PLAYBOOK_PYTHON")"
+    PY="$PLAYBOOK_PYTHON"
+    [[ "$PY" == /* ]] || PY="$SRC/$PY"  # not resolved further: a venv's python is a link
     export PYTHONPATH="$WORK/kvmigrate"
     kvmigrate() { "$PY" -m kvmigrate "$@"; }
 else

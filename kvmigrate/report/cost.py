@@ -15,9 +15,11 @@ PEAK_BUCKET_S = 60.0
 GIVEN = "given with --gpu-tokens-per-s"
 # The shadow candidate only ever handled the load it was sent: its peak is a floor on what
 # a GPU sustains, so the GPU count from it is a ceiling. Say so, and how to do better.
-OBSERVED = (
-    "the candidate's observed peak, a lower bound, so GPUs needed is an upper bound; set "
-    "--gpu-tokens-per-s to the output tokens/s `kvmigrate bench --concurrency N` prints"
+OBSERVED = "the candidate's observed peak, a lower bound"
+SET_THROUGHPUT = (
+    "GPUs needed is an upper bound: the shadow candidate only handled the load it was sent, "
+    "so its peak understates what a GPU sustains. Set --gpu-tokens-per-s to the output "
+    "tokens/s that `kvmigrate bench --concurrency N` prints for the candidate."
 )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
-from kvmigrate.report.cost import OBSERVED
+from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import Report
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
@@ -189,9 +189,9 @@ def cost(report: Report) -> Table:
         ),
         ("monthly savings (hosted - self-hosted)", fmt.usd(k.savings_monthly_usd)),
     ]
-    return Table(
-        "cost", "Cost projection (30 days at the observed traffic)", ("item", "value"), rows
-    )
+    foot = SET_THROUGHPUT if k.throughput_source == OBSERVED else ""
+    title = "Cost projection (30 days at the observed traffic)"
+    return Table("cost", title, ("item", "value"), rows, footnote=foot)
 
 
 def parity(report: Report) -> Table:
