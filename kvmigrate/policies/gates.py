@@ -101,25 +101,23 @@ def _traffic_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
             f"{candidate.requests} requests in {candidate.conversations} conversations",
             figures,
         )
-    short = max(
+    # The count furthest behind, as a share of its threshold, sets the wait.
+    behind = min(
         _share(candidate.requests, config.min_requests),
         _share(candidate.conversations, config.min_conversations),
-        key=lambda have_need: have_need[1] - have_need[0],
     )
     return GateResult(
         "traffic",
         Verdict.INCONCLUSIVE,
         f"need {config.min_requests} candidate requests (rollout.gates.min_requests) in "
         f"{config.min_conversations} conversations (rollout.gates.min_conversations); have "
-        f"{candidate.requests} in {candidate.conversations}"
-        + _eta(short[0], short[1], candidate.span_s),
+        f"{candidate.requests} in {candidate.conversations}" + _eta(behind, 1.0, candidate.span_s),
         figures,
     )
 
 
-def _share(have: int, need: int) -> tuple[float, float]:
-    """(have, need) as fractions of need, so the furthest-behind count sets the wait."""
-    return (have / need, 1.0) if need else (1.0, 1.0)
+def _share(have: int, need: int) -> float:
+    return have / need if need else 1.0
 
 
 def _too_few_requests(candidate: BackendWindow, config: GateConfig, what: str) -> str:
@@ -270,11 +268,14 @@ def _parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
 def _parity_wait(candidate: BackendWindow, config: GateConfig) -> str:
     """What parity still lacks: scored pairs, or the noise floor they are measured against."""
     have, need, span = candidate.parity_samples, config.min_parity_samples, candidate.span_s
-    if have < need:
-        return f"need {need} scored pairs (rollout.gates.min_parity_samples); have {have}" + _eta(
-            have, need, span
-        )
     noise, floor = candidate.noise_pairs, candidate.noise_needed
+    if have < need:
+        also = f"; and {noise} of the {floor} noise pairs" if noise < floor else ""
+        return (
+            f"need {need} scored pairs (rollout.gates.min_parity_samples); have {have}"
+            + _eta(have, need, span)
+            + also
+        )
     return (
         f"{have} scored pairs are in, but the noise floor needs {floor} primary-vs-primary "
         f"pairs; have {noise}" + _eta(noise, floor, span) + ". Raise rollout.noise_sample "
