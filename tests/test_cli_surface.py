@@ -16,8 +16,10 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
 def _groups() -> list[list[str]]:
+    """The command groups whose listings the command modules write. The top level lists
+    the summaries the lazy CLI keeps in `kvmigrate.cli.COMMANDS`, checked there."""
     ctx = click.Context(main)
-    found = [[]]
+    found = []
     for name in main.list_commands(ctx):
         if isinstance(main.get_command(ctx, name), click.Group):
             found.append([name])

@@ -61,10 +61,7 @@ def _run_all(
     return summaries
 
 
-@click.command(
-    context_settings={"show_default": True},
-    short_help="Measure TTFT per turn of multi-turn conversations.",
-)
+@click.command(context_settings={"show_default": True})
 @click.option("--base-url", help="The endpoint to measure, e.g. http://127.0.0.1:8000/v1 "
               "[default: the config's candidate backend].")  # fmt: skip
 @click.option("--vs", "vs_url", help="A second endpoint to compare against (e.g. the hosted API).")

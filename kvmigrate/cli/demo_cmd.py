@@ -10,7 +10,7 @@ import click
 from kvmigrate.demo import DemoSettings, run_demo
 
 
-@click.command("demo", short_help="The whole migration on emulated backends, no GPU.")
+@click.command("demo")
 @click.option("--conversations", type=click.IntRange(1, 1000), default=24, show_default=True)
 @click.option("--turns", type=click.IntRange(1, 50), default=6, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)

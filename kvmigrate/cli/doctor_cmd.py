@@ -73,10 +73,7 @@ async def _diagnose_all(plan: _Plan) -> list[Diagnosis]:
     return results
 
 
-@click.command(
-    context_settings={"show_default": True},
-    short_help="Check a vLLM endpoint is ready; print the fix per failure.",
-)
+@click.command(context_settings={"show_default": True})
 @click.option("--base-url", help="The endpoint, e.g. http://127.0.0.1:8000/v1 "
               "[default: every replica of the config's candidate backend].")  # fmt: skip
 @click.option("--model", help="The served model to check [default: the config's, else the "

@@ -17,10 +17,7 @@ _RATE = click.FloatRange(0.0, 1.0)
 _SECONDS = click.FloatRange(min=0.0)
 
 
-@click.command(
-    context_settings={"show_default": True},
-    short_help="Serve an emulated hosted API or vLLM backend.",
-)
+@click.command(context_settings={"show_default": True})
 @click.option(
     "--profile",
     type=click.Choice(PROFILES),

@@ -35,11 +35,7 @@ def _semantic(enabled: bool) -> SemanticScorer | None:
     return scorer
 
 
-@click.command(
-    "parity",
-    context_settings={"show_default": True},
-    short_help="Replay requests on both backends; score parity beyond noise.",
-)
+@click.command("parity", context_settings={"show_default": True})
 @config_option
 @click.option(
     "--dataset",

@@ -54,7 +54,7 @@ def open_records(url: str) -> RecordStore | None:
         raise click.ClickException(f"cannot open the records database: {exc}") from None
 
 
-@click.command("report", short_help="Summarise recorded traffic: TTFT, cache, parity, cost.")
+@click.command("report")
 @config_option
 @click.option("--since", default="24h", show_default=True, help="24h, 30m, 7d, all, or a date.")
 @click.option("--format", "fmt", type=click.Choice(sorted(RENDERERS)), default="text")

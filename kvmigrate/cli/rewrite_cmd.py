@@ -64,12 +64,7 @@ class _AnyEnv(Mapping[str, str]):
         return len(os.environ)
 
 
-@click.command(
-    "rewrite",
-    cls=_Command,
-    context_settings={"max_content_width": 100},
-    short_help="Point client code and deployment configs at the proxy.",
-)
+@click.command("rewrite", cls=_Command, context_settings={"max_content_width": 100})
 @click.argument("path", default=".", type=click.Path(exists=True, file_okay=False))
 @click.option("--apply", "do_apply", is_flag=True, help="Write the changes (backed up first).")
 @click.option(
