@@ -38,6 +38,11 @@ COMMANDS = {
         "kvmigrate.cli.parity_cmd:parity",
         "Replay requests against the primary and the candidate and report parity beyond noise.",
     ),
+    "plan": LazyCommand(
+        "kvmigrate.cli.plan_cmd:plan",
+        "Size a vLLM fleet for the recorded traffic: TTFT, prefix-cache hits and cost per"
+        " fleet size, from a simulation.",
+    ),
     "proxy": LazyCommand(
         "kvmigrate.cli.proxy_cmd:proxy",
         "Serve the proxy: point OPENAI_BASE_URL at http://HOST:PORT/v1.",

@@ -54,7 +54,7 @@ def render_html(report: Report) -> str:
         '<h2>Charts</h2><div class="charts">',
         *charts(report),
         "</div>",
-        *(_table(t) for t in report_tables(report)),
+        *(html_table(t) for t in report_tables(report)),
         f'<p class="note">Generated {escape(fmt.when(report.generated_at))}.</p>',
     ]
     return "\n".join(
@@ -172,7 +172,7 @@ def timeline_chart(report: Report) -> str:
     return line_chart("rollout-timeline", title, series, x, y, step=True)
 
 
-def _table(table: Table) -> str:
+def html_table(table: Table) -> str:
     head = f"<h2>{escape(table.title)}</h2>"
     if not table.rows:
         return f'{head}<p class="note">{escape(table.note)}</p>'

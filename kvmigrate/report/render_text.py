@@ -15,7 +15,7 @@ def render_text(report: Report) -> str:
     out = [TITLE, "=" * len(TITLE), *map(_plain, summary_lines(report)), ""]
     for table in report_tables(report):
         out += [table.title, "-" * len(table.title)]
-        out += _text_table(table) if table.rows else [_plain(table.note)]
+        out += text_table(table) if table.rows else [_plain(table.note)]
         if table.rows and table.footnote:
             out.append(_plain(table.footnote))
         out.append("")
@@ -27,7 +27,7 @@ def _plain(text: str) -> str:
     return printable(text, limit=10_000)
 
 
-def _text_table(table: Table) -> list[str]:
+def text_table(table: Table) -> list[str]:
     widths = [len(h) for h in table.headers]
     for row in table.rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]

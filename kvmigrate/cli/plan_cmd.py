@@ -1,0 +1,316 @@
+"""`kvmigrate plan`: how many vLLM replicas the recorded traffic needs, at what TTFT and cost."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.report_cmd import open_records, parse_since
+from kvmigrate.plan.cost_model import CostModel
+from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Model, Replica, lookup
+from kvmigrate.plan.routing import ROUTINGS
+from kvmigrate.plan.scheduler import EngineSettings
+from kvmigrate.plan.simulate import Fleet
+from kvmigrate.plan.sweep import Costs, Plan, hosted_monthly, parse_sizes, sweep
+from kvmigrate.plan.workload import Workload, WorkloadError, from_jsonl, from_store, pace, scaled
+from kvmigrate.report.model import Prices
+
+_POSITIVE = click.IntRange(min=1)
+_SCALE = click.FloatRange(min=0.01)
+
+
+def _workload(
+    dataset: Path | None,
+    records: str | None,
+    config_path: str,
+    since: str,
+    pacing: tuple[float, float],
+) -> Workload:
+    try:
+        if dataset is not None:
+            loaded = from_jsonl(dataset)
+            return pace(loaded, *pacing)
+        url = records or load_or_exit(config_path).record.db
+        with ExitStack() as stack:
+            store = open_records(url)
+            if store is None:
+                raise click.ClickException(f"no records database at {url}; record traffic first")
+            stack.enter_context(store)
+            now = time.time()
+            return from_store(store, parse_since(since, now), now + 1.0)
+    except WorkloadError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _kv_blocks(
+    gpu: str,
+    model: str,
+    gpus: int,
+    weights_gb: float | None,
+    kv_bytes: int | None,
+    utilization: float,
+    block_size: int,
+    kv_blocks: int | None,
+) -> int:
+    if kv_blocks is not None:
+        return kv_blocks
+    try:
+        chosen = lookup(MODELS, model, "model")
+        if weights_gb is not None:
+            chosen = Model(chosen.name, weights_gb, chosen.layers, chosen.kv_heads, chosen.head_dim)
+        replica = Replica(lookup(GPUS, gpu, "GPU"), chosen, gpus, utilization, kv_bytes)
+        return replica.kv_blocks(block_size)
+    except HardwareError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _cost_model(
+    cost_model: Path | None,
+    calibrate: str | None,
+    api_key: str | None,
+    model: str | None,
+    lengths: str,
+    chunk: int,
+) -> CostModel:
+    if calibrate:
+        from kvmigrate.bench import Target
+        from kvmigrate.plan.calibrate import calibrate as run_calibration
+
+        try:
+            sizes = [int(x) for x in lengths.split(",") if x.strip()]
+            target = Target(calibrate.rstrip("/"), model, api_key or "EMPTY", calibrate)
+            fitted, probes = run_calibration(target, sizes, chunk)
+        except (ValueError, RuntimeError) as exc:
+            raise click.ClickException(f"calibration failed: {exc}") from None
+        click.echo(f"calibrated on {len(probes)} probes against {calibrate}", err=True)
+        return fitted
+    if cost_model is not None:
+        try:
+            return CostModel.load(cost_model)
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"{cost_model}: {exc}") from None
+    return CostModel()
+
+
+def _notes(
+    dataset: Path | None, rate: float, think: float, rate_scale: float, context_scale: float
+) -> tuple[str, ...]:
+    notes = []
+    if dataset is not None:
+        notes.append(
+            f"Untimed dataset: a new conversation every {1 / rate:g} s, each turn "
+            f"{think:g} s after the previous answer; tokens counted at ~4 chars each."
+        )
+    if rate_scale != 1.0:
+        notes.append(f"What if: traffic {rate_scale:g}x as fast as recorded.")
+    if context_scale != 1.0:
+        notes.append(f"What if: every prompt {context_scale:g}x as long as recorded.")
+    return tuple(notes)
+
+
+def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
+    from kvmigrate.plan.render import plan_json, render_text
+
+    if html_path is not None:
+        from kvmigrate.plan.html import render_html
+
+        html_path.write_text(render_html(plan), encoding="utf-8")
+    if as_json:
+        click.echo(json.dumps(plan_json(plan), indent=2))
+    else:
+        click.echo(render_text(plan))
+        if html_path is not None:
+            click.echo(f"chart: {html_path}")
+
+
+@click.command(context_settings={"show_default": True})
+@config_option
+@click.option("--records", help="Records database URL [default: the config's record.db].")
+@click.option("--since", default="7d", help="Recorded traffic to replay: 24h, 7d, all, or a date.")
+@click.option(
+    "--dataset",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSONL instead of the records: `kvmigrate report --export-requests` output "
+    "or bench conversations (OpenAI messages or ShareGPT).",
+)
+@click.option(
+    "--conversation-rate",
+    type=_SCALE,
+    default=1.0,
+    help="New conversations per second, for a --dataset without times.",
+)
+@click.option(
+    "--think-time",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    help="Seconds between an answer and the next turn, for a --dataset.",
+)
+@click.option("--replicas", default="1..8", help="Fleet sizes: 4, 1..16, 1,2,4,8 or 2..16/2.")
+@click.option("--gpu", default="h200", help=f"GPU: {', '.join(GPUS)}.")
+@click.option("--model", "model_name", default="llama-3.1-8b", help=f"Model: {', '.join(MODELS)}.")
+@click.option("--gpus-per-replica", type=_POSITIVE, default=1, help="Tensor-parallel GPUs.")
+@click.option("--weights-gb", type=click.FloatRange(min=0), help="Override the model's weights.")
+@click.option("--kv-bytes-per-token", type=_POSITIVE, help="Override the model's KV bytes/token.")
+@click.option(
+    "--gpu-memory-utilization",
+    type=click.FloatRange(0.05, 1.0),
+    default=0.9,
+    help="vLLM's --gpu-memory-utilization.",
+)
+@click.option("--kv-blocks", type=_POSITIVE, help="KV blocks per replica, instead of GPU/model.")
+@click.option("--block-size", type=_POSITIVE, default=16, help="Tokens per KV block.")
+@click.option("--max-batched-tokens", type=_POSITIVE, default=8192, help="Token budget per step.")
+@click.option("--max-seqs", type=_POSITIVE, default=256, help="Sequences per step at most.")
+@click.option(
+    "--routing",
+    type=click.Choice(ROUTINGS),
+    default="affinity",
+    help="affinity: kvmigrate's bounded-load hashing per conversation.",
+)
+@click.option("--no-prefix-caching", is_flag=True, help="What if: vLLM without prefix caching.")
+@click.option("--rate-scale", type=_SCALE, default=1.0, help="What if: traffic this much faster.")
+@click.option(
+    "--context-scale",
+    type=_SCALE,
+    default=1.0,
+    help="What if: every prompt this much longer (4 takes 8K contexts to 32K).",
+)
+@click.option(
+    "--ttft-p95-slo",
+    type=click.FloatRange(min=0),
+    default=1000.0,
+    help="TTFT p95 target in ms; exit 1 when no fleet size meets it.",
+)
+@click.option(
+    "--gpu-hour-price", type=click.FloatRange(min=0), default=3.50, help="$ per GPU-hour."
+)
+@click.option("--input-price", default=2.50, help="Hosted $ per 1M input tokens.")
+@click.option("--cached-input-price", default=1.25, help="Hosted $ per 1M cached input tokens.")
+@click.option("--output-price", default=10.00, help="Hosted $ per 1M output tokens.")
+@click.option(
+    "--cost-model",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Cost model JSON (from --save-cost-model) [default: 8B on one H200].",
+)
+@click.option(
+    "--calibrate",
+    "calibrate_url",
+    metavar="URL",
+    help="Fit the cost model against this OpenAI-compatible endpoint first.",
+)
+@click.option("--calibrate-model", help="Model for --calibrate [default: the first listed].")
+@click.option("--calibrate-lengths", default="256,1024,4096", help="Probe prompt lengths.")
+@click.option(
+    "--api-key",
+    envvar="KVMIGRATE_BENCH_API_KEY",
+    help="Bearer key for --calibrate (env KVMIGRATE_BENCH_API_KEY).",
+)
+@click.option(
+    "--save-cost-model",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the cost model used as JSON; with --calibrate and no traffic, only calibrate.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the tables.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a self-contained HTML page with charts to this file.",
+)
+def plan(**options: object) -> None:
+    """Size a vLLM fleet for the recorded traffic: TTFT, prefix-cache hits and cost per
+    fleet size, from a simulation.
+
+    The recorded conversations replay at their recorded times through a simulated fleet
+    of each size. The simulation models vLLM's prefix cache (hashed blocks, LRU
+    eviction), continuous batching with chunked prefill, and the routing; step times come
+    from a cost model that
+    --calibrate fits against a real endpoint. The smallest fleet meeting --ttft-p95-slo is
+    chosen and priced against the hosted bill for the same traffic.
+    """
+    _run(**options)  # type: ignore[arg-type]
+
+
+def _run(
+    config_path: str,
+    records: str | None,
+    since: str,
+    dataset: Path | None,
+    conversation_rate: float,
+    think_time: float,
+    replicas: str,
+    gpu: str,
+    model_name: str,
+    gpus_per_replica: int,
+    weights_gb: float | None,
+    kv_bytes_per_token: int | None,
+    gpu_memory_utilization: float,
+    kv_blocks: int | None,
+    block_size: int,
+    max_batched_tokens: int,
+    max_seqs: int,
+    routing: str,
+    no_prefix_caching: bool,
+    rate_scale: float,
+    context_scale: float,
+    ttft_p95_slo: float,
+    gpu_hour_price: float,
+    input_price: float,
+    cached_input_price: float,
+    output_price: float,
+    cost_model: Path | None,
+    calibrate_url: str | None,
+    calibrate_model: str | None,
+    calibrate_lengths: str,
+    api_key: str | None,
+    save_cost_model: Path | None,
+    as_json: bool,
+    html_path: Path | None,
+) -> None:
+    try:
+        sizes = parse_sizes(replicas)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--replicas") from None
+    cost = _cost_model(
+        cost_model, calibrate_url, api_key, calibrate_model, calibrate_lengths, max_batched_tokens
+    )
+    if save_cost_model is not None:
+        save_cost_model.write_text(json.dumps(cost.to_json(), indent=2) + "\n", encoding="utf-8")
+        if calibrate_url and dataset is None and records is None:
+            click.echo(json.dumps(cost.to_json(), indent=2))
+            return
+    workload = _workload(dataset, records, config_path, since, (conversation_rate, think_time))
+    workload = scaled(workload, rate_scale, context_scale)
+    fleet = Fleet(
+        kv_blocks=_kv_blocks(
+            gpu,
+            model_name,
+            gpus_per_replica,
+            weights_gb,
+            kv_bytes_per_token,
+            gpu_memory_utilization,
+            block_size,
+            kv_blocks,
+        ),
+        cost=cost,
+        engine=EngineSettings(max_batched_tokens, max_seqs, block_size),
+        routing=routing,
+        prefix_caching=not no_prefix_caching,
+    )
+    prices = Prices(input_price, cached_input_price, output_price, gpu_hour_price)
+    costs = Costs(gpus_per_replica, gpu_hour_price, hosted_monthly(workload, prices))
+    progress = None if as_json else (lambda n: click.echo(f"simulated {n} replica(s)", err=True))
+    result = sweep(workload, fleet, sizes, ttft_p95_slo / 1000.0, costs, progress)
+    result = replace(
+        result, notes=_notes(dataset, conversation_rate, think_time, rate_scale, context_scale)
+    )
+    _emit(result, as_json, html_path)
+    if result.chosen is None:
+        sys.exit(1)

@@ -1,0 +1,102 @@
+"""A plan: the workload through fleets of each size, the smallest that meets the SLO, and
+what it costs a month against the hosted API's bill for the same traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvmigrate.plan.metrics import FleetFigures, figures
+from kvmigrate.plan.simulate import Fleet, simulate
+from kvmigrate.plan.workload import Workload
+from kvmigrate.report.cost import HOURS_PER_MONTH, MONTH_S
+from kvmigrate.report.model import Prices
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    gpus_per_replica: int
+    gpu_hour_usd: float
+    hosted_monthly_usd: float | None  # the same traffic at hosted prices, scaled to 30 days
+
+    def monthly_usd(self, replicas: int) -> float:
+        return replicas * self.gpus_per_replica * self.gpu_hour_usd * HOURS_PER_MONTH
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    workload: Workload
+    fleet: Fleet
+    sizes: tuple[FleetFigures, ...]
+    slo_p95_s: float | None
+    costs: Costs
+    notes: tuple[str, ...] = ()
+
+    @property
+    def chosen(self) -> FleetFigures | None:
+        """The smallest fleet whose TTFT p95 meets the SLO (None: none of them does)."""
+        if self.slo_p95_s is None:
+            return None
+        return next((s for s in self.sizes if s.ttft_p95_s <= self.slo_p95_s), None)
+
+
+def hosted_monthly(workload: Workload, prices: Prices) -> float | None:
+    """The report's hosted cost model: uncached, cached and output tokens at hosted
+    prices, with the recorded cached tokens (none recorded: all uncached)."""
+    if workload.basis_s <= 0:
+        return None  # an untimed dataset has no month to scale to
+    prompt = cached = output = 0
+    for r in workload.requests:
+        prompt += r.prompt_tokens
+        cached += min(r.recorded_cached_tokens or 0, r.prompt_tokens)
+        output += r.output_tokens
+    usd = (
+        (prompt - cached) * prices.input_per_m
+        + cached * prices.cached_input_per_m
+        + output * prices.output_per_m
+    ) / 1e6
+    return usd * MONTH_S / max(workload.basis_s, 1.0)
+
+
+def sweep(
+    workload: Workload,
+    fleet: Fleet,
+    sizes: Sequence[int],
+    slo_p95_s: float | None,
+    costs: Costs,
+    progress: Callable[[int], None] | None = None,
+) -> Plan:
+    results = []
+    for replicas in sorted(set(sizes)):
+        results.append(figures(simulate(workload, fleet, replicas)))
+        if progress is not None:
+            progress(replicas)
+    return Plan(workload, fleet, tuple(results), slo_p95_s, costs)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """`4`, `1..16`, `1,2,4,8` or `2..16/2` (every second size)."""
+    sizes: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        span, _, stride = part.partition("/")
+        low, dots, high = span.partition("..")
+        try:
+            first = int(low)
+            last = int(high) if dots else first
+            step = int(stride) if stride else 1
+        except ValueError:
+            raise ValueError(
+                f"bad replica count {part!r}: use 4, 1..16, 1,2,4 or 2..16/2"
+            ) from None
+        if first < 1 or last < first or step < 1:
+            raise ValueError(f"bad replica range {part!r}")
+        sizes.extend(range(first, last + 1, step))
+    if not sizes or max(sizes) > 4096:
+        raise ValueError("give between 1 and 4096 replicas")
+    return sorted(set(sizes))
+
+
+def cheapest(plan: Plan) -> float | None:
+    chosen = plan.chosen
+    return None if chosen is None else plan.costs.monthly_usd(chosen.replicas)
