@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -77,7 +77,6 @@ def _cost_model(
     api_key: str | None,
     model: str | None,
     lengths: str,
-    chunk: int,
 ) -> CostModel:
     if calibrate:
         from kvmigrate.bench import Target
@@ -86,7 +85,7 @@ def _cost_model(
         try:
             sizes = [int(x) for x in lengths.split(",") if x.strip()]
             target = Target(calibrate.rstrip("/"), model, api_key or "EMPTY", calibrate)
-            fitted, probes = run_calibration(target, sizes, chunk)
+            fitted, probes = run_calibration(target, sizes)
         except (ValueError, RuntimeError) as exc:
             raise click.ClickException(f"calibration failed: {exc}") from None
         click.echo(f"calibrated on {len(probes)} probes against {calibrate}", err=True)
@@ -235,82 +234,85 @@ def plan(**options: object) -> None:
     --calibrate fits against a real endpoint. The smallest fleet meeting --ttft-p95-slo is
     chosen and priced against the hosted bill for the same traffic.
     """
-    _run(**options)  # type: ignore[arg-type]
+    _run(_Options(**options))  # type: ignore[arg-type]
 
 
-def _run(
-    config_path: str,
-    records: str | None,
-    since: str,
-    dataset: Path | None,
-    conversation_rate: float,
-    think_time: float,
-    replicas: str,
-    gpu: str,
-    model_name: str,
-    gpus_per_replica: int,
-    weights_gb: float | None,
-    kv_bytes_per_token: int | None,
-    gpu_memory_utilization: float,
-    kv_blocks: int | None,
-    block_size: int,
-    max_batched_tokens: int,
-    max_seqs: int,
-    routing: str,
-    no_prefix_caching: bool,
-    rate_scale: float,
-    context_scale: float,
-    ttft_p95_slo: float,
-    gpu_hour_price: float,
-    input_price: float,
-    cached_input_price: float,
-    output_price: float,
-    cost_model: Path | None,
-    calibrate_url: str | None,
-    calibrate_model: str | None,
-    calibrate_lengths: str,
-    api_key: str | None,
-    save_cost_model: Path | None,
-    as_json: bool,
-    html_path: Path | None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The command's options, by the names click gives them."""
+
+    config_path: str
+    records: str | None
+    since: str
+    dataset: Path | None
+    conversation_rate: float
+    think_time: float
+    replicas: str
+    gpu: str
+    model_name: str
+    gpus_per_replica: int
+    weights_gb: float | None
+    kv_bytes_per_token: int | None
+    gpu_memory_utilization: float
+    kv_blocks: int | None
+    block_size: int
+    max_batched_tokens: int
+    max_seqs: int
+    routing: str
+    no_prefix_caching: bool
+    rate_scale: float
+    context_scale: float
+    ttft_p95_slo: float
+    gpu_hour_price: float
+    input_price: float
+    cached_input_price: float
+    output_price: float
+    cost_model: Path | None
+    calibrate_url: str | None
+    calibrate_model: str | None
+    calibrate_lengths: str
+    api_key: str | None
+    save_cost_model: Path | None
+    as_json: bool
+    html_path: Path | None
+
+
+def _fleet(o: _Options, cost: CostModel) -> Fleet:
+    blocks = _kv_blocks(
+        o.gpu, o.model_name, o.gpus_per_replica, o.weights_gb, o.kv_bytes_per_token,
+        o.gpu_memory_utilization, o.block_size, o.kv_blocks,
+    )  # fmt: skip
+    return Fleet(
+        kv_blocks=blocks,
+        cost=cost,
+        engine=EngineSettings(o.max_batched_tokens, o.max_seqs, o.block_size),
+        routing=o.routing,
+        prefix_caching=not o.no_prefix_caching,
+    )
+
+
+def _run(o: _Options) -> None:
     try:
-        sizes = parse_sizes(replicas)
+        sizes = parse_sizes(o.replicas)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--replicas") from None
-    cost = _cost_model(
-        cost_model, calibrate_url, api_key, calibrate_model, calibrate_lengths, max_batched_tokens
-    )
-    if save_cost_model is not None:
-        save_cost_model.write_text(json.dumps(cost.to_json(), indent=2) + "\n", encoding="utf-8")
-        if calibrate_url and dataset is None and records is None:
+    cost = _cost_model(o.cost_model, o.calibrate_url, o.api_key, o.calibrate_model,
+                       o.calibrate_lengths)  # fmt: skip
+    if o.save_cost_model is not None:
+        o.save_cost_model.write_text(json.dumps(cost.to_json(), indent=2) + "\n", encoding="utf-8")
+        if o.calibrate_url and o.dataset is None and o.records is None:
             click.echo(json.dumps(cost.to_json(), indent=2))
             return
-    workload = _workload(dataset, records, config_path, since, (conversation_rate, think_time))
-    workload = scaled(workload, rate_scale, context_scale)
-    fleet = Fleet(
-        kv_blocks=_kv_blocks(
-            gpu,
-            model_name,
-            gpus_per_replica,
-            weights_gb,
-            kv_bytes_per_token,
-            gpu_memory_utilization,
-            block_size,
-            kv_blocks,
-        ),
-        cost=cost,
-        engine=EngineSettings(max_batched_tokens, max_seqs, block_size),
-        routing=routing,
-        prefix_caching=not no_prefix_caching,
-    )
-    prices = Prices(input_price, cached_input_price, output_price, gpu_hour_price)
-    costs = Costs(gpus_per_replica, gpu_hour_price, hosted_monthly(workload, prices))
-    progress = None if as_json else (lambda n: click.echo(f"simulated {n} replica(s)", err=True))
-    result = sweep(workload, fleet, sizes, ttft_p95_slo / 1000.0, costs, progress)
-    result = replace(
-        result, notes=_notes(dataset, conversation_rate, think_time, rate_scale, context_scale)
-    )
-    _emit(result, as_json, html_path)
+    fleet = _fleet(o, cost)
+    pacing = (o.conversation_rate, o.think_time)
+    workload = _workload(o.dataset, o.records, o.config_path, o.since, pacing)
+    workload = scaled(workload, o.rate_scale, o.context_scale)
+    prices = Prices(o.input_price, o.cached_input_price, o.output_price, o.gpu_hour_price)
+    costs = Costs(o.gpus_per_replica, o.gpu_hour_price, hosted_monthly(workload, prices))
+    progress = None if o.as_json else (lambda n: click.echo(f"simulated {n} replica(s)", err=True))
+    result = sweep(workload, fleet, sizes, o.ttft_p95_slo / 1000.0, costs, progress)
+    notes = _notes(o.dataset, o.conversation_rate, o.think_time, o.rate_scale, o.context_scale)
+    result = replace(result, notes=notes)
+    _emit(result, o.as_json, o.html_path)
     if result.chosen is None:
         sys.exit(1)

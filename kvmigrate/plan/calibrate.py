@@ -52,14 +52,11 @@ async def _probe(target: Target, lengths: Sequence[int], seed: int) -> list[Turn
 
 
 def calibrate(
-    target: Target,
-    lengths: Sequence[int] = DEFAULT_LENGTHS,
-    chunk_tokens: int = 8192,
-    seed: int = 0,
+    target: Target, lengths: Sequence[int] = DEFAULT_LENGTHS, seed: int = 0
 ) -> tuple[CostModel, list[Probe]]:
     """The fitted cost model and the probes it was fitted to."""
     measured = probes(asyncio.run(_probe(target, lengths, seed)))
     failed = len(lengths) * TURNS - len(measured)
     if failed:
         raise RuntimeError(f"{failed} probe request(s) failed; is {target.base_url} serving?")
-    return fit(measured, chunk_tokens, f"calibrated against {target.base_url}"), measured
+    return fit(measured, f"calibrated against {target.base_url}"), measured

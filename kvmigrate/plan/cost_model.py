@@ -7,10 +7,14 @@ whose history is cached, the attention over that history (read, not recomputed).
     step_s = overhead_s + prefill * prefill_token_s + cached * cached_token_s
              + decoding * decode_seq_s
 
-The defaults are an 8B model on one H200 (the figures issue 22 gives: a full prefill of
-10,150 tokens takes 327 ms, in two chunks of the 8,192-token budget; the same prompt with
-all but its last ~150 tokens cached, 50 ms; about 31,000 prefill tokens/s). They are a
-starting point: `kvmigrate plan --calibrate URL` fits all four against a real endpoint.
+and a request's first token reaches the client `request_s` after its step ends (HTTP,
+tokenizing, detokenizing: time outside the engine that occupies no GPU).
+
+The defaults are an 8B model on one H200, from the figures issue 22 gives (and the
+emulator's vLLM profile uses): a full prefill of 10,150 tokens takes 327 ms (two chunks of
+the 8,192-token budget), 700 new tokens on a cached 9,450-token history 50 ms, about
+32,500 prefill tokens/s; a decode step of one sequence about 5 ms. They are a starting
+point: `kvmigrate plan --calibrate URL` fits them to a real endpoint.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from pathlib import Path
 @dataclass(frozen=True, slots=True)
 class CostModel:
     overhead_s: float = 0.005  # per step: scheduling, sampling, kernel launches
-    prefill_token_s: float = 1 / 32_000  # per prompt token computed
-    cached_token_s: float = 4.0e-6  # per cached prompt token attended during its prefill
+    prefill_token_s: float = 1 / 32_500  # per prompt token computed
+    cached_token_s: float = 2.0e-6  # per cached prompt token attended during its prefill
     decode_seq_s: float = 1.0e-4  # per sequence decoding in the step
+    request_s: float = 0.005  # per request, outside the engine
     source: str = "default: 8B model on one H200"
 
     def step_s(self, prefill: int, cached: int, decoding: int) -> float:
@@ -110,25 +115,28 @@ def _least_squares(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list
             return [0.0] * len(rows[0])
 
 
-def fit(probes: Sequence[Probe], chunk_tokens: int, label: str) -> CostModel:
-    """Fit the step costs to single-request probes: a lone prompt's TTFT is its prefill
-    steps (one per `chunk_tokens` chunk), and its inter-token time one decode step of one
-    sequence. Needs cold and cached probes of at least two lengths."""
+def fit(probes: Sequence[Probe], label: str, decode_seq_s: float = 1.0e-4) -> CostModel:
+    """Fit the costs to single-request probes. A lone prompt's TTFT is a fixed part (the
+    request's own and its step's overhead) plus its new and its cached tokens' costs; its
+    inter-token time is one decode step of one sequence, which splits the fixed part into
+    the step's share and the request's. What each extra sequence adds to a decode step
+    takes concurrent requests to measure, so `decode_seq_s` is given, not fitted. Needs
+    cold and cached probes of at least two lengths."""
     if len({(p.prompt_tokens, p.cached_tokens) for p in probes}) < 3:
         raise ValueError("calibration needs probes of at least three distinct shapes")
     rows, ys = [], []
     for p in probes:
-        new = max(1, p.prompt_tokens - p.cached_tokens)
-        steps = -(-new // chunk_tokens)
-        rows.append((float(steps), float(new), float(p.cached_tokens)))
+        rows.append((1.0, float(max(1, p.prompt_tokens - p.cached_tokens)), float(p.cached_tokens)))
         ys.append(p.ttft_s)
-    overhead, per_token, per_cached = _least_squares(rows, ys)
+    fixed, per_token, per_cached = _least_squares(rows, ys)
     itls = sorted(p.itl_s for p in probes if p.itl_s is not None)
-    itl = itls[len(itls) // 2] if itls else overhead
+    step = max(0.0, itls[len(itls) // 2] - decode_seq_s) if itls else fixed / 2
+    step = min(step, fixed)
     return CostModel(
-        overhead_s=overhead,
+        overhead_s=step,
         prefill_token_s=per_token,
         cached_token_s=per_cached,
-        decode_seq_s=max(0.0, itl - overhead),
+        decode_seq_s=decode_seq_s,
+        request_s=fixed - step,
         source=label,
     )

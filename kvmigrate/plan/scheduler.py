@@ -135,7 +135,7 @@ class Engine:
             if job.remaining:
                 continue
             self.prefilling.remove(job)
-            job.first_token_at = end
+            job.first_token_at = end + self.cost.request_s
             if job.request.output_tokens <= 1:
                 finished.append(job)
             else:
@@ -143,7 +143,7 @@ class Engine:
                 done_at = self.decoded + job.request.output_tokens - 1
                 heapq.heappush(self.decoding, (done_at, self._joined, job))
         for job in finished:
-            job.finished_at = end
+            job.finished_at = end + self.cost.request_s
             self.cache.release(job.request.chain, self._sequence(job))
         return finished
 

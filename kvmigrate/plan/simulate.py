@@ -96,7 +96,7 @@ def simulate(workload: Workload, fleet: Fleet, replicas: int) -> Outcome:
             following = later.get(job.request.conversation)
             if following:
                 nxt = following.popleft()
-                arrival = now + (nxt.gap_s or 0.0)
+                arrival = job.finished_at + (nxt.gap_s or 0.0)
                 heapq.heappush(events, (arrival, _ARRIVE, next(order), nxt, 0, 0))
             else:
                 route.ended(job.request.conversation)

@@ -1,0 +1,220 @@
+"""`kvmigrate plan` end to end: over records a real proxy wrote (content: none), over a
+JSONL dataset, calibrated against an emulated vLLM, and its HTML in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.proxy import build_proxy_app
+from kvmigrate.recorder import build_recorder
+from kvmigrate.serving import BackgroundServer
+
+CONFIG = """
+backends:
+  hosted: {{api_base: "{hosted}/v1"}}
+  vllm: {{api_base: "{vllm}/v1"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout: {{mode: shadow, noise_sample: 0}}
+record: {{db: "sqlite:///{db}", content: none}}
+"""
+TURNS, CONVERSATIONS = 4, 6
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[Path]:
+    """A config whose records (token counts only) hold multi-turn sessions through a proxy."""
+    import openai
+
+    from kvmigrate.config import load_config
+
+    root = Path(tempfile.mkdtemp(prefix="kvmigrate-plan-"))
+    hosted = BackgroundServer(
+        lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0.02))
+    )
+    vllm = BackgroundServer(lambda: build_app(EmulatorSettings(profile="vllm", time_scale=0.02)))
+    with hosted, vllm:
+        path = root / "config.yaml"
+        path.write_text(CONFIG.format(hosted=hosted.url, vllm=vllm.url, db=root / "records.db"))
+        config = load_config(path)
+        recorder = build_recorder(config)
+        with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
+            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-x", max_retries=0)
+            for conv in range(CONVERSATIONS):
+                messages: list[Any] = [
+                    {"role": "system", "content": f"Agent {conv}. " + "You are an agent. " * 200},
+                    {"role": "user", "content": f"Task {conv}"},
+                ]
+                for _ in range(TURNS):
+                    stream = client.chat.completions.create(
+                        model="gpt-4o-mini", messages=messages, max_tokens=8, stream=True,
+                        stream_options={"include_usage": True},
+                        extra_headers={"X-Session-ID": f"conv-{conv}"},
+                    )  # fmt: skip
+                    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                    messages += [
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": "continue " * 50},
+                    ]
+            client.close()
+            deadline = time.monotonic() + 10
+            while (
+                recorder.stats.written < 2 * TURNS * CONVERSATIONS and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+    yield path
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvmigrate", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _json(*args: str) -> dict[str, Any]:
+    proc = _cli(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def test_plan_over_records_kept_without_content(recorded: Path) -> None:
+    data = _json("--config", str(recorded), "--replicas", "1..3")
+    assert data["workload"]["requests"] == TURNS * CONVERSATIONS  # serve calls, not shadows
+    assert data["workload"]["conversations"] == CONVERSATIONS
+    assert [s["replicas"] for s in data["sizes"]] == [1, 2, 3]
+    one = data["sizes"][0]
+    assert [t["turn"] for t in one["turns"]] == ["1", "2", "3", "4"]
+    # Each later turn resends the history: most of it is cached on the conversation's replica.
+    assert one["turns"][0]["hit_rate"] == 0
+    assert all(t["hit_rate"] > 0.5 for t in one["turns"][1:])
+    assert data["chosen"]["replicas"] == 1  # a handful of requests: one H200 meets 1 s
+    assert data["hosted_monthly_usd"] > 0
+    assert data["fleet"]["kv_blocks"] > 10_000  # an 8B model on an H200 leaves ~110 GB
+
+
+def test_what_ifs_change_what_they_should(recorded: Path) -> None:
+    base = _json("--config", str(recorded), "--replicas", "2")["sizes"][0]
+    off = _json("--config", str(recorded), "--replicas", "2", "--no-prefix-caching")["sizes"][0]
+    assert off["hit_rate"] == 0 < base["hit_rate"]
+    assert off["ttft_p50_s"] > base["ttft_p50_s"]
+    rr = _json("--config", str(recorded), "--replicas", "2", "--routing", "round-robin")
+    assert rr["sizes"][0]["hit_rate"] < base["hit_rate"]
+    longer = _json("--config", str(recorded), "--replicas", "2", "--context-scale", "8")
+    assert longer["sizes"][0]["turns"][0]["ttft_p50_s"] > base["turns"][0]["ttft_p50_s"]
+
+
+def test_text_output_and_an_slo_no_fleet_meets(recorded: Path) -> None:
+    proc = _cli("--config", str(recorded), "--replicas", "1,2")
+    assert proc.returncode == 0, proc.stderr
+    assert "Fleet sizes" in proc.stdout
+    assert "TTFT by turn" in proc.stdout
+    assert "Smallest fleet meeting TTFT p95" in proc.stdout
+    assert "NaN" not in proc.stdout
+    missed = _cli("--config", str(recorded), "--replicas", "1,2", "--ttft-p95-slo", "0.001")
+    assert missed.returncode == 1
+    assert "No fleet up to 2 replicas meets" in missed.stdout
+
+
+def test_plan_over_a_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "convs.jsonl"
+    history = [{"role": "system", "content": "You are a coding agent. " * 300}]
+    lines = []
+    for i in range(20):
+        messages = [*history, {"role": "user", "content": f"Task {i}"}]
+        for turn in range(5):
+            messages += [
+                {"role": "assistant", "content": "Done. " * 40},
+                {"role": "user", "content": f"Now step {turn} " * 30},
+            ]
+        lines.append(json.dumps({"messages": messages}))
+    path.write_text("\n".join(lines) + "\n")
+    data = _json("--dataset", str(path), "--replicas", "1,4", "--conversation-rate", "2")
+    assert data["workload"]["requests"] == 20 * 6
+    assert data["hosted_monthly_usd"] > 0
+    assert data["sizes"][0]["hit_rate"] > 0.5
+
+
+def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x"}\n')
+    proc = _cli("--dataset", str(bad))
+    assert proc.returncode == 1
+    assert "bad.jsonl:1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = _cli("--dataset", str(bad), "--replicas", "0")
+    assert proc.returncode == 2
+    assert "--replicas" in proc.stderr
+    proc = _cli("--dataset", str(bad), "--model", "llama-3.1-70b", "--gpu", "l4")
+    assert proc.returncode == 1
+    assert "does not fit" in proc.stderr
+
+
+def test_calibrate_against_an_emulated_vllm_and_reuse_the_fit(tmp_path: Path) -> None:
+    saved = tmp_path / "cost.json"
+    settings = EmulatorSettings(profile="vllm", time_scale=0.05)
+    with BackgroundServer(lambda: build_app(settings)) as vllm:
+        proc = _cli(
+            "--calibrate", vllm.url + "/v1", "--calibrate-lengths", "128,512,2048",
+            "--save-cost-model", str(saved),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    fitted = json.loads(saved.read_text())
+    assert fitted == json.loads(proc.stdout)
+    assert fitted["source"].startswith("calibrated against http://127.0.0.1")
+    assert fitted["prefill_token_s"] > 0
+    assert all(fitted[k] >= 0 for k in ("overhead_s", "cached_token_s", "request_s"))
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi " * 500}]}) + "\n")
+    data = _json("--dataset", str(path), "--replicas", "1", "--cost-model", str(saved))
+    assert data["cost_model"] == fitted
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        if found := shutil.which(name):
+            return found
+    pytest.fail("Chromium is not installed: apt-get install -y chromium (scripts/test.sh)")
+
+
+def test_html_renders_in_headless_chromium_with_the_plan_s_figures(
+    recorded: Path, tmp_path: Path
+) -> None:
+    page = tmp_path / "plan.html"
+    data = _json("--config", str(recorded), "--replicas", "1..3", "--html", str(page))
+    html = page.read_text()
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # offline
+    profile = tempfile.mkdtemp(dir=tmp_path)
+    proc = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+         "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert 'data-ready="1"' in dom
+    assert 'data-charts="3"' in dom
+    assert ":CONSOLE" not in proc.stderr
+    for chart in ("plan-ttft", "plan-cost", "plan-turns"):
+        assert f'data-chart="{chart}"' in dom
+    for size in data["sizes"]:
+        p95 = size["ttft_p95_s"] * 1000
+        assert f'data-series="TTFT p95" data-x="{size["replicas"]}" data-y="{p95:g}"' in dom
+        cost = size["monthly_usd"]
+        assert f'data-series="self-hosted" data-x="{size["replicas"]}" data-y="{cost:g}"' in dom
