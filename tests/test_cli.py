@@ -66,6 +66,7 @@ def test_help_lists_only_working_commands() -> None:
         "cachecheck",
         "parity",
         "bench",
+        "plan",
         "doctor",
     }
 
