@@ -1,10 +1,12 @@
 """Fit the cost model to a real OpenAI-compatible endpoint with a short probe.
 
 The probe is the bench's own runner, one conversation at a time so no request waits for
-another: for each prompt length a conversation of a few turns, whose first turn is cold
-and whose later turns find their history cached. Each turn's TTFT, prompt tokens and
-`usage.prompt_tokens_details.cached_tokens` become a `Probe`; a warm-up conversation runs
-first and is not counted (a server's first requests pay for compilation and allocation).
+another: for each prompt length (`repeats` times) a conversation of a few turns, whose
+first turn is cold and whose later turns find their history cached. Then a few short
+requests decode together, to measure what one more sequence adds to a decode step. Each
+turn's TTFT, prompt tokens and `usage.prompt_tokens_details.cached_tokens` become a
+`Probe`; a warm-up conversation runs first and is not counted (a server's first
+requests pay for compilation and allocation).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ DEFAULT_LENGTHS = (256, 1024, 4096)
 TURNS = 3
 TURN_TOKENS = 32
 MAX_TOKENS = 16
+BATCH = 4  # sequences decoding together, to measure what one more adds to a step
 
 
 def probes(records: Sequence[TurnRecord]) -> list[Probe]:
@@ -32,31 +35,45 @@ def probes(records: Sequence[TurnRecord]) -> list[Probe]:
         cached = r.cached_tokens
         if cached is None:
             cached = previous.get(r.conversation, 0) if r.turn > 1 else 0
-        itl = None
-        if r.latency_s is not None and r.completion_tokens and r.completion_tokens > 1:
-            itl = (r.latency_s - r.ttft_s) / (r.completion_tokens - 1)
-        out.append(Probe(r.prompt_tokens, min(cached, r.prompt_tokens), r.ttft_s, itl))
+        out.append(Probe(r.prompt_tokens, min(cached, r.prompt_tokens), r.ttft_s, _itl(r)))
         previous[r.conversation] = r.prompt_tokens
     return out
 
 
-async def _probe(target: Target, lengths: Sequence[int], seed: int) -> list[TurnRecord]:
-    settings = RunSettings(concurrency=1, max_tokens=MAX_TOKENS, temperature=0.0)
+def _itl(record: TurnRecord) -> float | None:
+    if record.latency_s is None or record.ttft_s is None or not record.completion_tokens:
+        return None
+    if record.completion_tokens < 2:
+        return None
+    return (record.latency_s - record.ttft_s) / (record.completion_tokens - 1)
+
+
+async def _probe(
+    target: Target, lengths: Sequence[int], repeats: int, seed: int
+) -> tuple[list[TurnRecord], list[float]]:
+    """The single-request records, and the inter-token times of a batch decoding together."""
+    alone = RunSettings(concurrency=1, max_tokens=MAX_TOKENS, temperature=0.0)
     warm = synthetic(1, 1, min(lengths), TURN_TOKENS, seed)
-    await run_bench(target, warm, settings)
+    await run_bench(target, warm, alone)
     records: list[TurnRecord] = []
-    for length in lengths:
-        conversation = synthetic(1, TURNS, length, TURN_TOKENS, seed)
-        records.extend((await run_bench(target, conversation, settings)).records)
-    return records
+    for _ in range(repeats):
+        for length in lengths:
+            conversation = synthetic(1, TURNS, length, TURN_TOKENS, seed)
+            records.extend((await run_bench(target, conversation, alone)).records)
+    together = RunSettings(concurrency=BATCH, max_tokens=4 * MAX_TOKENS, temperature=0.0)
+    batch = await run_bench(target, synthetic(BATCH, 1, 32, 8, seed), together)
+    itls = [itl for itl in map(_itl, batch.records) if itl is not None]
+    return records, itls
 
 
 def calibrate(
-    target: Target, lengths: Sequence[int] = DEFAULT_LENGTHS, seed: int = 0
+    target: Target, lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 2, seed: int = 0
 ) -> tuple[CostModel, list[Probe]]:
     """The fitted cost model and the probes it was fitted to."""
-    measured = probes(asyncio.run(_probe(target, lengths, seed)))
-    failed = len(lengths) * TURNS - len(measured)
-    if failed:
-        raise RuntimeError(f"{failed} probe request(s) failed; is {target.base_url} serving?")
-    return fit(measured, f"calibrated against {target.base_url}"), measured
+    records, batch_itls = asyncio.run(_probe(target, lengths, repeats, seed))
+    measured = probes(records)
+    failed = len(records) - len(measured)
+    if failed or not batch_itls:
+        raise RuntimeError(f"probe requests failed; is {target.base_url} serving?")
+    batch = (BATCH, sorted(batch_itls)[len(batch_itls) // 2])
+    return fit(measured, f"calibrated against {target.base_url}", batch), measured

@@ -5,7 +5,11 @@ not found in the prefix cache), one token for each sequence decoding, and, for a
 whose history is cached, the attention over that history (read, not recomputed). So
 
     step_s = overhead_s + prefill * prefill_token_s + cached * cached_token_s
-             + decoding * decode_seq_s
+             + pairs * attention_s + decoding * decode_seq_s
+
+where `pairs` counts, for each prompt chunk computed, its tokens times the context they
+attend to (the tokens before the chunk plus half the chunk): attention's quadratic share,
+small on a GPU at 8B but most of the cost for a small model on a CPU.
 
 and a request's first token reaches the client `request_s` after its step ends (HTTP,
 tokenizing, detokenizing: time outside the engine that occupies no GPU).
@@ -24,21 +28,25 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+DEFAULT_DECODE_SEQ_S = 1.0e-4
+
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
     overhead_s: float = 0.005  # per step: scheduling, sampling, kernel launches
     prefill_token_s: float = 1 / 32_500  # per prompt token computed
     cached_token_s: float = 2.0e-6  # per cached prompt token attended during its prefill
-    decode_seq_s: float = 1.0e-4  # per sequence decoding in the step
+    decode_seq_s: float = DEFAULT_DECODE_SEQ_S  # per sequence decoding in the step
     request_s: float = 0.005  # per request, outside the engine
+    attention_s: float = 0.0  # per (prompt token computed x context token it attends to)
     source: str = "default: 8B model on one H200"
 
-    def step_s(self, prefill: int, cached: int, decoding: int) -> float:
+    def step_s(self, prefill: int, cached: int, decoding: int, pairs: float = 0.0) -> float:
         return (
             self.overhead_s
             + prefill * self.prefill_token_s
             + cached * self.cached_token_s
+            + pairs * self.attention_s
             + decoding * self.decode_seq_s
         )
 
@@ -94,49 +102,65 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
 
 
 def _least_squares(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
-    """Non-negative least squares by dropping a negative coefficient and refitting: with
-    three features that is exact enough, and no numpy is needed."""
-    active = list(range(len(rows[0])))
-    while True:
-        x = [[row[i] for i in active] for row in rows]
-        ata = [
-            [sum(r[i] * r[j] for r in x) for j in range(len(active))] for i in range(len(active))
-        ]
-        aty = [sum(r[i] * y for r, y in zip(x, ys, strict=True)) for i in range(len(active))]
+    """Non-negative least squares, by dropping the most negative coefficient and refitting
+    (enough for four features, and no numpy). Columns are scaled to 1 first: token counts
+    and token pairs differ by six orders of magnitude."""
+    width = len(rows[0])
+    scale = [max(abs(r[i]) for r in rows) or 1.0 for i in range(width)]
+    active = list(range(width))
+    out = [0.0] * width
+    while active:
+        x = [[row[i] / scale[i] for i in active] for row in rows]
+        n = len(active)
+        ata = [[sum(r[i] * r[j] for r in x) for j in range(n)] for i in range(n)]
+        aty = [sum(r[i] * y for r, y in zip(x, ys, strict=True)) for i in range(n)]
         solved = _solve(ata, aty)
-        negative = [active[i] for i, v in enumerate(solved) if v < 0]
-        if not negative:
-            out = [0.0] * len(rows[0])
+        worst = min(range(n), key=lambda i: solved[i])
+        if solved[worst] >= 0:
             for i, v in zip(active, solved, strict=True):
-                out[i] = v
+                out[i] = v / scale[i]
             return out
-        active = [i for i in active if i != negative[0]]
-        if not active:
-            return [0.0] * len(rows[0])
+        del active[worst]
+    return out
 
 
-def fit(probes: Sequence[Probe], label: str, decode_seq_s: float = 1.0e-4) -> CostModel:
-    """Fit the costs to single-request probes. A lone prompt's TTFT is a fixed part (the
-    request's own and its step's overhead) plus its new and its cached tokens' costs; its
-    inter-token time is one decode step of one sequence, which splits the fixed part into
-    the step's share and the request's. What each extra sequence adds to a decode step
-    takes concurrent requests to measure, so `decode_seq_s` is given, not fitted. Needs
-    cold and cached probes of at least two lengths."""
-    if len({(p.prompt_tokens, p.cached_tokens) for p in probes}) < 3:
-        raise ValueError("calibration needs probes of at least three distinct shapes")
+def attention_pairs(start: int, chunk: int) -> float:
+    """Token pairs a chunk of `chunk` prompt tokens attends, after `start` tokens."""
+    return chunk * (start + chunk / 2)
+
+
+def fit(
+    probes: Sequence[Probe], label: str, batch_itl: tuple[int, float] | None = None
+) -> CostModel:
+    """Fit the costs to single-request probes, plus, when given, the inter-token time of
+    `batch_itl[0]` sequences decoding together.
+
+    A lone request's inter-token time is one decode step of one sequence (overhead plus
+    one sequence); a batch's adds a sequence's cost per extra sequence, which separates
+    the two. A lone prompt's TTFT is one step's overhead plus the request's own time, its
+    new tokens, its cached tokens and its attention pairs. Needs cold and cached probes of
+    at least two lengths."""
+    if len({(p.prompt_tokens, p.cached_tokens) for p in probes}) < 4:
+        raise ValueError("calibration needs probes of at least four distinct shapes")
+    itls = sorted(p.itl_s for p in probes if p.itl_s is not None)
+    itl = itls[len(itls) // 2] if itls else 0.0
+    decode_seq = DEFAULT_DECODE_SEQ_S
+    if batch_itl is not None and batch_itl[0] > 1:
+        decode_seq = max(0.0, (batch_itl[1] - itl) / (batch_itl[0] - 1))
+    overhead = max(0.0, itl - decode_seq)
     rows, ys = [], []
     for p in probes:
-        rows.append((1.0, float(max(1, p.prompt_tokens - p.cached_tokens)), float(p.cached_tokens)))
-        ys.append(p.ttft_s)
-    fixed, per_token, per_cached = _least_squares(rows, ys)
-    itls = sorted(p.itl_s for p in probes if p.itl_s is not None)
-    step = max(0.0, itls[len(itls) // 2] - decode_seq_s) if itls else fixed / 2
-    step = min(step, fixed)
+        new = max(1, p.prompt_tokens - p.cached_tokens)
+        pairs = attention_pairs(p.cached_tokens, new)
+        rows.append((1.0, float(new), float(p.cached_tokens), pairs))
+        ys.append(p.ttft_s - overhead)
+    request, per_token, per_cached, per_pair = _least_squares(rows, ys)
     return CostModel(
-        overhead_s=step,
+        overhead_s=overhead,
         prefill_token_s=per_token,
         cached_token_s=per_cached,
-        decode_seq_s=decode_seq_s,
-        request_s=fixed - step,
+        decode_seq_s=decode_seq,
+        request_s=request,
+        attention_s=per_pair,
         source=label,
     )

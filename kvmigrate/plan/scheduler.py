@@ -23,7 +23,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvmigrate.plan.cost_model import CostModel
+from kvmigrate.plan.cost_model import CostModel, attention_pairs
 from kvmigrate.plan.prefix_cache import PrefixCache
 from kvmigrate.plan.workload import Request
 
@@ -80,6 +80,7 @@ class Engine:
         budget = self.settings.max_batched_tokens - decoders
         chunks: list[tuple[Job, int]] = []
         prefill = cached = 0
+        pairs = 0.0
         for job in self.prefilling:
             if budget <= 0:
                 break
@@ -87,6 +88,7 @@ class Engine:
             chunks.append((job, chunk))
             budget -= chunk
             prefill += chunk
+            pairs += attention_pairs(job.request.prompt_tokens - job.remaining, chunk)
         while self.waiting and budget > 0 and self._running() < self.settings.max_seqs:
             job = self.waiting[0]
             if not self._admit(job, now):
@@ -98,10 +100,11 @@ class Engine:
             budget -= chunk
             prefill += chunk
             cached += job.cached
+            pairs += attention_pairs(job.cached, chunk)
         if not chunks and not decoders:
             self.step = None
             return None
-        duration = self.cost.step_s(prefill, cached, decoders)
+        duration = self.cost.step_s(prefill, cached, decoders, pairs)
         repeat = 1 if chunks else self.decoding[0][0] - self.decoded
         self.step = Step(now, duration, repeat, chunks)
         return now + duration * repeat

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmigrate.plan.cost_model import CostModel, Probe, fit
+from kvmigrate.plan.cost_model import CostModel, Probe, attention_pairs, fit
 from kvmigrate.plan.prefix_cache import PrefixCache
 from kvmigrate.plan.scheduler import Engine, EngineSettings, Job
 from kvmigrate.plan.workload import Request
@@ -46,26 +46,46 @@ def test_the_default_cost_model_reproduces_the_h200_figures() -> None:
 
 def test_fit_recovers_the_parameters_that_produced_the_probes() -> None:
     truth = CostModel(
-        overhead_s=0.02, prefill_token_s=0.0005, cached_token_s=0.00002, request_s=0.01
-    )
+        overhead_s=0.02, prefill_token_s=0.0005, cached_token_s=0.00002, decode_seq_s=0.003,
+        request_s=0.01, attention_s=1e-7,
+    )  # fmt: skip
     shapes = [(256, 0), (1024, 0), (4096, 0), (300, 256), (1100, 1024), (4200, 4096)]
     probes = [
-        Probe(p, c, truth.step_s(p - c, c, 0) + truth.request_s, itl_s=truth.step_s(0, 0, 1))
+        Probe(
+            p, c,
+            truth.step_s(p - c, c, 0, attention_pairs(c, p - c)) + truth.request_s,
+            itl_s=truth.step_s(0, 0, 1),
+        )
         for p, c in shapes
-    ]
-    fitted = fit(probes, label="test", decode_seq_s=truth.decode_seq_s)
+    ]  # fmt: skip
+    fitted = fit(probes, label="test", batch_itl=(4, truth.step_s(0, 0, 4)))
     assert fitted.overhead_s == pytest.approx(0.02, rel=1e-6)
+    assert fitted.decode_seq_s == pytest.approx(0.003, rel=1e-6)
     assert fitted.request_s == pytest.approx(0.01, rel=1e-6)
     assert fitted.prefill_token_s == pytest.approx(0.0005, rel=1e-6)
     assert fitted.cached_token_s == pytest.approx(0.00002, rel=1e-6)
-    assert fitted.decode_seq_s == truth.decode_seq_s
+    assert fitted.attention_s == pytest.approx(1e-7, rel=1e-6)
+
+
+def test_attention_pairs_grow_with_the_context_a_chunk_attends() -> None:
+    assert attention_pairs(0, 100) == 100 * 50
+    assert attention_pairs(1000, 100) == 100 * 1050
+    # Two chunks of a prompt attend exactly what the prompt in one chunk does.
+    assert attention_pairs(0, 60) + attention_pairs(60, 40) == attention_pairs(0, 100)
 
 
 def test_fit_never_returns_a_negative_cost() -> None:
     # Cached prompts measured no faster than cold ones of the same new-token count.
     probes = [Probe(100, 0, 0.1), Probe(1100, 1000, 0.1), Probe(2000, 0, 1.0), Probe(500, 0, 0.3)]
-    fitted = fit(probes, "noisy")
-    assert min(fitted.overhead_s, fitted.prefill_token_s, fitted.cached_token_s) >= 0
+    fitted = fit(probes, "noisy", batch_itl=(4, 0.001))  # a batch faster than one alone
+    values = fitted.to_json()
+    del values["source"]
+    assert min(v for v in values.values() if isinstance(v, float)) >= 0
+
+
+def test_fit_needs_cold_and_cached_probes_of_several_lengths() -> None:
+    with pytest.raises(ValueError, match="four distinct shapes"):
+        fit([Probe(100, 0, 0.1), Probe(200, 96, 0.05), Probe(100, 0, 0.12)], "few")
 
 
 def test_a_saved_cost_model_loads_back_and_bad_keys_are_refused(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.plan.cost_model import CostModel, attention_pairs
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.recorder import build_recorder
 from kvmigrate.serving import BackgroundServer
@@ -167,7 +168,7 @@ def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
 
 def test_calibrate_against_an_emulated_vllm_and_reuse_the_fit(tmp_path: Path) -> None:
     saved = tmp_path / "cost.json"
-    settings = EmulatorSettings(profile="vllm", time_scale=0.05)
+    settings = EmulatorSettings(profile="vllm", time_scale=1.0)
     with BackgroundServer(lambda: build_app(settings)) as vllm:
         proc = _cli(
             "--calibrate", vllm.url + "/v1", "--calibrate-lengths", "128,512,2048",
@@ -177,8 +178,13 @@ def test_calibrate_against_an_emulated_vllm_and_reuse_the_fit(tmp_path: Path) ->
     fitted = json.loads(saved.read_text())
     assert fitted == json.loads(proc.stdout)
     assert fitted["source"].startswith("calibrated against http://127.0.0.1")
-    assert fitted["prefill_token_s"] > 0
-    assert all(fitted[k] >= 0 for k in ("overhead_s", "cached_token_s", "request_s"))
+    assert all(v >= 0 for k, v in fitted.items() if k != "source")
+    model = CostModel.from_json(fitted)
+    # Whatever the noise, the fit says what the emulated engine does: a cached history
+    # makes a prompt cheaper than the same prompt cold.
+    assert model.step_s(2048, 0, 0, attention_pairs(0, 2048)) > model.step_s(
+        128, 1920, 0, attention_pairs(1920, 128)
+    )
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi " * 500}]}) + "\n")
     data = _json("--dataset", str(path), "--replicas", "1", "--cost-model", str(saved))
