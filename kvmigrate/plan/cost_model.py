@@ -124,6 +124,20 @@ def _least_squares(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list
     return out
 
 
+def _medians(probes: Sequence[Probe]) -> list[tuple[tuple[int, int], float]]:
+    """The median TTFT of each probe shape (prompt and cached tokens, to a 16-token
+    grain): one slow outlier on a busy machine must not tilt the whole fit."""
+    shapes: dict[tuple[int, int], list[Probe]] = {}
+    for p in probes:
+        shapes.setdefault((p.prompt_tokens // 16, p.cached_tokens // 16), []).append(p)
+    out = []
+    for group in shapes.values():
+        group.sort(key=lambda p: p.ttft_s)
+        middle = group[len(group) // 2]
+        out.append(((middle.prompt_tokens, middle.cached_tokens), middle.ttft_s))
+    return out
+
+
 def attention_pairs(start: int, chunk: int) -> float:
     """Token pairs a chunk of `chunk` prompt tokens attends, after `start` tokens."""
     return chunk * (start + chunk / 2)
@@ -140,7 +154,7 @@ def fit(
     the two. A lone prompt's TTFT is one step's overhead plus the request's own time, its
     new tokens, its cached tokens and its attention pairs. Needs cold and cached probes of
     at least two lengths."""
-    if len({(p.prompt_tokens, p.cached_tokens) for p in probes}) < 4:
+    if len({(p.prompt_tokens // 16, p.cached_tokens // 16) for p in probes}) < 4:
         raise ValueError("calibration needs probes of at least four distinct shapes")
     itls = sorted(p.itl_s for p in probes if p.itl_s is not None)
     itl = itls[len(itls) // 2] if itls else 0.0
@@ -149,11 +163,10 @@ def fit(
         decode_seq = max(0.0, (batch_itl[1] - itl) / (batch_itl[0] - 1))
     overhead = max(0.0, itl - decode_seq)
     rows, ys = [], []
-    for p in probes:
-        new = max(1, p.prompt_tokens - p.cached_tokens)
-        pairs = attention_pairs(p.cached_tokens, new)
-        rows.append((1.0, float(new), float(p.cached_tokens), pairs))
-        ys.append(p.ttft_s - overhead)
+    for (prompt, cached), ttft in _medians(probes):
+        new = max(1, prompt - cached)
+        rows.append((1.0, float(new), float(cached), attention_pairs(cached, new)))
+        ys.append(ttft - overhead)
     request, per_token, per_cached, per_pair = _least_squares(rows, ys)
     return CostModel(
         overhead_s=overhead,
