@@ -78,7 +78,7 @@ def record(server: VllmServer, shape: Shape, root: Path) -> tuple[str, list[Turn
     config = parse_config(CONFIG.format(url=server.base_url, db=db), env={})
     recorder = build_recorder(config)
     conversations = synthetic(shape.conversations, shape.turns, shape.system_words,
-                              shape.turn_words, seed=shape.seed + (10 if shape.name.endswith("2") else 0))  # fmt: skip
+                              shape.turn_words, seed=shape.seed)  # fmt: skip
     settings = RunSettings(concurrency=shape.concurrency, max_tokens=shape.max_tokens)
     with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
         run = asyncio.run(run_bench(Target(proxy.url + "/v1", "bench"), conversations, settings))
