@@ -11,6 +11,11 @@
    calibration.
 
     python benchmarks/plan_fidelity.py
+    python benchmarks/plan_fidelity.py --emulator   # the emulator's vLLM profile instead
+
+With `--emulator` the engine is kvmigrate's own emulated vLLM in real time: not a fidelity
+claim (its latency model is a formula much like the cost model's), a consistency check
+that the simulator and the emulator agree on the same workload.
 
 Targets (issue 22): A within 20% on TTFT p50 per turn and 5 points on the hit rate; B within
 25%. This runs for a few minutes on the 2-core test machine, whose load shows in the
@@ -19,16 +24,20 @@ figures: run it on a quiet machine before quoting them.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvmigrate.bench import RunSettings, Target, TurnRecord, run_bench, synthetic
 from kvmigrate.config import parse_config
+from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.plan.calibrate import calibrate
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.metrics import figures
@@ -72,10 +81,10 @@ A = Shape("A", conversations=16, turns=6, concurrency=2)
 B = Shape("B", conversations=12, turns=4, concurrency=4, system_words=400, seed=2)
 
 
-def record(server: VllmServer, shape: Shape, root: Path) -> tuple[str, list[TurnRecord]]:
+def record(base_url: str, shape: Shape, root: Path) -> tuple[str, list[TurnRecord]]:
     """Run the shape through a recording proxy; the records URL and the client's records."""
     db = root / f"{shape.name}.db"
-    config = parse_config(CONFIG.format(url=server.base_url, db=db), env={})
+    config = parse_config(CONFIG.format(url=base_url, db=db), env={})
     recorder = build_recorder(config)
     conversations = synthetic(shape.conversations, shape.turns, shape.system_words,
                               shape.turn_words, seed=shape.seed)  # fmt: skip
@@ -142,20 +151,37 @@ def noise_floor(first: list[TurnRecord], again: list[TurnRecord]) -> float:
     return worst
 
 
-def main() -> int:
+@contextmanager
+def engine(emulated: bool) -> Iterator[str]:
+    """The engine's base URL: real vLLM, or the emulator's vLLM profile in real time."""
+    if emulated:
+        settings = EmulatorSettings(
+            profile="vllm", models=("bench",), block_size=BLOCK, cache_capacity_tokens=KV_TOKENS
+        )
+        with BackgroundServer(lambda: build_app(settings)) as emulator:
+            yield emulator.url + "/v1"
+        return
     python = ensure_vllm_venv()
     model = ensure_tiny_model("bench", python)
     extra = ("--max-num-batched-tokens", str(BUDGET), "--max-num-seqs", "256")
-    root = Path(tempfile.mkdtemp(prefix="kvmigrate-fidelity-"))
     with VllmServer(model, served_model_name="bench", python=python, extra_args=extra) as server:
+        yield server.base_url
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--emulator", action="store_true", help="the emulator's vLLM profile")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="kvmigrate-fidelity-"))
+    with engine(args.emulator) as base_url:
         started = time.perf_counter()
-        target = Target(server.base_url, "bench")
+        target = Target(base_url, "bench")
         probed, probes = calibrate(target, lengths=(128, 256, 512, 1024), repeats=3)
         print(f"calibrated on {len(probes)} probes in {time.perf_counter() - started:.0f} s: "
               + ", ".join(f"{k}={v:.3g}" for k, v in probed.to_json().items()
                           if isinstance(v, float)))  # fmt: skip
-        recorded = [(shape, *record(server, shape, root)) for shape in (A, B)]
-        again = record(server, replace(A, name="A2"), root)[1]
+        recorded = [(shape, *record(base_url, shape, root)) for shape in (A, B)]
+        again = record(base_url, replace(A, name="A2"), root)[1]
     (_, url_a, first), (_, url_b, _) = recorded
     floor = noise_floor(first, again)
     workloads = {"A": load(url_a), "B": load(url_b)}
