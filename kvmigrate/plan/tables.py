@@ -26,7 +26,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"Cost model ({c.source}): {_ms(c.overhead_s)}/step + "
         f"{1 / c.prefill_token_s if c.prefill_token_s else float('inf'):,.0f} prefill tokens/s"
         f" + {c.cached_token_s * 1e6:.2f} µs per cached token + "
-        f"{c.decode_seq_s * 1e3:.2f} ms per decoding sequence",
+        f"{c.attention_s * 1e9:.3g} ns per attended token pair + "
+        f"{c.decode_seq_s * 1e3:.2f} ms per decoding sequence; {_ms(c.request_s)} per request",
     ]
     return lines + list(plan.notes) + [verdict(plan)]
 
