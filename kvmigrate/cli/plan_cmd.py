@@ -15,6 +15,7 @@ from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.cli.report_cmd import open_records, parse_since
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Model, Replica, lookup
+from kvmigrate.plan.refine import refine
 from kvmigrate.plan.routing import ROUTINGS
 from kvmigrate.plan.scheduler import EngineSettings
 from kvmigrate.plan.simulate import Fleet
@@ -32,6 +33,7 @@ def _workload(
     config_path: str,
     since: str,
     pacing: tuple[float, float],
+    backend: str | None = None,
 ) -> Workload:
     try:
         if dataset is not None:
@@ -44,7 +46,7 @@ def _workload(
                 raise click.ClickException(f"no records database at {url}; record traffic first")
             stack.enter_context(store)
             now = time.time()
-            return from_store(store, parse_since(since, now), now + 1.0)
+            return from_store(store, parse_since(since, now), now + 1.0, backend)
     except WorkloadError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -216,6 +218,9 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the cost model used as JSON; with --calibrate and no traffic, only calibrate.",
 )
+@click.option("--refine-replicas", type=_POSITIVE, metavar="N",
+              help="Refine the cost model on the candidate's own recorded TTFTs, replayed "
+              "on the N replicas that served them (the pilot's vLLM fleet).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the tables.")
 @click.option(
     "--html",
@@ -273,6 +278,7 @@ class _Options:
     calibrate_lengths: str
     api_key: str | None
     save_cost_model: Path | None
+    refine_replicas: int | None
     as_json: bool
     html_path: Path | None
 
@@ -291,6 +297,26 @@ def _fleet(o: _Options, cost: CostModel) -> Fleet:
     )
 
 
+def _refined(o: _Options, fleet: Fleet) -> tuple[Fleet, tuple[str, ...]]:
+    """The fleet with its cost model refined on the candidate's records (--refine-replicas)."""
+    if o.refine_replicas is None:
+        return fleet, ()
+    if o.dataset is not None:
+        raise click.UsageError("--refine-replicas needs recorded traffic, not --dataset")
+    candidate = load_or_exit(o.config_path).rollout.candidate
+    recorded = _workload(None, o.records, o.config_path, o.since, (1.0, 0.0), candidate)
+    label = f"{fleet.cost.source}, refined on {len(recorded.requests):,} {candidate} records"
+    try:
+        cost, rms = refine(recorded, fleet, o.refine_replicas, label)
+    except ValueError as exc:
+        raise click.ClickException(f"cannot refine: {exc}") from None
+    note = (
+        f"Cost model refined on {candidate}'s {len(recorded.requests):,} recorded calls "
+        f"replayed on {o.refine_replicas} replica(s): RMS log error {rms:.2f} on TTFT p50 by turn."
+    )
+    return replace(fleet, cost=cost), (note,)
+
+
 def _run(o: _Options) -> None:
     try:
         sizes = parse_sizes(o.replicas)
@@ -298,12 +324,13 @@ def _run(o: _Options) -> None:
         raise click.BadParameter(str(exc), param_hint="--replicas") from None
     cost = _cost_model(o.cost_model, o.calibrate_url, o.api_key, o.calibrate_model,
                        o.calibrate_lengths)  # fmt: skip
-    if o.save_cost_model is not None:
+    if o.calibrate_url and o.save_cost_model and o.dataset is None and o.records is None:
         o.save_cost_model.write_text(json.dumps(cost.to_json(), indent=2) + "\n", encoding="utf-8")
-        if o.calibrate_url and o.dataset is None and o.records is None:
-            click.echo(json.dumps(cost.to_json(), indent=2))
-            return
-    fleet = _fleet(o, cost)
+        click.echo(json.dumps(cost.to_json(), indent=2))
+        return
+    fleet, refined = _refined(o, _fleet(o, cost))
+    if o.save_cost_model is not None:
+        o.save_cost_model.write_text(json.dumps(fleet.cost.to_json(), indent=2) + "\n")
     pacing = (o.conversation_rate, o.think_time)
     workload = _workload(o.dataset, o.records, o.config_path, o.since, pacing)
     workload = scaled(workload, o.rate_scale, o.context_scale)
@@ -312,7 +339,7 @@ def _run(o: _Options) -> None:
     progress = None if o.as_json else (lambda n: click.echo(f"simulated {n} replica(s)", err=True))
     result = sweep(workload, fleet, sizes, o.ttft_p95_slo / 1000.0, costs, progress)
     notes = _notes(o.dataset, o.conversation_rate, o.think_time, o.rate_scale, o.context_scale)
-    result = replace(result, notes=notes)
+    result = replace(result, notes=refined + notes)
     _emit(result, o.as_json, o.html_path)
     if result.chosen is None:
         sys.exit(1)

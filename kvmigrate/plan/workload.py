@@ -127,20 +127,29 @@ def _assemble(turns: Iterable[_Turn], source: str, skipped: int = 0) -> Workload
     return Workload(tuple(out), source, skipped, end - start)
 
 
-RECORDS_SQL = (
+_SELECT = (
     "SELECT conversation, turn, ts, prompt_tokens, completion_tokens, latency_ms, ttft_ms, "
-    "cached_tokens FROM records WHERE role = 'serve' AND ts >= ? AND ts < ? "
-    "AND (status IS NULL OR status < 400) ORDER BY ts LIMIT ? OFFSET ?"
+    "cached_tokens FROM records WHERE ts >= ? AND ts < ? AND (status IS NULL OR status < 400) "
+)
+RECORDS_SQL = _SELECT + "AND role = 'serve' ORDER BY ts LIMIT ? OFFSET ?"
+# What one backend served or shadowed: in a pilot the candidate gets a copy of every
+# sampled conversation, so its own records are a load test of the pilot fleet.
+BACKEND_SQL = (
+    _SELECT + "AND backend = ? AND role IN ('serve', 'shadow') ORDER BY ts LIMIT ? OFFSET ?"
 )
 _PAGE = 5000
 
 
-def from_store(store: RecordStore, since: float, until: float) -> Workload:
-    """The served calls of the window; a call without a prompt token count is skipped."""
+def from_store(
+    store: RecordStore, since: float, until: float, backend: str | None = None
+) -> Workload:
+    """The served calls of the window (or, with `backend`, every call that backend
+    answered, served or shadowed); a call without a prompt token count is skipped."""
     turns: list[_Turn] = []
     skipped, offset = 0, 0
+    sql, params = (RECORDS_SQL, ()) if backend is None else (BACKEND_SQL, (backend,))
     while True:
-        page = store.query(RECORDS_SQL, (since, until, _PAGE, offset))
+        page = store.query(sql, (since, until, *params, _PAGE, offset))
         for conversation, turn, ts, prompt, completion, latency, ttft, cached in page:
             if not prompt:
                 skipped += 1

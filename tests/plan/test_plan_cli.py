@@ -224,3 +224,23 @@ def test_html_renders_in_headless_chromium_with_the_plan_s_figures(
         assert f'data-series="TTFT p95" data-x="{size["replicas"]}" data-y="{p95:g}"' in dom
         cost = size["monthly_usd"]
         assert f'data-series="self-hosted" data-x="{size["replicas"]}" data-y="{cost:g}"' in dom
+
+
+def test_refine_on_the_candidate_s_own_records(recorded: Path, tmp_path: Path) -> None:
+    """The shadow copies went to an emulated vLLM at 1/50 of real time: refined on them, the
+    cost model is far cheaper than the H200 default, and says so."""
+    saved = tmp_path / "refined.json"
+    base = _json("--config", str(recorded), "--replicas", "1")
+    refined = _json(
+        "--config", str(recorded), "--replicas", "1", "--refine-replicas", "1",
+        "--save-cost-model", str(saved),
+    )  # fmt: skip
+    assert refined["cost_model"]["source"].endswith(
+        f"refined on {TURNS * CONVERSATIONS} vllm records"
+    )
+    assert json.loads(saved.read_text()) == refined["cost_model"]
+    assert any("refined on vllm's" in note for note in refined["notes"])
+    assert refined["sizes"][0]["ttft_p50_s"] < base["sizes"][0]["ttft_p50_s"] / 4
+    proc = _cli("--dataset", str(saved), "--refine-replicas", "1")
+    assert proc.returncode == 2
+    assert "needs recorded traffic" in proc.stderr
