@@ -45,66 +45,76 @@ class Outcome:
 _STEP, _ARRIVE = 0, 1  # at equal times a step ends (freeing room) before an arrival lands
 
 
-def simulate(workload: Workload, fleet: Fleet, replicas: int) -> Outcome:
-    if replicas < 1:
-        raise ValueError("need at least one replica")
-    engines = [
-        Engine(
-            PrefixCache(fleet.kv_blocks, fleet.engine.block_size, fleet.prefix_caching),
-            fleet.cost,
-            fleet.engine,
-        )
-        for _ in range(replicas)
-    ]
-    route = router(fleet.routing, replicas)
-    versions = [0] * replicas
-    later: dict[str, deque[Request]] = defaultdict(deque)
-    events: list[tuple[float, int, int, Request | None, int, int]] = []
-    order = itertools.count()
-    for request in workload.requests:
-        if request.gap_s is None:
-            events.append((request.arrival_s, _ARRIVE, next(order), request, 0, 0))
-        else:
-            later[request.conversation].append(request)
-    heapq.heapify(events)
-    done: list[Job] = []
+Event = tuple[float, int, int, Request | None, int, int]  # time, kind, n, arrival, replica, version
 
-    def schedule(index: int, end: float | None) -> None:
-        versions[index] += 1
-        if end is not None:
-            heapq.heappush(events, (end, _STEP, next(order), None, index, versions[index]))
 
-    now = 0.0
-    while events:
-        now, _, _, payload, index, version = heapq.heappop(events)
-        if payload is not None:
-            index = route.choose(payload.conversation, engines)
-            engine = engines[index]
-            engine.waiting.append(Job(payload, now, index))
-            if engine.step is None:
-                schedule(index, engine.start(now))
+class _Loop:
+    """The simulation's state: the engines, the router, and the events still to come."""
+
+    def __init__(self, workload: Workload, fleet: Fleet, replicas: int) -> None:
+        cache = (fleet.kv_blocks, fleet.engine.block_size, fleet.prefix_caching)
+        self.engines = [
+            Engine(PrefixCache(*cache), fleet.cost, fleet.engine) for _ in range(replicas)
+        ]
+        self.route = router(fleet.routing, replicas)
+        self.versions = [0] * replicas  # a step's end event is stale once its version moved
+        self.later: dict[str, deque[Request]] = defaultdict(deque)
+        self.order = itertools.count()
+        self.events: list[Event] = []
+        for request in workload.requests:
+            if request.gap_s is None:
+                self.events.append((request.arrival_s, _ARRIVE, next(self.order), request, 0, 0))
             else:
-                cut = engine.cut(now)
-                if cut is not None:
-                    schedule(index, cut)
-            continue
-        if version != versions[index]:
-            continue  # a stretch of decode steps cut short by an arrival
-        engine = engines[index]
+                self.later[request.conversation].append(request)
+        heapq.heapify(self.events)
+        self.done: list[Job] = []
+
+    def schedule(self, index: int, end: float | None) -> None:
+        self.versions[index] += 1
+        if end is not None:
+            event = (end, _STEP, next(self.order), None, index, self.versions[index])
+            heapq.heappush(self.events, event)
+
+    def arrive(self, request: Request, now: float) -> None:
+        index = self.route.choose(request.conversation, self.engines)
+        engine = self.engines[index]
+        engine.waiting.append(Job(request, now, index))
+        if engine.step is None:
+            self.schedule(index, engine.start(now))
+        else:
+            cut = engine.cut(now)
+            if cut is not None:
+                self.schedule(index, cut)
+
+    def step_ends(self, index: int, now: float) -> None:
+        engine = self.engines[index]
         for job in engine.finish(now):
-            done.append(job)
-            following = later.get(job.request.conversation)
+            self.done.append(job)
+            following = self.later.get(job.request.conversation)
             if following:
                 nxt = following.popleft()
                 arrival = job.finished_at + (nxt.gap_s or 0.0)
-                heapq.heappush(events, (arrival, _ARRIVE, next(order), nxt, 0, 0))
+                heapq.heappush(self.events, (arrival, _ARRIVE, next(self.order), nxt, 0, 0))
             else:
-                route.ended(job.request.conversation)
-        schedule(index, engine.start(now))
+                self.route.ended(job.request.conversation)
+        self.schedule(index, engine.start(now))
+
+
+def simulate(workload: Workload, fleet: Fleet, replicas: int) -> Outcome:
+    if replicas < 1:
+        raise ValueError("need at least one replica")
+    loop = _Loop(workload, fleet, replicas)
+    now = 0.0
+    while loop.events:
+        now, _, _, request, index, version = heapq.heappop(loop.events)
+        if request is not None:
+            loop.arrive(request, now)
+        elif version == loop.versions[index]:  # else: a decode stretch an arrival cut short
+            loop.step_ends(index, now)
     return Outcome(
         replicas=replicas,
-        jobs=tuple(done),
-        busy_s=tuple(e.busy_s for e in engines),
-        evictions=sum(e.cache.evictions for e in engines),
+        jobs=tuple(loop.done),
+        busy_s=tuple(e.busy_s for e in loop.engines),
+        evictions=sum(e.cache.evictions for e in loop.engines),
         end_s=now,
     )
