@@ -68,7 +68,11 @@ def serve(conn: Connection, limits: StoreLimits, tokenize: Tokenize | None) -> N
             return  # the proxy is gone
         if items is None:
             return
-        conn.send(([check_one(checker, item) for item in items], len(checker.store)))
+        outcomes = [check_one(checker, item) for item in items]
+        try:
+            conn.send((outcomes, len(checker.store)))
+        except OSError:
+            return  # the proxy died while we checked (kill -9): nobody to answer
 
 
 def check_one(checker: CacheChecker, item: CheckItem) -> Outcome:
