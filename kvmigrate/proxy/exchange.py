@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.wire.chunk_log import ChunkLog
+from kvmigrate.wire.sse import decode_all, json_objects
 
 SERVE = "serve"
 SHADOW = "shadow"
@@ -86,8 +87,10 @@ def _body_usage(body: bytes) -> dict[str, Any] | None:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(data, dict):
-        return None
+    return _usage_of(data) if isinstance(data, dict) else None
+
+
+def _usage_of(data: dict[str, Any]) -> dict[str, Any] | None:
     usage = data.get("usage")
     if usage is None and isinstance(data.get("response"), dict):
         usage = data["response"].get("usage")
@@ -95,14 +98,22 @@ def _body_usage(body: bytes) -> dict[str, Any] | None:
 
 
 def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
-    """The usage object of the last SSE event that carries one (chat, completions, responses)."""
-    tail = b"".join(chunks[-8:])
-    if b'"usage"' not in tail:
-        tail = b"".join(chunks)
-    for line in reversed(tail.split(b"\n")):
-        if not line.startswith(b"data:") or b'"usage"' not in line:
+    """The usage object of the last SSE event that carries one (chat, completions, responses).
+
+    Usage comes at the end: the last two chunks are decoded first, then the last eight,
+    then all. A window's first line may be the tail of an event cut off; the decoder
+    ignores it, and a usage event cut that way is found in the next, wider window."""
+    for window in (chunks[-2:], chunks[-8:], chunks):
+        tail = b"".join(window)
+        if b'"usage"' not in tail:
             continue
-        usage = _body_usage(line[5:].strip())
-        if usage is not None:
-            return usage
+        for event in reversed(decode_all(tail)):
+            if b'"usage"' not in event.data:
+                continue
+            for data in reversed(json_objects(event.data)):
+                usage = _usage_of(data)
+                if usage is not None:
+                    return usage
+        if len(window) == len(chunks):
+            break
     return None

@@ -10,38 +10,46 @@ from __future__ import annotations
 
 import orjson
 
-_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+from kvmigrate.wire.sse import LineDecoder, field
+
+# Field names a line may have; the empty name is a comment's.
+_KNOWN = frozenset({b"data", b"event", b"id", b"retry", b""})
 
 
 class SseCheck:
-    """Feed stream chunks in order; `feed` answers False at the first malformed line."""
+    """Feed stream chunks in order; `feed` answers False at the first malformed line.
 
-    __slots__ = ("_partial",)
+    Line by line, not event by event: a bad line is caught in the chunk that completes
+    it, before that chunk is relayed, even when the event's blank line comes later."""
+
+    __slots__ = ("_lines",)
 
     def __init__(self) -> None:
-        self._partial = b""
+        self._lines = LineDecoder()
 
     def feed(self, chunk: bytes) -> bool:
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        return all(_line_ok(line.rstrip(b"\r")) for line in lines)
+        return all([_line_ok(line) for line in self._lines.feed(chunk)])
+
+    def end(self) -> bool:
+        """Whether the stream's last line, one that no line end closed, is well formed."""
+        return all([_line_ok(line) for line in self._lines.flush()])
 
 
 def _line_ok(line: bytes) -> bool:
-    if not line:
+    if line[:6] == b"data: ":  # most lines: inline, as `field` would read it
+        value = line[6:]
+    elif not line:
         return True
-    if not line.startswith(_FIELDS):
-        return False
-    if not line.startswith(b"data:"):
-        return True
-    payload = line[5:].strip()
-    if payload == b"[DONE]":
+    else:
+        name, value = field(line)
+        if name != b"data":
+            return name in _KNOWN
+    if value == b"[DONE]":
         return True
     try:
-        orjson.loads(payload)
+        orjson.loads(value)
     except orjson.JSONDecodeError:
-        return False
+        return value.strip() == b"[DONE]"
     return True
 
 
@@ -57,5 +65,5 @@ def malformed_kind(body: bytes, event_stream: bool) -> str | None:
     """The error class of a whole answer that does not parse, or None when it does."""
     if event_stream:
         check = SseCheck()
-        return None if check.feed(body + b"\n") else "malformed_stream"
+        return None if check.feed(body) and check.end() else "malformed_stream"
     return None if json_ok(body) else "malformed_body"
