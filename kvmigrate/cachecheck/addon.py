@@ -19,7 +19,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -34,6 +33,7 @@ from kvmigrate.cachecheck.checker import (
 )
 from kvmigrate.cachecheck.compare import Tokenize
 from kvmigrate.cachecheck.process import CheckerProcess, Failed, Outcome, WorkerGone, check_one
+from kvmigrate.exchange import Exchange
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
 log = logging.getLogger("kvmigrate.cachecheck")
@@ -43,21 +43,6 @@ __all__ = ["CHAT_ROUTE", "CacheBusterAddon", "CacheCheckResult"]
 RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 WORKERS = ("process", "thread")
 _BATCH = 64  # exchanges per round trip to the worker process
-
-
-class ExchangeLike(Protocol):
-    """What the addon reads of `kvmigrate.proxy.exchange.Exchange`."""
-
-    request_id: str
-    route: str
-    role: str
-    conversation: str
-    turn: int
-    request_body: bytes
-    chunks: list[bytes]
-
-    @property
-    def ok(self) -> bool: ...
 
 
 class CacheBusterAddon:
@@ -85,7 +70,7 @@ class CacheBusterAddon:
         # A SimpleQueue (C, lock-free put) bounded by hand: the event loop is its only
         # producer, so checking qsize() first is exact enough and costs far less than
         # queue.Queue's locks.
-        self._queue: queue.SimpleQueue[ExchangeLike | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
         self.queue_size = queue_size
         self._enqueued = 0  # written by the event loop only
         self._handled = 0  # written by the feeder only
@@ -126,7 +111,7 @@ class CacheBusterAddon:
     async def running(self) -> None:
         self.start()
 
-    def exchange_done(self, exchange: ExchangeLike) -> None:
+    def exchange_done(self, exchange: Exchange) -> None:
         # The response path: two attribute compares and a put_nowait, nothing else.
         if exchange.role != "serve" or exchange.route != CHAT_ROUTE:
             return
@@ -184,9 +169,9 @@ class CacheBusterAddon:
             if stopping:
                 return
 
-    def _take(self) -> tuple[list[ExchangeLike], bool]:
+    def _take(self) -> tuple[list[Exchange], bool]:
         """(up to _BATCH exchanges, whether close() was called): waits for the first."""
-        batch: list[ExchangeLike] = []
+        batch: list[Exchange] = []
         item = self._queue.get()
         while item is not None:
             batch.append(item)
@@ -198,7 +183,7 @@ class CacheBusterAddon:
                 return batch, False
         return batch, True
 
-    def _check_batch(self, batch: list[ExchangeLike]) -> None:
+    def _check_batch(self, batch: list[Exchange]) -> None:
         items = []
         for exchange in batch:
             if len(exchange.request_body) > MAX_RECORDED_BYTES:
@@ -253,7 +238,7 @@ class CacheBusterAddon:
             self.on_result(outcome)
 
 
-def _item(exchange: ExchangeLike) -> CheckItem:
+def _item(exchange: Exchange) -> CheckItem:
     return CheckItem(
         exchange.request_id,
         exchange.conversation,

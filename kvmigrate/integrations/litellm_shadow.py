@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kvmigrate.exchange import Exchange
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, sse_event
-from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.tasks import BoundedTasks, Work
 
 log = logging.getLogger("kvmigrate.integrations.litellm")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.exchange import Exchange
 from kvmigrate.proxy.metrics import ProxyMetrics
 
 

@@ -14,10 +14,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from kvmigrate.config import Config
+from kvmigrate.exchange import Exchange
 from kvmigrate.recorder.convert import (
     CONTENT_POLICIES,
     DEFAULT_HASH_KEY,
-    ExchangeLike,
     RecordConverter,
 )
 from kvmigrate.recorder.store import open_store, pruner
@@ -91,7 +91,7 @@ class RecorderAddon:
         # Spawning the worker forks and execs: not something to do on the event loop.
         await asyncio.to_thread(self.start)
 
-    def exchange_done(self, exchange: ExchangeLike) -> None:
+    def exchange_done(self, exchange: Exchange) -> None:
         # The Exchange keeps monotonic times; the record needs the wall-clock start.
         self._writer.submit((exchange, time.time() - (time.perf_counter() - exchange.started)))
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
+from kvmigrate.exchange import Exchange
 from kvmigrate.parity.answer import UNSET
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
@@ -23,31 +24,6 @@ DEFAULT_HASH_KEY = b"kvmigrate"
 MAX_MIRRORED = 2_000
 # Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
 TEXT_ROUTES = frozenset({"chat/completions", "completions", "responses"})
-
-
-class ExchangeLike(Protocol):
-    """What the recorder reads of `kvmigrate.proxy.exchange.Exchange`."""
-
-    request_id: str
-    route: str
-    backend: str
-    role: str
-    model: str
-    served_model: str
-    conversation: str
-    turn: int
-    stream: bool
-    started: float
-    request_body: bytes
-    status: int | None
-    error: str | None
-    first_byte: float | None
-    finished: float | None
-    fallback_from: str | None
-    pair_id: str | None
-    mirrored: bool
-    identity: str
-    chunks: list[bytes]
 
 
 class RecordConverter:
@@ -73,9 +49,9 @@ class RecordConverter:
         self._redactor = redactor or Redactor()
         self.history = HistoryMemo()
         # Answers awaiting their copies, with the answer reassembled once for all scorings.
-        self._mirrored: OrderedDict[str, tuple[ExchangeLike, Any]] = OrderedDict()
+        self._mirrored: OrderedDict[str, tuple[Exchange, Any]] = OrderedDict()
 
-    def __call__(self, item: tuple[ExchangeLike, float]) -> Record:
+    def __call__(self, item: tuple[Exchange, float]) -> Record:
         exchange, ts = item
         mirrored, answer, mirrored_answer = None, UNSET, UNSET
         if exchange.mirrored:
@@ -122,12 +98,12 @@ def _is_prefix_hash(conversation: str) -> bool:
 
 
 def to_record(
-    exchange: ExchangeLike,
+    exchange: Exchange,
     ts: float,
     content: str,
     source: str,
     redactor: Redactor | None = None,
-    mirrored: ExchangeLike | None = None,
+    mirrored: Exchange | None = None,
     history: HistoryMemo | None = None,
     answer: Any = UNSET,
     mirrored_answer: Any = UNSET,
@@ -188,7 +164,7 @@ def to_record(
 
 
 def _stored_request(
-    x: ExchangeLike, ts: float, content: str, redactor: Redactor, history: HistoryMemo
+    x: Exchange, ts: float, content: str, redactor: Redactor, history: HistoryMemo
 ) -> dict[str, Any]:
     """The Record fields that hold the request: its body less its history, and the history
     as message digests plus the rows of messages not stored before."""
@@ -247,8 +223,8 @@ def _stream_tail(body: bytes) -> dict[str, Any] | None:
 
 
 def _parity(
-    exchange: ExchangeLike,
-    mirrored: ExchangeLike | None,
+    exchange: Exchange,
+    mirrored: Exchange | None,
     assembled: dict[str, Any] | None,
     mirrored_assembled: Any,
 ) -> dict[str, Any]:

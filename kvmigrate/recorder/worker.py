@@ -24,13 +24,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.context import SpawnContext
-from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from kvmigrate.background import WorkerGone, WorkerProcess
-from kvmigrate.recorder.convert import DEFAULT_HASH_KEY, ExchangeLike
+from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
+from kvmigrate.recorder.convert import DEFAULT_HASH_KEY
 from kvmigrate.recorder.writer import WriterSettings, WriterStats
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
@@ -47,43 +47,14 @@ _MAX_MESSAGE = 32
 _PIPE_BYTES = 1 << 20
 
 
-class RecordedExchange(NamedTuple):
-    """What the worker needs of a finished `Exchange`, the answer's chunks joined into one
-    bytes object. It crosses the pipe as a plain tuple, which pickles faster."""
-
-    request_id: str
-    route: str
-    backend: str
-    role: str
-    model: str
-    served_model: str
-    conversation: str
-    turn: int
-    stream: bool
-    started: float
-    request_body: bytes
-    status: int | None
-    error: str | None
-    first_byte: float | None
-    finished: float | None
-    fallback_from: str | None
-    pair_id: str | None
-    mirrored: bool
-    identity: str
-    chunks: list[bytes]
+Packed = tuple[Any, ...]  # an exchange's state (kvmigrate.exchange), then the wall-clock start
 
 
-_FIELDS = attrgetter(*RecordedExchange._fields[:-1])
-
-
-Packed = tuple[Any, ...]  # RecordedExchange's fields, then the wall-clock start
-
-
-def pack(exchange: ExchangeLike, ts: float) -> Packed:
+def pack(exchange: Exchange, ts: float) -> Packed:
     """The exchange as it crosses to a worker. A request body over `MAX_RECORDED_BYTES`
     crosses as a marker with its size, and so does an answer whose middle was not kept
     (`ChunkLog`), unless it is a stream: its head and its usage-bearing tail still count."""
-    fields = _FIELDS(exchange)
+    fields = exchange_scalars(exchange)
     body = exchange.request_body
     if len(body) > MAX_RECORDED_BYTES:
         fields = (*fields[:_BODY], not_recorded(len(body)), *fields[_BODY + 1 :])
@@ -99,11 +70,11 @@ def not_recorded(size: int) -> bytes:
     return orjson.dumps({"kvmigrate_not_recorded": {"bytes": size}})
 
 
-_BODY = RecordedExchange._fields.index("request_body")
+_BODY = STATE_FIELDS.index("request_body")
 
 
-def unpack(packed: Packed) -> tuple[RecordedExchange, float]:
-    return RecordedExchange._make(packed[:-1]), packed[-1]
+def unpack(packed: Packed) -> tuple[Exchange, float]:
+    return exchange_from_state(packed[:-1]), packed[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +110,13 @@ class ProcessWriter:
         # RecordWriter); PostgreSQL takes concurrent writers as they come.
         lock = context.Lock() if workers > 1 and spec.url.startswith("sqlite") else None
         self._lanes = [_Lane(context, spec, self._logs, lock) for _ in range(workers)]
-        self._pending: deque[tuple[ExchangeLike, float]] = deque()
+        self._pending: deque[tuple[Exchange, float]] = deque()
         self._parent_drops = 0  # queue_full on this side; written by the event loop only
         self._invalid = 0  # items that are not exchanges; written by the feeder only
         self._stopping = threading.Event()
         self._feeder: threading.Thread | None = None
 
-    def submit(self, item: tuple[ExchangeLike, float]) -> bool:
+    def submit(self, item: tuple[Exchange, float]) -> bool:
         if len(self._pending) >= self.spec.settings.queue_size:
             self._parent_drops += 1
             return False

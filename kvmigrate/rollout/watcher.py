@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from kvmigrate.exchange import Exchange
 from kvmigrate.percentile import percentile
 from kvmigrate.policies.gates import rollback_reason
 from kvmigrate.policies.outcome import is_backend_error

@@ -1,0 +1,143 @@
+"""One upstream call and what came of it, parsed lazily after the client has its answer.
+
+The one definition of an exchange: the proxy fills it, the recorder, the cache-buster
+detector and the metrics read it, and its state (`STATE_FIELDS`) is what crosses a pipe
+to a worker process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any
+
+import orjson
+
+from kvmigrate.wire.chunk_log import ChunkLog
+from kvmigrate.wire.sse import decode_all, json_objects
+
+SERVE = "serve"
+SHADOW = "shadow"
+NOISE = "noise"  # a second call to the primary, to measure how much it disagrees with itself
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Facts about one upstream call. Filled on the response path with plain assignments;
+    anything that needs parsing (usage, the answer) is computed on demand, off that path."""
+
+    request_id: str
+    route: str
+    backend: str
+    role: str
+    model: str
+    served_model: str
+    conversation: str
+    turn: int
+    stream: bool
+    started: float
+    request_body: bytes = b""
+    status: int | None = None
+    error: str | None = None
+    first_byte: float | None = None
+    finished: float | None = None
+    fallback_from: str | None = None
+    pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
+    mirrored: bool = False  # an answer a shadow copy will be compared with
+    identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
+    continuity: Any = None  # what conversation identity remembers once the answer is whole
+    chunks: list[bytes] = field(default_factory=ChunkLog)
+    _usage: dict[str, Any] | None = None
+    _usage_parsed: bool = False
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to the first streamed byte. A non-streamed answer arrives whole, so its
+        first byte is its last: that is latency, not TTFT, and is not reported as one."""
+        if not self.stream or self.first_byte is None:
+            return None
+        return self.first_byte - self.started
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished is None else self.finished - self.started
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status is not None and self.status < 400
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        if not self._usage_parsed:
+            self._usage_parsed = True
+            self._usage = _stream_usage(self.chunks) if self.stream else _body_usage(self.body())
+        return self._usage
+
+    def token_counts(self) -> dict[str, int]:
+        """prompt, completion and cached tokens from OpenAI- or Responses-style usage."""
+        usage = self.usage or {}
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        counts = {
+            "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
+            "completion": usage.get("completion_tokens", usage.get("output_tokens")),
+            "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
+        }
+        return {k: v for k, v in counts.items() if isinstance(v, int) and v >= 0}
+
+
+# An exchange's state, what a worker process gets of it: its fields in their order, less
+# what stays in the proxy's process (the usage parsed on demand, what conversation identity
+# keeps for later). The scalars lead, so `Exchange(*scalars)` takes them; `chunks` is last.
+_LOCAL = frozenset({"continuity"})
+STATE_FIELDS = tuple(
+    f.name for f in fields(Exchange) if not f.name.startswith("_") and f.name not in _LOCAL
+)
+exchange_scalars = attrgetter(*STATE_FIELDS[:-1])
+
+
+def exchange_from_state(state: Sequence[Any]) -> Exchange:
+    """An exchange from its scalars and its chunks, as `exchange_scalars` and the chunks
+    (joined into one bytes object, which pickles faster) crossed the pipe."""
+    exchange = Exchange(*state[:-1])
+    exchange.chunks = state[-1]
+    return exchange
+
+
+def _body_usage(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return _usage_of(data) if isinstance(data, dict) else None
+
+
+def _usage_of(data: dict[str, Any]) -> dict[str, Any] | None:
+    usage = data.get("usage")
+    if usage is None and isinstance(data.get("response"), dict):
+        usage = data["response"].get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
+    """The usage object of the last SSE event that carries one (chat, completions, responses).
+
+    Usage comes at the end: the last two chunks are decoded first, then the last eight,
+    then all. A window's first line may be the tail of an event cut off; the decoder
+    ignores it, and a usage event cut that way is found in the next, wider window."""
+    for window in (chunks[-2:], chunks[-8:], chunks):
+        tail = b"".join(window)
+        if b'"usage"' not in tail:
+            continue
+        for event in reversed(decode_all(tail)):
+            if b'"usage"' not in event.data:
+                continue
+            for data in reversed(json_objects(event.data)):
+                usage = _usage_of(data)
+                if usage is not None:
+                    return usage
+        if len(window) == len(chunks):
+            break
+    return None

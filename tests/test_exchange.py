@@ -1,0 +1,44 @@
+"""The one exchange type (kvmigrate.exchange) and the state it crosses a pipe as."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import fields
+
+from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
+from kvmigrate.proxy import exchange as proxy_exchange
+from kvmigrate.recorder.worker import pack, unpack
+
+
+def _exchange() -> Exchange:
+    x = Exchange(
+        "req_1", "chat/completions", "vllm", "shadow", "gpt-4o-mini", "llama", "conv", 3,
+        True, 10.0, b'{"messages": []}', 200, "stream_broken", 10.5, 11.0, "hosted",
+        "req_0", True, "session",
+    )  # fmt: skip
+    x.continuity = object()  # stays in the proxy's process
+    x.chunks = [b'data: {"usage": {"prompt_tokens": 4}}\n\n', b"data: [DONE]\n\n"]
+    return x
+
+
+def test_the_state_is_the_leading_fields_and_the_chunks() -> None:
+    names = [f.name for f in fields(Exchange)]
+    assert list(STATE_FIELDS[:-1]) == names[: len(STATE_FIELDS) - 1]
+    assert STATE_FIELDS[-1] == "chunks"
+    assert "continuity" not in STATE_FIELDS
+
+
+def test_the_state_rebuilds_the_exchange_in_a_worker() -> None:
+    x = _exchange()
+    back = exchange_from_state(pickle.loads(pickle.dumps((*exchange_scalars(x), x.chunks))))
+    for name in STATE_FIELDS:
+        assert getattr(back, name) == getattr(x, name), name
+    assert back.continuity is None
+    unpacked, ts = unpack(pickle.loads(pickle.dumps(pack(x, 7.0))))
+    assert ts == 7.0
+    assert unpacked.chunks == [b"".join(x.chunks)]
+    assert unpacked.usage == x.usage == {"prompt_tokens": 4}
+
+
+def test_the_proxy_imports_the_same_type() -> None:
+    assert proxy_exchange.Exchange is Exchange
