@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from operator import attrgetter
 from typing import Any
 
@@ -16,9 +17,17 @@ import orjson
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects
 
-SERVE = "serve"
-SHADOW = "shadow"
-NOISE = "noise"  # a second call to the primary, to measure how much it disagrees with itself
+
+class Role(StrEnum):
+    """What an upstream call is for. A StrEnum: a member equals its string, so records
+    and JSON hold the same values as before."""
+
+    SERVE = "serve"  # the answer the client gets
+    SHADOW = "shadow"  # a copy to the candidate, compared with the answer it mirrors
+    NOISE = "noise"  # a second call to the primary, to measure how much it disagrees with itself
+
+
+SERVE, SHADOW, NOISE = Role.SERVE, Role.SHADOW, Role.NOISE
 
 
 @dataclass(slots=True)
@@ -29,7 +38,7 @@ class Exchange:
     request_id: str
     route: str
     backend: str
-    role: str
+    role: Role
     model: str
     served_model: str
     conversation: str

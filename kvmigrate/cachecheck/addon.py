@@ -33,7 +33,7 @@ from kvmigrate.cachecheck.checker import (
 )
 from kvmigrate.cachecheck.compare import Tokenize
 from kvmigrate.cachecheck.process import CheckerProcess, Failed, Outcome, WorkerGone, check_one
-from kvmigrate.exchange import Exchange
+from kvmigrate.exchange import Exchange, Role
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
 log = logging.getLogger("kvmigrate.cachecheck")
@@ -113,7 +113,7 @@ class CacheBusterAddon:
 
     def exchange_done(self, exchange: Exchange) -> None:
         # The response path: two attribute compares and a put_nowait, nothing else.
-        if exchange.role != "serve" or exchange.route != CHAT_ROUTE:
+        if exchange.role != Role.SERVE or exchange.route != CHAT_ROUTE:
             return
         if self._queue.qsize() >= self.queue_size:
             self.dropped.inc()

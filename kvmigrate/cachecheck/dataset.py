@@ -26,6 +26,7 @@ import orjson
 
 from kvmigrate.cachecheck.analyze import Conversation, Turn
 from kvmigrate.cachecheck.render import content_text
+from kvmigrate.exchange import Role
 
 ID_KEYS = ("conversation_id", "session_id", "conversation", "user")
 
@@ -104,7 +105,7 @@ def _conversation(data: Mapping[str, Any], where: str, position: int) -> Convers
 
 
 def _item(data: Mapping[str, Any], where: str) -> _Item | None:
-    if data.get("role") == "shadow":
+    if data.get("role") == Role.SHADOW:
         return None
     url = data.get("url")
     if isinstance(url, str) and not url.rstrip("/").endswith("chat/completions"):

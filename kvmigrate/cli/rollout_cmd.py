@@ -13,6 +13,7 @@ import msgspec
 
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config.model import RolloutMode
+from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
@@ -67,7 +68,7 @@ def rollout_client(
     type=click.FloatRange(0, 100),
     help="Give the candidate N% of conversations (split mode).",
 )
-@click.option("--mode", type=click.Choice(["shadow", "split"]), help="Switch the mode.")
+@click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
 @click.option("--reason", default="", help="Why: kept in the rollout history.")
 @click.option("--force", is_flag=True, help="Promote even when gates refuse (recorded).")
 @target_options

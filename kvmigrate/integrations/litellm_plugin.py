@@ -48,7 +48,7 @@ from kvmigrate.integrations.litellm_request import (
 )
 from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
 from kvmigrate.policies import Route
-from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange
+from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.shadow import RateBudget
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
@@ -254,7 +254,7 @@ class KvmigrateRouter(_CustomLogger):
                 self._copy(routed, backend, NOISE, exchange)
         return exchange
 
-    def _copy(self, routed: Routed, backend: str, role: str, primary: Exchange) -> None:
+    def _copy(self, routed: Routed, backend: str, role: Role, primary: Exchange) -> None:
         group = routed.served.get(backend)
         if group is None:
             return
@@ -263,7 +263,7 @@ class KvmigrateRouter(_CustomLogger):
         exchange.request_body = primary.request_body
         self.shadows.dispatch(exchange, group, routed.body)
 
-    def _exchange(self, routed: Routed, backend: str, role: str, request_id: str) -> Exchange:
+    def _exchange(self, routed: Routed, backend: str, role: Role, request_id: str) -> Exchange:
         return Exchange(
             request_id=request_id,
             route=routed.path,

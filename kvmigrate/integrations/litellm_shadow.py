@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from kvmigrate.exchange import Exchange
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, sse_event
+from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.tasks import BoundedTasks, Work
 
 log = logging.getLogger("kvmigrate.integrations.litellm")
@@ -81,7 +82,7 @@ class ShadowCopies:
             await asyncio.wait_for(self._copy(router, exchange, group, body), self.timeout)
         except TimeoutError:
             self.dropped["timeout"] += 1
-            exchange.error = exchange.error or "timeout"
+            exchange.error = exchange.error or ErrorKind.TIMEOUT
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed copy must never surface anywhere

@@ -2,12 +2,14 @@
 
 from kvmigrate.policies.conversation import ConversationKey, conversation_key, turn_index
 from kvmigrate.policies.decision import Decision, RolloutSnapshot, decide
+from kvmigrate.policies.modes import Mode
 from kvmigrate.policies.route import Route, route
 from kvmigrate.policies.split import bucket, in_candidate_share, in_shadow_sample
 
 __all__ = [
     "ConversationKey",
     "Decision",
+    "Mode",
     "RolloutSnapshot",
     "Route",
     "bucket",

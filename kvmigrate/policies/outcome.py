@@ -6,11 +6,28 @@ window alike, so the two can never disagree on what counts as the backend's fail
 
 from __future__ import annotations
 
-# The client left after the answer had started: nothing the backend did wrong.
-CLIENT_DISCONNECTED = "client_disconnected"
-# The client gave up before the first byte: a slow backend is exactly what this catches, so
-# it counts against the backend that kept it waiting.
-CLIENT_CANCELLED = "client_cancelled"
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """Why an upstream call failed, as `Exchange.error` holds it; an HTTP error status is
+    `http_<status>`, and an error of the LiteLLM library its exception's name. A StrEnum:
+    records, metrics labels and JSON hold the same strings as before."""
+
+    TIMEOUT = "timeout"  # no answer in time
+    UNREACHABLE = "unreachable"  # no connection
+    STREAM_TIMEOUT = "stream_timeout"  # the answer stalled after it began
+    STREAM_BROKEN = "stream_broken"  # the connection broke after the answer began
+    # The client left after the answer had started: nothing the backend did wrong.
+    CLIENT_DISCONNECTED = "client_disconnected"
+    # The client gave up before the first byte: a slow backend is exactly what this
+    # catches, so it counts against the backend that kept it waiting.
+    CLIENT_CANCELLED = "client_cancelled"
+    MALFORMED_STREAM = "malformed_stream"  # a candidate's event that does not parse
+    MALFORMED_BODY = "malformed_body"  # a candidate's body that does not parse
+
+
+CLIENT_DISCONNECTED, CLIENT_CANCELLED = ErrorKind.CLIENT_DISCONNECTED, ErrorKind.CLIENT_CANCELLED
 NOT_BACKEND_ERRORS = frozenset({CLIENT_DISCONNECTED})
 
 

@@ -1,5 +1,5 @@
 """The exchange record, under the name the proxy's modules import it by."""
 
-from kvmigrate.exchange import NOISE, SERVE, SHADOW, Exchange
+from kvmigrate.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 
-__all__ = ["NOISE", "SERVE", "SHADOW", "Exchange"]
+__all__ = ["NOISE", "SERVE", "SHADOW", "Exchange", "Role"]

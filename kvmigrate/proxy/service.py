@@ -19,7 +19,7 @@ from kvmigrate.policies.outcome import CLIENT_CANCELLED, CLIENT_DISCONNECTED, wo
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
-from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange
+from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
     UpstreamFailure,
@@ -368,7 +368,7 @@ class ProxyService:
         self,
         routed: Routed | None,
         backend: str,
-        role: str,
+        role: Role,
         started: float,
         fallback_from: str | None = None,
     ) -> Exchange:
@@ -394,7 +394,7 @@ class ProxyService:
         return exchange
 
     def _dispatch_copy(
-        self, request: web.Request, routed: Routed, backend: str, role: str, primary_id: str
+        self, request: web.Request, routed: Routed, backend: str, role: Role, primary_id: str
     ) -> None:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import orjson
 
+from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.wire.sse import LineDecoder, field
 
 # Field names a line may have; the empty name is a comment's.
@@ -65,5 +66,5 @@ def malformed_kind(body: bytes, event_stream: bool) -> str | None:
     """The error class of a whole answer that does not parse, or None when it does."""
     if event_stream:
         check = SseCheck()
-        return None if check.feed(body) and check.end() else "malformed_stream"
-    return None if json_ok(body) else "malformed_body"
+        return None if check.feed(body) and check.end() else ErrorKind.MALFORMED_STREAM
+    return None if json_ok(body) else ErrorKind.MALFORMED_BODY

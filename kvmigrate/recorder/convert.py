@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.exchange import Exchange
+from kvmigrate.exchange import Exchange, Role
 from kvmigrate.parity.answer import UNSET
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
@@ -137,7 +137,7 @@ def to_record(
         ts=ts,
         route=x.route,
         backend=x.backend,
-        role=x.role,
+        role=str(x.role),  # a plain str, as every store binds it
         model=x.model,
         served_model=x.served_model,
         conversation=stored_conversation(x.conversation, content, hash_key),
@@ -230,7 +230,7 @@ def _parity(
 ) -> dict[str, Any]:
     if mirrored is None or exchange.route not in TEXT_ROUTES:
         return {}
-    kind = NOISE_KIND if exchange.role == "noise" else CANDIDATE_KIND
+    kind = NOISE_KIND if exchange.role == Role.NOISE else CANDIDATE_KIND
     scored = parity_fields(kind, mirrored, exchange, assembled, mirrored_assembled)
     return {
         "parity_kind": scored.kind,

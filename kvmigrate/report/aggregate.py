@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from kvmigrate.exchange import Role
 from kvmigrate.percentile import percentile
 from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.report.identity import count_conversations
@@ -30,8 +31,8 @@ def backend_summaries(rows: Sequence[Row], order: Sequence[str]) -> list[Backend
 
 def _summary(backend: str, rows: list[Row]) -> BackendSummary:
     s = BackendSummary(backend)
-    s.serve = sum(r.role == "serve" for r in rows)
-    s.shadow = sum(r.role == "shadow" for r in rows)
+    s.serve = sum(r.role == Role.SERVE for r in rows)
+    s.shadow = sum(r.role == Role.SHADOW for r in rows)
     s.conversations = count_conversations(rows)
     s.errors = sum(is_backend_error(r.status, r.error) for r in rows)
     s.error_rate = s.errors / len(rows) if rows else None
@@ -46,8 +47,8 @@ def _summary(backend: str, rows: list[Row]) -> BackendSummary:
 
 
 def shadow_coverage(rows: Sequence[Row], primary: str, candidate: str) -> Coverage:
-    served = [r for r in rows if r.role == "serve" and r.backend == primary and answered(r)]
-    mirrored_ids = {r.pair_id for r in rows if r.role == "shadow" and r.backend == candidate}
+    served = [r for r in rows if r.role == Role.SERVE and r.backend == primary and answered(r)]
+    mirrored_ids = {r.pair_id for r in rows if r.role == Role.SHADOW and r.backend == candidate}
     mirrored = [r for r in served if r.request_id in mirrored_ids]
     conversations = {r.conversation for r in served}
     mirrored_conversations = {r.conversation for r in mirrored}

@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 
 from kvmigrate.config import safe_url
+from kvmigrate.exchange import Role
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report.aggregate import (
     backend_summaries,
@@ -49,7 +50,7 @@ def build_report(
     recorded, _ = fetch_rows(store, since, until) if store is not None else ([], False)
     # Noise calls (the primary asked twice, for parity) are not client traffic: they count
     # for parity only, never for latency, cache or cost figures.
-    rows = [r for r in recorded if r.role != "noise"]
+    rows = [r for r in recorded if r.role != Role.NOISE]
     report.cost = project_cost(rows, candidate, prices or Prices())
     report.records = len(recorded)
     report.noise_calls = len(recorded) - len(rows)

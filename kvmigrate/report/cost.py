@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from kvmigrate.exchange import Role
 from kvmigrate.report.model import CostProjection, Prices
 from kvmigrate.report.rows import Row
 
@@ -28,7 +29,7 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
 
     Served (role serve) calls are the clients' real traffic, whichever backend answered;
     shadow copies are the experiment's cost, not the workload's."""
-    served = [r for r in rows if r.role == "serve" and r.status is not None and r.status < 400]
+    served = [r for r in rows if r.role == Role.SERVE and r.status is not None and r.status < 400]
     if not served:
         return CostProjection(prices=prices)
     span = max(served[-1].ts - served[0].ts + (served[-1].latency_ms or 0.0) / 1000.0, 1.0)

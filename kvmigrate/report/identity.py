@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvmigrate.exchange import Role
 from kvmigrate.report.rows import Row
 
 # Sources that rest on a guess: a later turn matched no remembered answer (`guess`), or a
@@ -40,7 +41,7 @@ def count_conversations(rows: Sequence[Row]) -> int:
 
 
 def identity_summary(rows: Sequence[Row]) -> IdentitySummary:
-    served = [r for r in rows if r.role == "serve"]
+    served = [r for r in rows if r.role == Role.SERVE]
     sources = Counter(r.identity for r in served if r.identity)
     later = [r for r in served if r.turn > 1 and r.identity]
     backends: dict[str, set[str]] = defaultdict(set)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from kvmigrate.config import Config
+from kvmigrate.policies import Mode
 from kvmigrate.report.model import TimelineEvent
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.sqlite_store import sqlite_path
@@ -32,7 +33,7 @@ def rollout_timeline(config: Config, since: float, until: float) -> list[Timelin
     for e in events:
         if not since <= e.at < until:
             continue
-        percent = e.to_percent if e.to_mode == "split" else 0.0
+        percent = e.to_percent if e.to_mode == Mode.SPLIT else 0.0
         detail = f"{e.from_mode} {e.from_percent:g}% -> {e.to_mode} {e.to_percent:g}% by {e.actor}"
         if e.forced:
             detail += " (forced past the gates)"

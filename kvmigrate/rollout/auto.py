@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmigrate.policies import Mode
+from kvmigrate.policies.gates import Verdict
 from kvmigrate.rollout.client import RolloutClient
 from kvmigrate.rollout.controller import GatesRefused, RolloutStatus
 
@@ -77,7 +79,7 @@ def _promote(
         try:
             change = client.set_percent(step, f"rollout auto: step {step:g}%", False)
         except GatesRefused as refused:
-            failed = [g for g in refused.results if g.verdict.value == "failed"]
+            failed = [g for g in refused.results if g.verdict == Verdict.FAILED]
             if failed:
                 result.steps.append({"step": step, "gates": [g.to_dict() for g in refused.results]})
                 if result.reached > 0:
@@ -89,7 +91,7 @@ def _promote(
                 return f"gave up on {step:g}%: the evidence stayed inconclusive"
             echo(
                 f"waiting for evidence before {step:g}%: "
-                + "; ".join(g.detail for g in refused.results if g.verdict.value != "passed")
+                + "; ".join(g.detail for g in refused.results if g.verdict != Verdict.PASSED)
             )
             sleep(settings.poll_seconds)
             continue
@@ -113,4 +115,4 @@ def _bake(
 
 
 def _percent(status: RolloutStatus) -> float:
-    return status.state.percent if status.state.mode == "split" else 0.0
+    return status.state.percent if status.state.mode == Mode.SPLIT else 0.0

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvmigrate.config import Config, safe_url
-from kvmigrate.policies.gates import GateResult, all_passed, evaluate_gates
+from kvmigrate.policies import Mode
+from kvmigrate.policies.gates import GateResult, Verdict, all_passed, evaluate_gates
 from kvmigrate.policies.window import BackendWindow
-from kvmigrate.rollout.state import RolloutEvent, RolloutState
+from kvmigrate.rollout.state import Action, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import RolloutStore
 
 # Evidence for the gates: per-backend figures of the traffic recorded since a time.
@@ -26,8 +27,8 @@ class RolloutError(Exception):
 
 class GatesRefused(RolloutError):
     def __init__(self, target: float, results: list[GateResult]) -> None:
-        failing = [r for r in results if r.verdict.value != "passed"]
-        reasons = "; ".join(f"{r.name} {r.verdict.value}: {r.detail}" for r in failing)
+        failing = [r for r in results if r.verdict != Verdict.PASSED]
+        reasons = "; ".join(f"{r.name} {r.verdict}: {r.detail}" for r in failing)
         super().__init__(
             f"promotion to {target:g}% refused by the gates: {reasons}. "
             "Use --force to override (the override is recorded)."
@@ -58,7 +59,7 @@ def initial_state(config: Config) -> RolloutState:
     """The state before any change: the config's. It has no time of its own (0), so the
     gates look back over the whole window rather than from the moment it was read."""
     r = config.rollout
-    return RolloutState(mode=r.mode, percent=r.percent, updated_at=0.0, updated_by="config")
+    return RolloutState(mode=Mode(r.mode), percent=r.percent, updated_at=0.0, updated_by="config")
 
 
 class RolloutController:
@@ -87,7 +88,7 @@ class RolloutController:
         if not 0 <= percent <= 100:
             raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
         current = self.store.read()
-        promoting = percent > current.percent or (percent > 0 and current.mode != "split")
+        promoting = percent > current.percent or (percent > 0 and current.mode != Mode.SPLIT)
         results = self.evaluate(current) if promoting else []
         passed = all_passed(results)
         if promoting and not passed and not force:
@@ -97,23 +98,24 @@ class RolloutController:
             if promoting and not force and state.version != current.version:
                 raise RolloutError("the rollout changed while the gates were evaluated; retry")
             good = state.last_good_percent
-            if promoting and passed and state.mode == "split":
+            if promoting and passed and state.mode == Mode.SPLIT:
                 good = max(good, state.percent)  # the evidence came from this step
-            mode = "split" if percent > 0 else state.mode
+            mode = Mode.SPLIT if percent > 0 else state.mode
             new = state.next(actor, mode=mode, percent=percent, last_good_percent=good)
-            action = "promote" if promoting else "set"
+            action = Action.PROMOTE if promoting else Action.SET
             return new, _event(state, new, action, actor, reason, force and not passed, results)
 
         state, event = self.store.apply(change)
         return ChangeOutcome(state, event, results)
 
     def set_mode(self, mode: str, reason: str = "", actor: str = "cli") -> ChangeOutcome:
-        if mode not in ("shadow", "split"):
+        if mode not in tuple(Mode):
             raise RolloutError(f"mode must be shadow or split, got {mode!r}")
+        target = Mode(mode)
 
         def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
-            new = state.next(actor, mode=mode)
-            return new, _event(state, new, "mode", actor, reason, False, [])
+            new = state.next(actor, mode=target)
+            return new, _event(state, new, Action.MODE, actor, reason, False, [])
 
         state, event = self.store.apply(change)
         return ChangeOutcome(state, event)
@@ -131,13 +133,13 @@ class RolloutController:
         roll back once, not once each.
         """
         current = self.store.read()
-        if current.mode != "split" or current.percent == 0:
+        if current.mode != Mode.SPLIT or current.percent == 0:
             raise RolloutError("nothing to roll back: the candidate serves no traffic")
 
         def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
             if expected_version is not None and state.version != expected_version:
                 raise RolloutError("the rollout changed since the breach was seen")
-            if state.mode != "split" or state.percent == 0:
+            if state.mode != Mode.SPLIT or state.percent == 0:
                 raise RolloutError("nothing to roll back: the candidate serves no traffic")
             target = state.last_good_percent if state.last_good_percent < state.percent else 0.0
             new = state.next(
@@ -146,7 +148,7 @@ class RolloutController:
                 epoch=state.epoch + 1,
                 last_good_percent=min(state.last_good_percent, target),
             )
-            action = "auto-rollback" if automatic else "rollback"
+            action = Action.AUTO_ROLLBACK if automatic else Action.ROLLBACK
             return new, _event(state, new, action, actor, reason, False, [])
 
         state, event = self.store.apply(change)
@@ -154,7 +156,7 @@ class RolloutController:
 
     def next_step(self, state: RolloutState | None = None) -> float | None:
         state = state or self.store.read()
-        current = state.percent if state.mode == "split" else 0.0
+        current = state.percent if state.mode == Mode.SPLIT else 0.0
         return next((s for s in self.config.rollout.steps if s > current), None)
 
     def status(self) -> RolloutStatus:
@@ -172,7 +174,7 @@ class RolloutController:
 def _event(
     old: RolloutState,
     new: RolloutState,
-    action: str,
+    action: Action,
     actor: str,
     reason: str,
     forced: bool,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from prometheus_client import CollectorRegistry, Gauge
 
 from kvmigrate.config import Config
-from kvmigrate.policies import RolloutSnapshot
+from kvmigrate.policies import Mode, RolloutSnapshot
 from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.route import Route, route
 from kvmigrate.rollout.state import Pin, RolloutState
@@ -66,7 +66,7 @@ class LiveRollout:
         split mode. Only a later turn can have a pin another replica made, so only a later
         turn asks a shared store for one."""
         snapshot = self._snapshot
-        if not self.config.rollout.pinning or snapshot.mode != "split":
+        if not self.config.rollout.pinning or snapshot.mode != Mode.SPLIT:
             return route(conversation, snapshot, served)
         now = time.time()
         pin = self._pins.get(conversation)
@@ -119,7 +119,7 @@ class LiveRollout:
 
     def _update_gauges(self) -> None:
         if self._gauges is not None:
-            split = self.state.mode == "split"
+            split = self.state.mode == Mode.SPLIT
             self._gauges[0].set(self.state.percent if split else 0)
             self._gauges[1].set(1 if split else 0)
             self._gauges[2].set(self.state.version)
@@ -191,4 +191,4 @@ class LiveRollout:
 
 
 def _from_config(config: Config) -> RolloutState:
-    return RolloutState(mode=config.rollout.mode, percent=config.rollout.percent)
+    return RolloutState(mode=Mode(config.rollout.mode), percent=config.rollout.percent)

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from kvmigrate.config import RolloutConfig
-from kvmigrate.policies import RolloutSnapshot
+from kvmigrate.policies import Mode, RolloutSnapshot
+
+
+class Action(StrEnum):
+    """What a change to the rollout did, as the audit trail records it."""
+
+    PROMOTE = "promote"  # a larger share for the candidate, through the gates
+    SET = "set"  # a share set without promoting (lowered, or to where it is)
+    MODE = "mode"
+    ROLLBACK = "rollback"
+    AUTO_ROLLBACK = "auto-rollback"
+    INIT = "init"
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +33,7 @@ class RolloutState:
     conversations off a bad candidate.
     """
 
-    mode: str = "shadow"
+    mode: Mode = Mode.SHADOW
     percent: float = 0.0
     version: int = 0
     epoch: int = 0
@@ -35,7 +47,7 @@ class RolloutState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutState:
         return cls(
-            mode=str(data.get("mode", "shadow")),
+            mode=Mode(data.get("mode", Mode.SHADOW)),
             percent=float(data.get("percent", 0.0)),
             version=int(data.get("version", 0)),
             epoch=int(data.get("epoch", 0)),
@@ -70,9 +82,9 @@ class RolloutEvent:
 
     at: float
     actor: str
-    action: str  # "promote" | "set" | "mode" | "rollback" | "auto-rollback" | "init"
-    from_mode: str
-    to_mode: str
+    action: Action
+    from_mode: Mode
+    to_mode: Mode
     from_percent: float
     to_percent: float
     reason: str = ""
@@ -88,9 +100,9 @@ class RolloutEvent:
         return cls(
             at=float(data["at"]),
             actor=str(data["actor"]),
-            action=str(data["action"]),
-            from_mode=str(data["from_mode"]),
-            to_mode=str(data["to_mode"]),
+            action=Action(data["action"]),
+            from_mode=Mode(data["from_mode"]),
+            to_mode=Mode(data["to_mode"]),
             from_percent=float(data["from_percent"]),
             to_percent=float(data["to_percent"]),
             reason=str(data.get("reason", "")),

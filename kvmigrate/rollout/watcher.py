@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.exchange import Exchange
 from kvmigrate.percentile import percentile
+from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import rollback_reason
 from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.policies.tool_calls import invalid_tool_calls
@@ -157,7 +158,7 @@ class RollbackWatcher:
 
     def check(self) -> str | None:
         state = self.live.state
-        if state.mode != "split" or state.percent == 0:
+        if state.mode != Mode.SPLIT or state.percent == 0:
             return None
         config = self.controller.config.rollout
         since = time.perf_counter() - config.auto_rollback.window_seconds
