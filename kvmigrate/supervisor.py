@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -42,6 +43,14 @@ class Supervisor:
     def start(self, name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Run `run()` on the running loop until it returns or its task is cancelled."""
         return asyncio.get_running_loop().create_task(self._supervise(name, run), name=name)
+
+    @staticmethod
+    async def stop(task: asyncio.Task[None] | None) -> None:
+        """End a loop `start` returned (None: never started) and wait until it has."""
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _supervise(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         loop = asyncio.get_running_loop()

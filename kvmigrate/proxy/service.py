@@ -45,6 +45,7 @@ from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
+from kvmigrate.rollout.state import RolloutState
 from kvmigrate.wire.errors import openai_error_body
 
 if TYPE_CHECKING:
@@ -86,16 +87,7 @@ class StaticRollout:
 
     def __init__(self, config: Config) -> None:
         r = config.rollout
-        self._snapshot = RolloutSnapshot(
-            primary=r.primary,
-            candidate=r.candidate,
-            mode=r.mode,
-            percent=r.percent,
-            shadow_sample=r.shadow_sample,
-            salt=r.salt,
-            fallback=r.fallback,
-            noise_sample=r.noise_sample,
-        )
+        self._snapshot = RolloutState.from_config(r).snapshot(r)
 
     def current(self) -> RolloutSnapshot:
         return self._snapshot

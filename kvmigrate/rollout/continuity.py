@@ -206,10 +206,7 @@ class ContinuityResolver:
             self._task = self.supervisor.start("conversation-links", self._writer)
 
     async def done(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.supervisor.stop(self._task)
         with contextlib.suppress(StoreError):
             await self._flush()
 

@@ -139,10 +139,7 @@ class LiveRollout:
         self._task = self.supervisor.start("rollout-watch", self._watch)
 
     async def done(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.supervisor.stop(self._task)
         with contextlib.suppress(StoreError):
             await self._flush_pins()
 
@@ -191,4 +188,4 @@ class LiveRollout:
 
 
 def _from_config(config: Config) -> RolloutState:
-    return RolloutState(mode=Mode(config.rollout.mode), percent=config.rollout.percent)
+    return RolloutState.from_config(config.rollout)

@@ -41,6 +41,11 @@ class RolloutState:
     updated_at: float = 0.0
     updated_by: str = ""
 
+    @classmethod
+    def from_config(cls, rollout: RolloutConfig) -> RolloutState:
+        """The state the config file seeds, before any `kvmigrate rollout` change."""
+        return cls(mode=Mode(rollout.mode), percent=rollout.percent)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -9,7 +9,6 @@ recorded in the history like any other change.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
@@ -121,10 +120,7 @@ class RollbackWatcher:
         self._task = self.supervisor.start("auto-rollback", self._loop)
 
     async def done(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.supervisor.stop(self._task)
 
     def _state_changed(self, state: RolloutState) -> None:
         # Evidence gathered under the old state says nothing about the new one.
