@@ -8,17 +8,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from recording_bed import recorded_config
 
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.plan.cost_model import CostModel, attention_pairs
-from kvmigrate.proxy import build_proxy_app
-from kvmigrate.recorder import build_recorder
 from kvmigrate.serving import BackgroundServer
 
 CONFIG = """
@@ -38,44 +36,26 @@ def recorded() -> Iterator[Path]:
     """A config whose records (token counts only) hold multi-turn sessions through a proxy."""
     import openai
 
-    from kvmigrate.config import load_config
-
-    root = Path(tempfile.mkdtemp(prefix="kvmigrate-plan-"))
-    hosted = BackgroundServer(
-        lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0.02))
-    )
-    vllm = BackgroundServer(lambda: build_app(EmulatorSettings(profile="vllm", time_scale=0.02)))
-    with hosted, vllm:
-        path = root / "config.yaml"
-        path.write_text(CONFIG.format(hosted=hosted.url, vllm=vllm.url, db=root / "records.db"))
-        config = load_config(path)
-        recorder = build_recorder(config)
-        with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
-            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-x", max_retries=0)
-            for conv in range(CONVERSATIONS):
-                messages: list[Any] = [
-                    {"role": "system", "content": f"Agent {conv}. " + "You are an agent. " * 200},
-                    {"role": "user", "content": f"Task {conv}"},
+    def drive(client: openai.OpenAI) -> None:
+        for conv in range(CONVERSATIONS):
+            messages: list[Any] = [
+                {"role": "system", "content": f"Agent {conv}. " + "You are an agent. " * 200},
+                {"role": "user", "content": f"Task {conv}"},
+            ]
+            for _ in range(TURNS):
+                stream = client.chat.completions.create(
+                    model="gpt-4o-mini", messages=messages, max_tokens=8, stream=True,
+                    stream_options={"include_usage": True},
+                    extra_headers={"X-Session-ID": f"conv-{conv}"},
+                )  # fmt: skip
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                messages += [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": "continue " * 50},
                 ]
-                for _ in range(TURNS):
-                    stream = client.chat.completions.create(
-                        model="gpt-4o-mini", messages=messages, max_tokens=8, stream=True,
-                        stream_options={"include_usage": True},
-                        extra_headers={"X-Session-ID": f"conv-{conv}"},
-                    )  # fmt: skip
-                    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-                    messages += [
-                        {"role": "assistant", "content": text},
-                        {"role": "user", "content": "continue " * 50},
-                    ]
-            client.close()
-            deadline = time.monotonic() + 10
-            while (
-                recorder.stats.written < 2 * TURNS * CONVERSATIONS and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
-    yield path
-    shutil.rmtree(root, ignore_errors=True)
+
+    with recorded_config(CONFIG, drive, 2 * TURNS * CONVERSATIONS, 0.02, "kvmigrate-plan-") as path:
+        yield path
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,13 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from recording_bed import recorded_config
 
-from kvmigrate.emulator import EmulatorSettings, build_app
-from kvmigrate.proxy import build_proxy_app
-from kvmigrate.recorder import build_recorder, open_store
+from kvmigrate.recorder import open_store
 from kvmigrate.report import RENDERERS, Prices, TimelineEvent, build_report
 from kvmigrate.report.svg import CANDIDATE_COLOR, PRIMARY_COLOR
-from kvmigrate.serving import BackgroundServer
 
 CONFIG = """
 backends:
@@ -43,48 +41,32 @@ TURNS, CONVERSATIONS, BUSTED = 4, 6, 3  # the first BUSTED conversations stamp t
 def recorded() -> Iterator[Path]:
     import openai
 
-    from kvmigrate.config import load_config
+    def drive(client: openai.OpenAI) -> None:
+        for conv in range(CONVERSATIONS):
+            history = [{"role": "user", "content": f"Task {conv}: fix the parser"}]
+            for turn in range(1, TURNS + 1):
+                system = "You are a coding agent. " * 60
+                if conv < BUSTED:
+                    system = f"Current time: 2026-12-01T10:{turn:02d}:07Z. " + system
+                messages = [{"role": "system", "content": system}, *history]
+                stream = turn != 3  # turn 3 is not streamed: it has no TTFT
+                answer = client.chat.completions.create(
+                    model="gpt-4o-mini", messages=messages, max_tokens=8, stream=stream,
+                    extra_headers={"X-Session-ID": f"conv-{conv}"},
+                )  # fmt: skip
+                if stream:
+                    text = "".join(c.choices[0].delta.content or "" for c in answer)
+                else:
+                    text = answer.choices[0].message.content or ""
+                history += [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": "continue " * 10},
+                ]
 
-    root = Path(tempfile.mkdtemp(prefix="kvmigrate-reading-"))
-    hosted = BackgroundServer(
-        lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0.01))
-    )
-    vllm = BackgroundServer(lambda: build_app(EmulatorSettings(profile="vllm", time_scale=0.01)))
-    with hosted, vllm:
-        path = root / "config.yaml"
-        path.write_text(CONFIG.format(hosted=hosted.url, vllm=vllm.url, db=root / "records.db"))
-        config = load_config(path)
-        recorder = build_recorder(config)
-        with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
-            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-x", max_retries=0)
-            for conv in range(CONVERSATIONS):
-                history = [{"role": "user", "content": f"Task {conv}: fix the parser"}]
-                for turn in range(1, TURNS + 1):
-                    system = "You are a coding agent. " * 60
-                    if conv < BUSTED:
-                        system = f"Current time: 2026-12-01T10:{turn:02d}:07Z. " + system
-                    messages = [{"role": "system", "content": system}, *history]
-                    stream = turn != 3  # turn 3 is not streamed: it has no TTFT
-                    answer = client.chat.completions.create(
-                        model="gpt-4o-mini", messages=messages, max_tokens=8, stream=stream,
-                        extra_headers={"X-Session-ID": f"conv-{conv}"},
-                    )  # fmt: skip
-                    if stream:
-                        text = "".join(c.choices[0].delta.content or "" for c in answer)
-                    else:
-                        text = answer.choices[0].message.content or ""
-                    history += [
-                        {"role": "assistant", "content": text},
-                        {"role": "user", "content": "continue " * 10},
-                    ]
-            client.close()
-            deadline = time.monotonic() + 15
-            while (
-                recorder.stats.written < 3 * TURNS * CONVERSATIONS and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
-    yield path
-    shutil.rmtree(root, ignore_errors=True)
+    with recorded_config(
+        CONFIG, drive, 3 * TURNS * CONVERSATIONS, 0.01, "kvmigrate-reading-"
+    ) as path:
+        yield path
 
 
 def _report(recorded: Path, *args: str) -> str:

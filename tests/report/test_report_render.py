@@ -12,12 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from recording_bed import recorded_config
 
-from kvmigrate.emulator import EmulatorSettings, build_app
-from kvmigrate.proxy import build_proxy_app
-from kvmigrate.recorder import Record, build_recorder, open_store
+from kvmigrate.recorder import Record, open_store
 from kvmigrate.report import RENDERERS, Prices, TimelineEvent, build_report
-from kvmigrate.serving import BackgroundServer
 
 HOSTED_MODEL = "gpt-4o-mini"
 CONFIG = """
@@ -37,45 +35,29 @@ def recorded() -> Iterator[Path]:
     """A config whose records DB holds a shadowed multi-turn session through a real proxy."""
     import openai
 
-    from kvmigrate.config import load_config
-
-    root = Path(tempfile.mkdtemp(prefix="kvmigrate-report-"))
-    hosted = BackgroundServer(
-        lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0.02))
-    )
-    vllm = BackgroundServer(lambda: build_app(EmulatorSettings(profile="vllm", time_scale=0.02)))
-    with hosted, vllm:
-        path = root / "config.yaml"
-        path.write_text(CONFIG.format(hosted=hosted.url, vllm=vllm.url, db=root / "records.db"))
-        config = load_config(path)
-        recorder = build_recorder(config)
-        with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
-            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-x", max_retries=0)
-            for conv in range(CONVERSATIONS):
-                messages = [
-                    {"role": "system", "content": "You are an agent. " * 100},
-                    {"role": "user", "content": f"Task {conv}: write to ann@example.com"},
+    def drive(client: openai.OpenAI) -> None:
+        for conv in range(CONVERSATIONS):
+            messages = [
+                {"role": "system", "content": "You are an agent. " * 100},
+                {"role": "user", "content": f"Task {conv}: write to ann@example.com"},
+            ]
+            for _ in range(TURNS):
+                # Streamed, as agents do: TTFT is observed on streamed answers only.
+                stream = client.chat.completions.create(
+                    model=HOSTED_MODEL, messages=messages, max_tokens=8, stream=True,
+                    stream_options={"include_usage": True},
+                    extra_headers={"X-Session-ID": f"conv-{conv}"},
+                )  # fmt: skip
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                messages += [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": "continue " * 20},
                 ]
-                for _ in range(TURNS):
-                    # Streamed, as agents do: TTFT is observed on streamed answers only.
-                    stream = client.chat.completions.create(
-                        model=HOSTED_MODEL, messages=messages, max_tokens=8, stream=True,
-                        stream_options={"include_usage": True},
-                        extra_headers={"X-Session-ID": f"conv-{conv}"},
-                    )  # fmt: skip
-                    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-                    messages += [
-                        {"role": "assistant", "content": text},
-                        {"role": "user", "content": "continue " * 20},
-                    ]
-            client.close()
-            deadline = time.monotonic() + 10
-            while (
-                recorder.stats.written < 3 * TURNS * CONVERSATIONS and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
-    yield path
-    shutil.rmtree(root, ignore_errors=True)
+
+    with recorded_config(
+        CONFIG, drive, 3 * TURNS * CONVERSATIONS, 0.02, "kvmigrate-report-"
+    ) as path:
+        yield path
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,59 @@
+"""A records DB made by real traffic: two emulators, a recording proxy, an SDK client.
+
+Report, plan and reading tests each drive their own conversations through it; the bed
+starts the servers, writes the config, and waits until the recorder has written what the
+test expects before the servers stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import openai
+
+from kvmigrate.config import load_config
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.proxy import build_proxy_app
+from kvmigrate.recorder import build_recorder
+from kvmigrate.serving import BackgroundServer
+
+
+@contextlib.contextmanager
+def recorded_config(
+    config_template: str,
+    drive: Callable[[openai.OpenAI], None],
+    expected_records: int,
+    time_scale: float = 0.02,
+    prefix: str = "kvmigrate-records-",
+) -> Iterator[Path]:
+    """The path of a config whose records DB holds what `drive` sent through the proxy.
+
+    `config_template` is formatted with `hosted`, `vllm` (emulator URLs) and `db`.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    settings = {p: EmulatorSettings(profile=p, time_scale=time_scale) for p in ("hosted", "vllm")}
+    hosted = BackgroundServer(lambda: build_app(settings["hosted"]))
+    vllm = BackgroundServer(lambda: build_app(settings["vllm"]))
+    try:
+        with hosted, vllm:
+            path = root / "config.yaml"
+            db = root / "records.db"
+            path.write_text(config_template.format(hosted=hosted.url, vllm=vllm.url, db=db))
+            config = load_config(path)
+            recorder = build_recorder(config)
+            with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
+                with openai.OpenAI(
+                    base_url=proxy.url + "/v1", api_key="sk-x", max_retries=0
+                ) as client:
+                    drive(client)
+                deadline = time.monotonic() + 15
+                while recorder.stats.written < expected_records and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        yield path
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
