@@ -34,9 +34,10 @@ _PEM_KEY = re.compile(
 )
 # `password: hunter2`, `secret=...`, `"api_key": "..."`: the name stays, the value goes. A
 # short password has no shape of its own; only the name gives it away.
+# Longest operator first: `=` first read `pwd => hunter2` as the value `>`, leaving the password.
 _ASSIGNMENT = re.compile(
     r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|pwd|secret|api[_-]?key|token)"
-    r"[\"']?\s*(?:=|:|:=|=>)\s*)([\"']?)([^\s\"',;]+)"
+    r"[\"']?\s*(?::=|=>|=|:)\s*)([\"']?)([^\s\"',;]+)"
 )
 _ASSIGNMENT_WORDS = (b"pass", b"pwd", b"secret", b"key", b"token")
 # IBAN: country, check digits, then 11 to 30 letters and digits, in groups of 4 or not.

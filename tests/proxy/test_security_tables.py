@@ -1,0 +1,231 @@
+"""Every entry of every credential list, one by one, against a real proxy and a recording
+upstream: removing any entry from `kvmigrate/proxy/headers.py` fails a row here."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import pytest
+from proxy_support import VLLM_MODEL, ProxyFactory, Recorded
+from test_forwarding import BODY, wait_for
+
+from kvmigrate.serving import BackgroundServer
+
+# What the candidate must never see: the credential headers the proxy knows by name, and
+# vendor key headers it does not (the candidate allowlist keeps those out).
+CREDENTIAL_HEADERS = (
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "cookie",
+    "openai-organization",
+    "openai-project",
+    "x-goog-api-key",
+    "anthropic-api-key",
+    "ocp-apim-subscription-key",
+    "x-auth-token",
+    "proxy-authorization",
+)
+CREDENTIAL_QUERY_PARAMS = (
+    "api-key",
+    "api_key",
+    "apikey",
+    "key",
+    "access_token",
+    "token",
+    "auth",
+    "authorization",
+    "subscription-key",
+    "x-api-key",
+    "code",
+    "sig",
+)
+# What the candidate does see: ids, content negotiation and the SDK's self-description.
+CANDIDATE_HEADERS = (
+    "content-type",
+    "accept",
+    "user-agent",
+    "x-session-id",
+    "x-request-id",
+    "openai-beta",
+    "traceparent",
+    "tracestate",
+    "x-emulator-fault",
+    "x-stainless-lang",
+)
+ALLOWED_VALUES = {
+    "content-type": "application/json",
+    "accept": "application/json",
+    "x-emulator-fault": "none",
+    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+}
+SHADOW = "{mode: shadow, shadow_sample: 1.0}"
+
+
+def secret(name: str) -> str:
+    return f"SECRET-{name}"
+
+
+def send(url: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", path, body=BODY, headers=headers)
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    return response.status, body
+
+
+def split_calls(seen: list[Recorded]) -> tuple[Recorded, Recorded]:
+    wait_for(seen, 2)
+    assert len(seen) == 2, seen
+    primary = next(r for r in seen if b'"gpt-4o-mini"' in r.body)
+    candidate = next(r for r in seen if VLLM_MODEL.encode() in r.body)
+    return primary, candidate
+
+
+def lower_headers(recorded: Recorded) -> dict[str, str]:
+    return {k.lower(): v for k, v in recorded.headers.items()}
+
+
+def query_of(recorded: Recorded) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(recorded.path).query, keep_blank_values=True))
+
+
+def client_headers() -> dict[str, str]:
+    headers = {name: secret(name) for name in CREDENTIAL_HEADERS}
+    headers["authorization"] = "Bearer " + secret("authorization")
+    headers.update({name: ALLOWED_VALUES.get(name, f"value-{name}") for name in CANDIDATE_HEADERS})
+    return headers
+
+
+CREDENTIALS_QUERY = "/v1/chat/completions?" + urlencode(
+    [(name, secret("q-" + name)) for name in CREDENTIAL_QUERY_PARAMS] + [("trace", "keep")]
+)
+
+
+@pytest.fixture
+def shadowed(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> tuple[Recorded, Recorded]:
+    """The primary's and the candidate's copy of one request carrying every credential."""
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url, rollout=SHADOW)
+    status, body = send(proxy.url, CREDENTIALS_QUERY, client_headers())
+    assert status == 200, body
+    return split_calls(seen)
+
+
+@pytest.mark.parametrize("name", CREDENTIAL_HEADERS)
+def test_candidate_never_gets_the_credential_header(
+    shadowed: tuple[Recorded, Recorded], name: str
+) -> None:
+    _, candidate = shadowed
+    assert name not in lower_headers(candidate)
+    assert secret(name) not in json.dumps(candidate.headers)
+
+
+@pytest.mark.parametrize("name", CREDENTIAL_QUERY_PARAMS)
+def test_candidate_never_gets_the_credential_query_param(
+    shadowed: tuple[Recorded, Recorded], name: str
+) -> None:
+    primary, candidate = shadowed
+    assert name not in query_of(candidate)
+    assert secret("q-" + name) not in candidate.path
+    assert query_of(candidate)["trace"] == "keep"  # the rest of the query still goes
+    # The client's own credentials are meant for the primary when it has no key of its own.
+    assert query_of(primary)[name] == secret("q-" + name)
+
+
+@pytest.mark.parametrize("name", CANDIDATE_HEADERS)
+def test_candidate_gets_each_allowlisted_header(
+    shadowed: tuple[Recorded, Recorded], name: str
+) -> None:
+    _, candidate = shadowed
+    assert lower_headers(candidate)[name] == ALLOWED_VALUES.get(name, f"value-{name}")
+
+
+@pytest.mark.parametrize("name", [n for n in CREDENTIAL_HEADERS if n != "proxy-authorization"])
+def test_primary_gets_the_clients_credentials_when_they_are_its_own(
+    shadowed: tuple[Recorded, Recorded], name: str
+) -> None:
+    primary, _ = shadowed
+    assert secret(name) in lower_headers(primary)[name]
+
+
+@pytest.fixture
+def behind_master_key(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> tuple[Recorded, Recorded]:
+    """With a master key the client's credentials are the proxy's: no backend gets them."""
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url,
+        vllm_url=upstream.url,
+        rollout=SHADOW,
+        extra="server: {master_key: sk-master}",
+    )
+    headers = client_headers()
+    headers["authorization"] = "Bearer sk-master"
+    status, body = send(proxy.url, CREDENTIALS_QUERY, headers)
+    assert status == 200, body
+    return split_calls(seen)
+
+
+# The names the proxy strips by name (the vendor ones reach a primary with its own key:
+# they are not credentials the proxy knows how to read).
+KNOWN_CREDENTIAL_HEADERS = (
+    "api-key",
+    "x-api-key",
+    "cookie",
+    "openai-organization",
+    "openai-project",
+)
+
+
+@pytest.mark.parametrize("name", KNOWN_CREDENTIAL_HEADERS)
+def test_primary_behind_a_master_key_gets_no_client_credential_header(
+    behind_master_key: tuple[Recorded, Recorded], name: str
+) -> None:
+    for recorded in behind_master_key:
+        assert name not in lower_headers(recorded)
+        assert "sk-master" not in json.dumps(recorded.headers)
+
+
+@pytest.mark.parametrize("name", CREDENTIAL_QUERY_PARAMS)
+def test_primary_behind_a_master_key_gets_no_credential_query_param(
+    behind_master_key: tuple[Recorded, Recorded], name: str
+) -> None:
+    for recorded in behind_master_key:
+        assert name not in query_of(recorded)
+
+
+@pytest.fixture
+def own_keys(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> tuple[Recorded, Recorded]:
+    """Both backends have a key of their own: it replaces whatever key the client sent."""
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url,
+        vllm_url=upstream.url,
+        rollout=SHADOW,
+        hosted_extra=", api_key: sk-own-hosted",
+        vllm_extra=", api_key: sk-own-vllm",
+    )
+    status, body = send(proxy.url, "/v1/chat/completions", client_headers())
+    assert status == 200, body
+    return split_calls(seen)
+
+
+@pytest.mark.parametrize("name", ["authorization", "api-key", "x-api-key"])
+def test_a_backends_own_key_replaces_the_clients(
+    own_keys: tuple[Recorded, Recorded], name: str
+) -> None:
+    primary, candidate = own_keys
+    assert lower_headers(primary)["authorization"] == "Bearer sk-own-hosted"
+    assert lower_headers(candidate)["authorization"] == "Bearer sk-own-vllm"
+    for recorded in own_keys:
+        assert secret(name) not in json.dumps(recorded.headers)
