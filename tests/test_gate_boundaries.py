@@ -14,7 +14,7 @@ from kvmigrate.policies.gates import (
 )
 from kvmigrate.policies.window import BackendWindow
 
-P, F, I = Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE
+P, F, I = Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE  # noqa: E741
 
 
 def window(
