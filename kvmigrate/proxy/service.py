@@ -352,7 +352,9 @@ class ProxyService:
             pass_client_credentials=passes,
         )
         url = upstream.url(path, conversation, deployment=deployment)
-        if query := upstream_query(request.query_string, passes):
+        # The raw (still percent-encoded) query: the decoded one turned `note=a%26b` into two
+        # parameters, `note=a` and `b`, on the way upstream.
+        if query := upstream_query(request.rel_url.raw_query_string, passes):
             url += ("&" if "?" in url else "?") + query
         return Call(request.method, url, body, headers)
 

@@ -8,9 +8,11 @@ import json
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
 from proxy_support import VLLM_MODEL, ProxyFactory, Recorded
 from test_forwarding import BODY, wait_for
 
+from kvmigrate.proxy.headers import bearer_token, relayed_response_headers
 from kvmigrate.serving import BackgroundServer
 
 # What the candidate must never see: the credential headers the proxy knows by name, and
@@ -101,8 +103,10 @@ def client_headers() -> dict[str, str]:
     return headers
 
 
+# A blank parameter too: dropping a credential must not drop it.
 CREDENTIALS_QUERY = "/v1/chat/completions?" + urlencode(
-    [(name, secret("q-" + name)) for name in CREDENTIAL_QUERY_PARAMS] + [("trace", "keep")]
+    [(name, secret("q-" + name)) for name in CREDENTIAL_QUERY_PARAMS]
+    + [("flag", ""), ("trace", "keep")]
 )
 
 
@@ -135,6 +139,7 @@ def test_candidate_never_gets_the_credential_query_param(
     assert name not in query_of(candidate)
     assert secret("q-" + name) not in candidate.path
     assert query_of(candidate)["trace"] == "keep"  # the rest of the query still goes
+    assert query_of(candidate)["flag"] == ""
     # The client's own credentials are meant for the primary when it has no key of its own.
     assert query_of(primary)[name] == secret("q-" + name)
 
@@ -192,6 +197,8 @@ def test_primary_behind_a_master_key_gets_no_client_credential_header(
     for recorded in behind_master_key:
         assert name not in lower_headers(recorded)
         assert "sk-master" not in json.dumps(recorded.headers)
+        # Stripping a credential skips that header only, not the ones after it.
+        assert lower_headers(recorded)["x-session-id"] == "value-x-session-id"
 
 
 @pytest.mark.parametrize("name", CREDENTIAL_QUERY_PARAMS)
@@ -229,3 +236,57 @@ def test_a_backends_own_key_replaces_the_clients(
     assert lower_headers(candidate)["authorization"] == "Bearer sk-own-vllm"
     for recorded in own_keys:
         assert secret(name) not in json.dumps(recorded.headers)
+        assert lower_headers(recorded)["x-session-id"] == "value-x-session-id"
+
+
+def test_a_query_with_no_credential_is_relayed_byte_for_byte(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url, rollout=SHADOW)
+    query = "?trace=a%20b&flag=&note=a%26b%3Dc"
+    status, body = send(proxy.url, "/v1/chat/completions" + query, client_headers())
+    assert status == 200, body
+    for recorded in split_calls(seen):
+        assert recorded.path.endswith(query)
+
+
+def cimulti(*pairs: tuple[str, str]) -> CIMultiDictProxy[str]:
+    return CIMultiDictProxy(CIMultiDict(pairs))
+
+
+@pytest.mark.parametrize(
+    ("headers", "key"),
+    [
+        ((("Authorization", "Bearer sk-1"),), "sk-1"),
+        ((("authorization", "bearer  sk-2 "),), "sk-2"),
+        ((("Authorization", "Basic dXNlcjpwYXNz"),), None),
+        ((("Authorization", "Basic a"), ("api-key", "k")), None),  # an explicit scheme wins
+        ((("api-key", "az-3"),), "az-3"),
+        ((("x-api-key", "x-4"),), "x-4"),
+        ((("api-key", "az-5"), ("x-api-key", "x-5")), "az-5"),
+        ((), None),
+    ],
+)
+def test_the_clients_key_is_read_from_each_header_a_client_may_use(
+    headers: tuple[tuple[str, str], ...], key: str | None
+) -> None:
+    assert bearer_token(cimulti(*headers)) == key
+
+
+def test_relayed_answers_drop_every_hop_by_hop_header_and_keep_the_rest() -> None:
+    upstream = cimulti(
+        ("Connection", "keep-alive"),
+        ("Content-Type", "application/json"),
+        ("Transfer-Encoding", "chunked"),
+        ("x-request-id", "up-1"),
+        ("Server", "upstream"),
+        ("openai-processing-ms", "12"),
+    )
+    relayed = relayed_response_headers(upstream, [("x-kvmigrate-backend", "hosted")])
+    assert list(relayed.items()) == [
+        ("Content-Type", "application/json"),
+        ("openai-processing-ms", "12"),
+        ("x-kvmigrate-upstream-request-id", "up-1"),
+        ("x-kvmigrate-backend", "hosted"),
+    ]

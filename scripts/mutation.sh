@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Mutation testing of the decision- and security-critical modules, with mutmut 3.
+#
+#   scripts/mutation.sh                      every module below
+#   scripts/mutation.sh headers secret       only those (names from the table below)
+#
+# Each module is mutated in its own scratch copy of the tree (mutmut reads its config from
+# ./pyproject.toml and writes ./mutants/), against only the tests that cover it, so a run on
+# one module takes minutes, not hours. Prints the kill rate per module; exits non-zero when
+# one is under MIN_KILL_RATE (default 90). Survivors judged equivalent: docs/mutation.md.
+#
+# Needs mutmut importable by $PYTHON (the `test` extra installs it); MUTMUT_PATH, if set,
+# is prepended to PYTHONPATH (for a mutmut installed with `pip install --target`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+PYTHON=${PYTHON:-$root/.venv/bin/python}
+MIN_KILL_RATE=${MIN_KILL_RATE:-90}
+scratch=${MUTATION_DIR:-${TMPDIR:-/tmp}/kvmigrate-mutation-$$}
+
+# name | glob(s) to mutate | test files that must kill its mutants
+modules=(
+  "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
+  "split|kvmigrate/policies/split.py|tests/test_policies.py tests/test_route.py"
+  "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py"
+  "headers|kvmigrate/proxy/headers.py|tests/proxy/test_security_tables.py tests/proxy/test_forwarding.py"
+  "body|kvmigrate/proxy/body.py|tests/test_body.py"
+  "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py"
+  "apply|kvmigrate/migrate/apply.py|tests/migrate/test_migrate_apply.py tests/migrate/test_migrate_backups.py tests/migrate/test_migrate_backup_hashes.py"
+  "secret|kvmigrate/config/secret.py|tests/test_config.py tests/test_config_unset_secrets.py tests/proxy/test_kinds.py"
+  "store|kvmigrate/rollout/sqlite_store.py|tests/rollout/test_rollout_stored_values.py tests/rollout/test_continuity_store.py"
+)
+default="policies headers body redaction apply secret store"
+wanted=${*:-$default}
+
+export PYTHONPATH=${MUTMUT_PATH:+$MUTMUT_PATH}
+"$PYTHON" -c "import mutmut" 2>/dev/null || {
+  echo "mutmut is not importable by $PYTHON: pip install -e '.[test]'" >&2
+  exit 2
+}
+
+status=0
+summary=()
+for want in $wanted; do
+  row=$(printf '%s\n' "${modules[@]}" | grep "^$want|") || { echo "unknown module: $want" >&2; exit 2; }
+  IFS='|' read -r name globs tests <<<"$row"
+  work=$scratch/$name
+  rm -rf "$work" && mkdir -p "$work"
+  # The tracked tree plus this checkout's uncommitted test files: what the tests import.
+  git ls-files -co --exclude-standard -- kvmigrate tests pyproject.toml \
+    | tar -cf - -T - | tar -xf - -C "$work"
+  "$PYTHON" - "$work/pyproject.toml" "$globs" "$tests" <<'PY'
+import json, re, sys
+path, globs, tests = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+text = open(path).read()
+text = re.sub(r"only_mutate = \[.*?\]\n", "only_mutate = " + json.dumps(globs) + "\n", text, flags=re.S)
+text = re.sub(r"pytest_add_cli_args_test_selection = \[.*?\]\n",
+              "pytest_add_cli_args_test_selection = " + json.dumps(tests) + "\n", text, flags=re.S)
+open(path, "w").write(text)
+PY
+  echo "== $name: mutating $globs against $tests"
+  (cd "$work" && "$PYTHON" -m mutmut run --max-children "${MUTATION_JOBS:-2}" >"$work/run.log" 2>&1) || {
+    echo "mutmut failed for $name, see $work/run.log" >&2
+    tail -20 "$work/run.log" >&2
+    status=1
+    continue
+  }
+  line=$(cd "$work" && "$PYTHON" - "$MIN_KILL_RATE" <<'PY'
+import json, pathlib, sys
+# mutmut's exit codes per mutant: the test run failing (1, or a timeout/crash) kills it;
+# 0 is a survivor; 33 means no test reached the mutated function.
+killed = survived = untested = 0
+names = []
+for meta in pathlib.Path("mutants").rglob("*.meta"):
+    for key, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+        if code is None or code == 34:
+            continue
+        if code == 0:
+            survived += 1
+            names.append(key)
+        elif code == 33:
+            untested += 1
+            names.append(key + " (no test)")
+        else:
+            killed += 1
+total = killed + survived + untested
+rate = 100.0 * killed / total if total else 100.0
+print(f"{rate:.1f}% killed ({killed}/{total}; {survived} survived, {untested} untested)")
+for n in sorted(names):
+    print("   survivor:", n)
+sys.exit(0 if rate >= float(sys.argv[1]) else 3)
+PY
+  ) && rc=0 || rc=$?
+  echo "$line"
+  summary+=("$(printf '%-10s %s' "$name" "$(head -1 <<<"$line")")")
+  [ "$rc" -eq 0 ] || status=1
+done
+echo
+echo "kill rate per module (mutmut; scratch trees in $scratch):"
+printf '  %s\n' "${summary[@]}"
+exit $status
