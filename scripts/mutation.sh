@@ -20,14 +20,14 @@ scratch=${MUTATION_DIR:-${TMPDIR:-/tmp}/kvmigrate-mutation-$$}
 
 # name | glob(s) to mutate | test files that must kill its mutants
 modules=(
-  "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
-  "split|kvmigrate/policies/split.py|tests/test_policies.py tests/test_route.py"
+  "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
+  "split|kvmigrate/policies/split.py|tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py"
   "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py"
   "headers|kvmigrate/proxy/headers.py|tests/proxy/test_security_tables.py tests/proxy/test_forwarding.py"
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
   "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py"
   "apply|kvmigrate/migrate/apply.py|tests/migrate/test_migrate_apply.py tests/migrate/test_migrate_backups.py tests/migrate/test_migrate_backup_hashes.py"
-  "secret|kvmigrate/config/secret.py|tests/test_config.py tests/test_config_unset_secrets.py tests/proxy/test_kinds.py"
+  "secret|kvmigrate/config/secret.py|tests/test_config.py tests/test_config_unset_secrets.py tests/proxy/test_kinds.py tests/proxy/test_errors.py"
   "store|kvmigrate/rollout/sqlite_store.py|tests/rollout/test_rollout_stored_values.py tests/rollout/test_continuity_store.py"
 )
 default="policies headers body redaction apply secret store"
@@ -46,13 +46,16 @@ for want in $wanted; do
   IFS='|' read -r name globs tests <<<"$row"
   work=$scratch/$name
   rm -rf "$work" && mkdir -p "$work"
-  # The tracked tree plus this checkout's uncommitted test files: what the tests import.
-  git ls-files -co --exclude-standard -- kvmigrate tests pyproject.toml \
-    | tar -cf - -T - | tar -xf - -C "$work"
+  # The tracked tree plus this checkout's uncommitted files: what the tests read.
+  git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$work"
   "$PYTHON" - "$work/pyproject.toml" "$globs" "$tests" <<'PY'
-import json, re, sys
+import json, pathlib, re, sys
 path, globs, tests = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 text = open(path).read()
+# mutmut runs the tests in mutants/, a copy of the sources and `also_copy`: every top-level
+# file and folder the tests may read (config.yaml, docs/, deploy/, ...).
+top = sorted(p.name for p in pathlib.Path(path).parent.iterdir() if p.name not in ("kvmigrate", ".git"))
+text = text.replace("[tool.mutmut]\n", "[tool.mutmut]\nalso_copy = " + json.dumps(top) + "\n", 1)
 text = re.sub(r"only_mutate = \[.*?\]\n", "only_mutate = " + json.dumps(globs) + "\n", text, flags=re.S)
 text = re.sub(r"pytest_add_cli_args_test_selection = \[.*?\]\n",
               "pytest_add_cli_args_test_selection = " + json.dumps(tests) + "\n", text, flags=re.S)
