@@ -27,7 +27,7 @@ modules=(
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
   "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py"
   "apply|kvmigrate/migrate/apply.py|tests/migrate/test_migrate_apply.py tests/migrate/test_migrate_backups.py tests/migrate/test_migrate_backup_hashes.py"
-  "secret|kvmigrate/config/secret.py|tests/test_config.py tests/test_config_unset_secrets.py tests/proxy/test_kinds.py tests/proxy/test_errors.py"
+  "secret|kvmigrate/config/secret.py|tests/test_secret.py tests/test_config_unset_secrets.py tests/proxy/test_errors.py"
   "store|kvmigrate/rollout/sqlite_store.py|tests/rollout/test_rollout_stored_values.py tests/rollout/test_continuity_store.py"
 )
 default="policies headers body redaction apply secret store"

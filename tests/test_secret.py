@@ -1,0 +1,60 @@
+"""A Secret never shows its value except through `reveal()`, and compares exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmigrate.config.secret import Secret, safe_url
+
+KEY = "sk-live-0123456789abcdef"
+
+
+def test_str_and_repr_are_masked() -> None:
+    secret = Secret(KEY)
+    assert repr(secret) == "Secret('********')"
+    assert str(secret) == "Secret('********')"
+    assert f"{secret} {[secret]} {secret!r}".count("Secret('********')") == 3
+    assert secret.reveal() == KEY
+
+
+@pytest.mark.parametrize(
+    ("value", "candidate", "matches"),
+    [
+        (KEY, KEY, True),
+        (KEY, KEY + "x", False),
+        (KEY, KEY[:-1], False),
+        (KEY, "", False),
+        ("café-key", "café-key", True),
+        # aiohttp decodes undecodable header bytes to lone surrogates; os.environ does too.
+        (KEY, "sk-\udcff", False),
+        ("sk-\udcff", "sk-\udcff", True),
+        ("sk-\udcff", "sk-\udcfe", False),
+    ],
+)
+def test_matches(value: str, candidate: str, matches: bool) -> None:
+    assert Secret(value).matches(candidate) is matches
+
+
+def test_equality_and_hash_follow_the_value() -> None:
+    assert Secret(KEY) == Secret(KEY)
+    assert Secret(KEY) != Secret(KEY + "x")
+    assert Secret(KEY) != KEY  # never equal to the bare string it hides
+    assert hash(Secret(KEY)) == hash(Secret(KEY))
+    assert hash(Secret(KEY)) != hash(Secret(KEY + "x"))
+    assert hash(Secret(KEY)) != hash(KEY)
+    assert len({Secret(KEY), Secret(KEY), Secret("other")}) == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "safe"),
+    [
+        ("redis://:hunter2@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("postgresql://app:hunter2@db/kv", "postgresql://app:***@db/kv"),
+        ("postgresql://app@db/kv", "postgresql://app@db/kv"),
+        ("sqlite:////var/lib/kv.db", "sqlite:////var/lib/kv.db"),
+        # the password also appearing elsewhere in the URL stays there: only the netloc's goes
+        ("redis://u:db@db:6379/0?name=db", "redis://u:***@db:6379/0?name=db"),
+    ],
+)
+def test_safe_url_hides_only_the_password(url: str, safe: str) -> None:
+    assert safe_url(url) == safe
