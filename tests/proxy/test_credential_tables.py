@@ -100,6 +100,8 @@ def client_headers() -> dict[str, str]:
     headers = {name: secret(name) for name in CREDENTIAL_HEADERS}
     headers["authorization"] = "Bearer " + secret("authorization")
     headers.update({name: ALLOWED_VALUES.get(name, f"value-{name}") for name in CANDIDATE_HEADERS})
+    # Headers the client names in `Connection` are hop-by-hop too (RFC 9110 section 7.6.1).
+    headers.update({"Connection": "X-Hop-A,X-Hop-B", "X-Hop-A": "1", "X-Hop-B": "2"})
     return headers
 
 
@@ -150,6 +152,14 @@ def test_candidate_gets_each_allowlisted_header(
 ) -> None:
     _, candidate = shadowed
     assert lower_headers(candidate)[name] == ALLOWED_VALUES.get(name, f"value-{name}")
+
+
+@pytest.mark.parametrize("name", ["connection", "x-hop-a", "x-hop-b"])
+def test_no_backend_gets_a_header_named_in_connection(
+    shadowed: tuple[Recorded, Recorded], name: str
+) -> None:
+    for recorded in shadowed:
+        assert name not in lower_headers(recorded)
 
 
 @pytest.mark.parametrize("name", [n for n in CREDENTIAL_HEADERS if n != "proxy-authorization"])
