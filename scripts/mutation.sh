@@ -23,7 +23,7 @@ modules=(
   "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
   "split|kvmigrate/policies/split.py|tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py"
   "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py"
-  "headers|kvmigrate/proxy/headers.py|tests/proxy/test_credential_tables.py tests/proxy/test_forwarding.py"
+  "headers|kvmigrate/proxy/headers.py|tests/proxy/test_credential_tables.py"
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
   "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py"
   "apply|kvmigrate/migrate/apply.py|tests/migrate/test_migrate_apply.py tests/migrate/test_migrate_backups.py tests/migrate/test_migrate_backup_hashes.py"
