@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmigrate.policies import Decision, RolloutSnapshot, bucket, in_shadow_sample, route
+from kvmigrate.policies import RolloutSnapshot, bucket, in_shadow_sample, route
 from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.split import in_noise_sample
 
@@ -109,4 +109,4 @@ def test_route_names_the_roles_of_its_snapshot() -> None:
     assert not chosen.is_candidate("hosted")
     assert chosen.is_primary("hosted")
     assert not chosen.is_primary("vllm")
-    assert chosen.decision == Decision("vllm", None, "hosted")
+    assert (chosen.serve, chosen.shadow, chosen.fallback) == ("vllm", None, "hosted")

@@ -27,8 +27,7 @@ class ErrorKind(StrEnum):
     MALFORMED_BODY = "malformed_body"  # a candidate's body that does not parse
 
 
-CLIENT_DISCONNECTED, CLIENT_CANCELLED = ErrorKind.CLIENT_DISCONNECTED, ErrorKind.CLIENT_CANCELLED
-NOT_BACKEND_ERRORS = frozenset({CLIENT_DISCONNECTED})
+NOT_BACKEND_ERRORS = frozenset({ErrorKind.CLIENT_DISCONNECTED})
 
 
 def is_backend_error(status: int | None, error: str | None) -> bool:

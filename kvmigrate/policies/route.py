@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from kvmigrate.policies.decision import Decision, RolloutSnapshot, decide
+from kvmigrate.policies.decision import RolloutSnapshot, decide
 from kvmigrate.policies.pinning import PinView, pinned_decision, should_pin
 from kvmigrate.policies.split import in_noise_sample
 
@@ -31,10 +31,6 @@ class Route:
     fallback: str | None = None
     noise: bool = False
     pin: bool = False
-
-    @property
-    def decision(self) -> Decision:
-        return Decision(self.serve, self.shadow, self.fallback)
 
     def is_candidate(self, backend: str) -> bool:
         return backend == self.snapshot.candidate

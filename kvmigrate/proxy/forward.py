@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
+from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.proxy.errors import (
     ProxyError,
     sse_error_event,
@@ -57,13 +58,13 @@ def upstream_errors(
         if response is not None:
             response.close()
         if isinstance(exc, _TIMEOUTS):
-            raise UpstreamFailure("timeout", upstream_timeout(upstream.name)) from None
-        raise UpstreamFailure("unreachable", upstream_unreachable(upstream.name)) from None
+            raise UpstreamFailure(ErrorKind.TIMEOUT, upstream_timeout(upstream.name)) from None
+        raise UpstreamFailure(ErrorKind.UNREACHABLE, upstream_unreachable(upstream.name)) from None
 
 
 def break_kind(exc: BaseException) -> str:
     """What broke a stream after its first bytes, as records and metrics name it."""
-    return "stream_timeout" if isinstance(exc, _TIMEOUTS) else "stream_broken"
+    return ErrorKind.STREAM_TIMEOUT if isinstance(exc, _TIMEOUTS) else ErrorKind.STREAM_BROKEN
 
 
 async def open_response(upstream: Upstream, call: Call) -> aiohttp.ClientResponse:
@@ -157,7 +158,7 @@ async def relay_stream(
         async for chunk in response.content.iter_any():
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
-                exchange.error = "malformed_stream"
+                exchange.error = ErrorKind.MALFORMED_STREAM
                 await _write_quietly(
                     client,
                     sse_error_event("The backend sent a malformed stream event.", exchange.error),
@@ -165,7 +166,7 @@ async def relay_stream(
                 break
             await client.write(chunk)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        exchange.error = "client_disconnected"
+        exchange.error = ErrorKind.CLIENT_DISCONNECTED
     except TRANSPORT_ERRORS as exc:
         exchange.error = break_kind(exc)
         if is_sse:
@@ -180,7 +181,7 @@ async def relay_stream(
     finally:
         response.close()
         exchange.finished = time.perf_counter()
-    if exchange.error == "client_disconnected" or (exchange.error and not is_sse):
+    if exchange.error == ErrorKind.CLIENT_DISCONNECTED or (exchange.error and not is_sse):
         return client
     await _write_eof_quietly(client)
     return client

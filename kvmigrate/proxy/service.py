@@ -15,7 +15,7 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.policies import RolloutSnapshot, Route, route
-from kvmigrate.policies.outcome import CLIENT_CANCELLED, CLIENT_DISCONNECTED, worth_mirroring
+from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
@@ -194,7 +194,7 @@ class ProxyService:
                 # The client left before the first byte (aiohttp cancels the handler, and
                 # with it the upstream call). Its wait is evidence: a backend slow enough
                 # that clients give up is what the gates and auto-rollback exist to catch.
-                self._finish(routed, exchange, CLIENT_CANCELLED)
+                self._finish(routed, exchange, ErrorKind.CLIENT_CANCELLED)
             self._mirror(request, routed, exchange)
             raise
         # From the first byte on, the relay runs to its end even if the client leaves: it
@@ -284,7 +284,7 @@ class ProxyService:
                 client = await relay_stream(request, response, first, exchange, extra, check)
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             # The client left while a whole answer was being written: still a record.
-            self._finish(routed, exchange, CLIENT_DISCONNECTED)
+            self._finish(routed, exchange, ErrorKind.CLIENT_DISCONNECTED)
             raise
         self._finish(routed, exchange)
         self._mirror(request, routed, exchange)
@@ -312,11 +312,11 @@ class ProxyService:
             check = SseCheck() if checked and is_event_stream(response) else None
             if check is not None and not check.feed(first):
                 response.close()
-                raise _candidate_failure(exchange.backend, "malformed_stream")
+                raise _candidate_failure(exchange.backend, ErrorKind.MALFORMED_STREAM)
             return response, first, check
         body = await read_whole(upstream, response, exchange)
         if checked and response.status == 200 and not json_ok(body):
-            raise _candidate_failure(exchange.backend, "malformed_body")
+            raise _candidate_failure(exchange.backend, ErrorKind.MALFORMED_BODY)
         return response, None, None
 
     def _model_call(self, request: web.Request, routed: Routed, backend: str) -> Call:
