@@ -29,6 +29,17 @@ modules=(
   "apply|kvmigrate/migrate/apply.py|tests/migrate/test_migrate_apply.py tests/migrate/test_migrate_backups.py tests/migrate/test_migrate_backup_hashes.py"
   "secret|kvmigrate/config/secret.py|tests/test_secret.py tests/test_config_unset_secrets.py tests/proxy/test_errors.py"
   "store|kvmigrate/rollout/sqlite_store.py|tests/rollout/test_rollout_stored_values.py tests/rollout/test_continuity_store.py"
+  # policies/ one module at a time: the figure per module the issue asks for, in minutes each
+  "route|kvmigrate/policies/route.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "pinning|kvmigrate/policies/pinning.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "outcome|kvmigrate/policies/outcome.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py tests/test_gates.py"
+  "continuity|kvmigrate/policies/continuity.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "volatile|kvmigrate/policies/volatile.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "conversation|kvmigrate/policies/conversation.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "decision|kvmigrate/policies/decision.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "replicas|kvmigrate/policies/replicas.py|tests/replicas/test_replicas_policy.py tests/test_policies.py tests/test_route.py"
+  "tool_calls|kvmigrate/policies/tool_calls.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
+  "window|kvmigrate/policies/window.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
 )
 default="policies headers body redaction apply secret store"
 wanted=${*:-$default}
