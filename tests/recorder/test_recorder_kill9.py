@@ -18,6 +18,10 @@ from kvmigrate.recorder.sqlite_store import SqliteStore
 from kvmigrate.serving import free_port
 
 HERE = Path(__file__).parent
+# The load runs until this many answers (a count, not a window of time: a busy machine only
+# makes it longer), within a generous deadline.
+LOAD_ANSWERS = 120
+LOAD_DEADLINE_S = 60
 
 
 def test_kill_9_under_load_keeps_the_database_intact(backends: Backends, tmp_path: Path) -> None:
@@ -44,6 +48,8 @@ record: {{db: "sqlite:///{db}", content: full}}
     assert proc.stdout.readline().strip() == "ready"
     answered = 0
     stop = threading.Event()
+    killed = threading.Event()
+    errors_before_kill: list[str] = []
     lock = threading.Lock()
 
     def drive() -> None:
@@ -59,7 +65,9 @@ record: {{db: "sqlite:///{db}", content: full}}
                         messages=[{"role": "user", "content": "hello"}],
                         max_tokens=4,
                     )
-                except openai.APIError:
+                except openai.APIError as exc:
+                    if not killed.is_set():  # the kill has not been sent: a real failure
+                        errors_before_kill.append(repr(exc))
                     return
                 with lock:
                     answered += 1
@@ -67,11 +75,15 @@ record: {{db: "sqlite:///{db}", content: full}}
     threads = [threading.Thread(target=drive) for _ in range(8)]
     for t in threads:
         t.start()
-    time.sleep(2.0)
+    deadline = time.monotonic() + LOAD_DEADLINE_S
+    while answered < LOAD_ANSWERS and not errors_before_kill:
+        assert time.monotonic() < deadline, f"{answered} answers in {LOAD_DEADLINE_S} s"
+        time.sleep(0.05)
     # The recorder's worker process outlives the proxy long enough to write what it was
     # fed; wait for it (and multiprocessing's resource tracker) before counting.
     children = psutil.Process(proc.pid).children()
     assert any("spawn_main" in " ".join(c.cmdline()) for c in children)
+    killed.set()
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     _gone, alive = psutil.wait_procs(children, timeout=30)
@@ -81,6 +93,7 @@ record: {{db: "sqlite:///{db}", content: full}}
         t.join(10)
     proc.stdout.close()
 
+    assert errors_before_kill == []
     assert answered > 100
     with SqliteStore(f"sqlite:///{db}") as store:
         assert store.integrity_check() == "ok"

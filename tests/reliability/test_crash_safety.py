@@ -42,7 +42,11 @@ from kvmigrate.serving import BackgroundServer, free_port
 pytestmark = pytest.mark.timeout(120)
 
 CLIENTS = 8
-LOAD_S = 2.5
+# The load runs until this many answers and rollout changes have landed (a count, not a
+# window of time, so a busy machine only makes it longer); LOAD_DEADLINE_S is generous.
+LOAD_ANSWERS = 120
+LOAD_CHANGES = 5
+LOAD_DEADLINE_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +83,8 @@ record: {{db: "sqlite:///{records_db}", content: redacted}}
     answered = 0
     lock = threading.Lock()
     stop = threading.Event()
+    killed = threading.Event()
+    errors_before_kill: list[str] = []
 
     def client_loop(worker: int) -> None:
         nonlocal answered
@@ -98,7 +104,9 @@ record: {{db: "sqlite:///{records_db}", content: redacted}}
                             pass
                     else:
                         client.chat.completions.create(**request)
-                except openai.APIError:
+                except openai.APIError as exc:
+                    if not killed.is_set():  # the kill has not been sent: a real failure
+                        errors_before_kill.append(f"worker {worker}: {exc!r}")
                     return  # the proxy is gone
                 with lock:
                     answered += 1
@@ -122,14 +130,20 @@ record: {{db: "sqlite:///{records_db}", content: redacted}}
     threads.append(threading.Thread(target=change_loop))
     for thread in threads:
         thread.start()
-    time.sleep(LOAD_S)
+    wait_until(
+        lambda: (answered >= LOAD_ANSWERS and changes >= LOAD_CHANGES) or errors_before_kill,
+        LOAD_DEADLINE_S,
+        "answers and rollout changes under load",
+    )
     with lock:
         answered_before_kill = answered
+    killed.set()
     proxy.kill()
     stop.set()
     for thread in threads:
         thread.join(15)
     assert "Traceback" not in proxy.output()
+    assert errors_before_kill == []
 
     # The files: intact.
     assert integrity(records_db) == "ok"
