@@ -13,6 +13,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from settling import wait_settled
 
 from kvmigrate.config import parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -83,7 +84,7 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
                 messages=[{"role": "user", "content": f"find where task {i} parses its config"}],
                 **kwargs,
             )
-        time.sleep(1.5)  # copies finish and the recorder flushes
+        wait_settled(proxy.url)  # copies finish and the recorder writes them
     windows = window_stats(config.record.db, started - 1)
     candidate, primary = windows["vllm"], windows["hosted"]
     assert candidate.requests == 40  # one shadow copy per request
@@ -155,7 +156,7 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
                     tool_choice="required",
                     messages=[{"role": "user", "content": f"look up module {i}"}],
                 )
-            time.sleep(1.5)
+            wait_settled(proxy.url)
     refused = subprocess.run(
         [
             sys.executable,

@@ -22,6 +22,7 @@ from pathlib import Path
 import openai
 import pytest
 from aiohttp import web
+from settling import wait_settled
 
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.serving import BackgroundServer, free_port
@@ -154,8 +155,8 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
     base = f"http://127.0.0.1:{port}"
     try:
         error_bodies = drive(base, CLIENT_KEY if pass_through else MASTER_KEY)
+        wait_settled(base)  # shadow copies finish, the recorder writes them
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
-        time.sleep(1.5)  # shadow copies finish, the recorder flushes
     finally:
         proc.terminate()
         proc.wait(15)

@@ -212,7 +212,11 @@ def test_kill_9_mid_write_leaves_a_consistent_state(
     controller: RolloutController, spawned: list[subprocess.Popen[bytes]]
 ) -> None:
     procs = run_writers(controller.store.url, 2, 100_000, spawned)
-    time.sleep(1.5)
+    # Kill mid-stream of writes: once several have landed (a count, not a window of time).
+    deadline = time.monotonic() + 60
+    while len(controller.store.history(100)) <= 5:
+        assert time.monotonic() < deadline, "the writers wrote nothing in 60 s"
+        time.sleep(0.05)
     for proc in procs:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
