@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from settling import wait_settled
+
 from kvmigrate.recorder.convert import stored_conversation
 from kvmigrate.serving import free_port
 
@@ -103,16 +105,20 @@ def rows_for(db: Path, conversation: str) -> list[Row]:
     return [Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in raw]
 
 
-def wait_rows(db: Path, conversation: str, count: int, timeout: float = 10.0) -> list[Row]:
+def wait_rows(
+    db: Path, conversation: str, count: int, proxy_url: str, timeout: float = 30.0
+) -> list[Row]:
     """The conversation's records once `count` are written (the writer flushes every 0.2 s;
-    a shadow copy lands only after its own timeout)."""
-    rows = wait_until(
-        lambda: (r := rows_for(db, conversation)) and len(r) >= count and r,
+    a shadow copy lands only after its own timeout) and the proxy at `proxy_url` has settled:
+    nothing in flight, every exchange it counted written, so any record beyond the expected
+    ones would be there too."""
+    wait_until(
+        lambda: len(rows_for(db, conversation)) >= count,
         timeout,
         f"{count} records of {conversation}",
     )
-    time.sleep(0.3)  # one more flush: nothing beyond the expected rows may appear
-    return rows_for(db, conversation) or rows
+    wait_settled(proxy_url, timeout)
+    return rows_for(db, conversation)
 
 
 def describe(rows: list[Row]) -> str:

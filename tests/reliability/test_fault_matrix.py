@@ -43,17 +43,27 @@ from reliability_support import (
     wait_rows,
     wait_until,
 )
+from settling import wait_settled
 
 from kvmigrate.config import load_config
 from kvmigrate.emulator import EmulatorSettings
 from kvmigrate.emulator import build_app as build_emulator
+from kvmigrate.proxy.app import SERVICE_KEY
+from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
-CANDIDATE_READ_TIMEOUT = 0.5  # so "slow" and "stalled" cells cost half a second, not minutes
-NO_DELAY_MARGIN_S = 0.3  # what a shadow fault may add to the client's latency: noise only
+# "slow" and "stalled" cells cost two seconds, not minutes; and a shadow copy they start is
+# still running when the client has its answer (3-20 ms quiet, 100x less) however busy the
+# machine.
+CANDIDATE_READ_TIMEOUT = 2.0
+# Copies that take the candidate's read timeout. That a shadow fault adds no delay is shown
+# by the copy still being in flight when the client has its answer, not by comparing two
+# latencies: under a CPU hog their noise reaches +-0.5 s, the read timeout itself. The table
+# still prints the difference ("ms vs no fault") as a figure.
+SLOW_CANDIDATE = ("candidate slow", "stalled stream")
 CELLS: list[Cell] = []
 
 
@@ -251,7 +261,7 @@ FAULTS = [
     ),
     Fault(
         "candidate slow",
-        ("vllm:slow-first-byte=2",) * 2,
+        ("vllm:slow-first-byte=6",) * 2,
         (fallback("timeout"), fallback("timeout")),
         ("timeout", "timeout"),
     ),
@@ -281,7 +291,7 @@ FAULTS = [
     ),
     Fault(
         "stalled stream",
-        ("vllm:stall=3",) * 2,
+        ("vllm:stall=6",) * 2,
         (fallback("timeout"), sse_error("stream_timeout")),
         ("stream_timeout", "stream_timeout"),
     ),
@@ -309,16 +319,20 @@ def test_shadow_mode_candidate_fault_changes_nothing_for_the_client(
         kind = "streamed" if stream else "non-streamed"
         session = f"shadow-{fault.name}-{kind}"
         base = ask(proxy.client, session + "-baseline", stream)
+        wait_settled(proxy.url)  # the baseline's copy is done: only the fault's can be running
         hit = ask(proxy.client, session, stream, header)
+        in_flight = metric_sum(fetch_metrics(proxy.url), "kvmigrate_shadow_inflight")
+        if fault.name in SLOW_CANDIDATE:
+            # The client had its whole answer while the copy was still waiting on the candidate.
+            assert in_flight == 1, fault.name
         # The client: the primary's answer, the same as without the fault, no added delay.
         assert base.error is None, base
         assert base.content
         assert hit.error is None, hit
         assert hit.backend == "hosted"
         assert hit.content == base.content
-        assert hit.elapsed < base.elapsed + NO_DELAY_MARGIN_S, (hit.elapsed, base.elapsed)
         # The records: the answer, and the copy paired with it.
-        rows = wait_rows(proxy.db, session, 2)
+        rows = wait_rows(proxy.db, session, 2, proxy.url)
         serve, shadow = by_role(rows, "serve"), by_role(rows, "shadow")
         assert [(r.backend, r.status, r.error) for r in serve] == [("hosted", 200, None)]
         assert serve[0].request_id == hit.request_id
@@ -358,7 +372,7 @@ def test_split_mode_candidate_fault_falls_back_or_ends_the_stream_cleanly(
             assert hit.error is None, hit
             assert hit.backend == "hosted"
             assert hit.content
-            rows = wait_rows(proxy.db, session, 2)
+            rows = wait_rows(proxy.db, session, 2, proxy.url)
             assert [(r.role, r.backend, r.error, r.fallback_from) for r in rows] == [
                 ("serve", "vllm", expect.error, None),
                 ("serve", "hosted", None, "vllm"),
@@ -371,7 +385,7 @@ def test_split_mode_candidate_fault_falls_back_or_ends_the_stream_cleanly(
             assert hit.error_code == expect.error
             assert hit.backend == "vllm"
             assert hit.content, "the error must come after the first tokens"
-            rows = wait_rows(proxy.db, session, 1)
+            rows = wait_rows(proxy.db, session, 1, proxy.url)
             assert [(r.role, r.backend, r.error, r.fallback_from) for r in rows] == [
                 ("serve", "vllm", expect.error, None)
             ], rows
@@ -400,7 +414,7 @@ def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_pat
             hit = ask(proxy.client, session, stream)
             assert hit.error == "InternalServerError 502", hit
             assert hit.error_code == "upstream_unreachable"
-            rows = wait_rows(proxy.db, session, 1)
+            rows = wait_rows(proxy.db, session, 1, proxy.url)
             assert [(r.backend, r.error) for r in by_role(rows, "serve")] == [
                 ("hosted", "unreachable")
             ]
@@ -415,7 +429,7 @@ def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_pat
             hit = ask(proxy.client, session, stream, "vllm:503")
             assert hit.error == "InternalServerError 502", hit
             assert hit.error_code == "upstream_unreachable"
-            rows = wait_rows(proxy.db, session, 2)
+            rows = wait_rows(proxy.db, session, 2, proxy.url)
             assert [(r.backend, r.error, r.fallback_from) for r in rows] == [
                 ("vllm", "http_503", None),
                 ("hosted", "unreachable", "vllm"),
@@ -441,7 +455,7 @@ def test_primary_down_mirrored_on_request(
         session = f"mirrored-primary-down-{stream}"
         hit = ask(proxy.client, session, stream)
         assert hit.error == "InternalServerError 502", hit
-        rows = wait_rows(proxy.db, session, 2)
+        rows = wait_rows(proxy.db, session, 2, proxy.url)
         assert [(r.backend, r.error) for r in by_role(rows, "serve")] == [("hosted", "unreachable")]
         # Asked for: the copy still goes out, and the candidate's answer is evidence too.
         assert [(r.backend, r.error) for r in by_role(rows, "shadow")] == [("vllm", None)]
@@ -472,7 +486,11 @@ def test_redis_down_keeps_serving_on_the_last_state(
             "the proxy to apply the change",
         )
         redis.stop()
-        time.sleep(0.5)  # several failed polls of the store
+        live = proxy.server.app[SERVICE_KEY].rollout
+        assert isinstance(live, LiveRollout)
+        failed_before = live.store_errors
+        # Several failed polls of the store (the proxy's own count), not a fixed sleep.
+        wait_until(lambda: live.store_errors >= failed_before + 3, 30, "failed polls of the store")
         served = "vllm" if mode == "split" else "hosted"
         client_text, recorded_text = [], []
         for stream in (False, True):
@@ -480,7 +498,7 @@ def test_redis_down_keeps_serving_on_the_last_state(
             session = f"{mode}-redis-down-{kind}"
             hit = ask(proxy.client, session, stream)
             assert (hit.error, hit.backend) == (None, served), hit
-            rows = wait_rows(proxy.db, session, 2 if mode == "shadow" else 1)
+            rows = wait_rows(proxy.db, session, 2 if mode == "shadow" else 1, proxy.url)
             assert [r.role for r in rows] == (
                 ["serve", "shadow"] if mode == "shadow" else ["serve"]
             )
@@ -537,8 +555,9 @@ def test_disk_full_recorder_drops_and_counts_the_proxy_keeps_answering(
 
         for i in range(2):
             assert ask(client, f"{mode}-disk-before-{i}", i == 1).error is None
-        wait_until(lambda: settled(2 * per_request), 10, "records before the disk fills")
-        time.sleep(0.3)  # the writer is idle: no batch straddles the change
+        wait_until(lambda: settled(2 * per_request), 30, "records before the disk fills")
+        # The writer is idle (every exchange written): no batch straddles the change.
+        wait_settled(proxy.url)
         # The whole pod's disk is full: the proxy and its processes (the recorder's worker
         # writes the records).
         process = psutil.Process(proxy.pid)
@@ -574,7 +593,7 @@ def test_disk_full_recorder_drops_and_counts_the_proxy_keeps_answering(
             hit = ask(client, f"{mode}-disk-after-{i}", i == 1)
             assert hit.error is None
         for i in range(2):
-            wait_rows(db, f"{mode}-disk-after-{i}", per_request)
+            wait_rows(db, f"{mode}-disk-after-{i}", per_request, proxy.url)
         lost = [rows_for(db, f"{mode}-disk-full-{i}") for i in range(outage)]
         assert not any(lost), "records written while the disk was full?"
     finally:
@@ -633,7 +652,7 @@ def test_split_real_vllm_killed_falls_back_transparently(
             hit = ask(proxy.client, session, stream)
             assert (hit.error, hit.backend) == (None, "hosted"), hit
             assert hit.content
-            rows = wait_rows(proxy.db, session, 2)
+            rows = wait_rows(proxy.db, session, 2, proxy.url)
             assert [(r.backend, r.error, r.fallback_from) for r in rows] == [
                 ("vllm", "unreachable", None),
                 ("hosted", None, "vllm"),
