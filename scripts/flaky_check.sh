@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Is the suite free of wall-clock flakiness? Two checks, independent of CI:
+#
+#   1. the whole suite RUNS times in a row (3 by default) while a CPU hog runs beside it:
+#      `stress-ng --cpu N` when installed (apt-get install stress-ng), else one busy loop per
+#      core; N is the number of cores (HOG_CPUS overrides);
+#   2. each test file on its own (`pytest tests/x.py`), with no hog, so no test depends on
+#      another file having warmed something up first.
+#
+#   scripts/flaky_check.sh                      both checks, every test file
+#   scripts/flaky_check.sh --files-only [F...]  check 2 only; F: test files (default: all)
+#   scripts/flaky_check.sh --suite-only         check 1 only
+#
+# The claim is the full suite, so no marker is deselected by default; MARKERS narrows it
+# (MARKERS="not vllm and not litellm" passes -m "$MARKERS" to every pytest run).
+# Prints one line per run and per file, then a summary; exits non-zero when any failed.
+# Logs: $FLAKY_DIR (default /tmp/kvmigrate-flaky-<pid>).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-$PWD/.venv/bin/python}
+RUNS=${RUNS:-3}
+logs=${FLAKY_DIR:-${TMPDIR:-/tmp}/kvmigrate-flaky-$$}
+mkdir -p "$logs"
+suite=1 files=1
+case "${1:-}" in
+  --files-only) suite=0; shift ;;
+  --suite-only) files=0; shift ;;
+esac
+pytest=("$PYTHON" -m pytest -q -p no:cacheprovider)
+[ -z "${MARKERS:-}" ] || pytest+=(-m "$MARKERS")
+
+hog_pids=()
+start_hog() {
+  local cpus=${HOG_CPUS:-$(nproc)}
+  if command -v stress-ng >/dev/null; then
+    stress-ng --cpu "$cpus" --quiet &
+    hog_pids+=($!)
+    echo "hog: stress-ng --cpu $cpus (pid $!)"
+  else
+    for _ in $(seq "$cpus"); do
+      (while :; do :; done) &
+      hog_pids+=($!)
+    done
+    echo "hog: $cpus busy loops (pids ${hog_pids[*]})"
+  fi
+}
+stop_hog() {
+  # Only the processes this script started, by their ids.
+  [ ${#hog_pids[@]} -eq 0 ] || kill "${hog_pids[@]}" 2>/dev/null
+  hog_pids=()
+}
+trap stop_hog EXIT INT TERM
+
+summary=()
+failed=0
+run() {  # name, log file, command...
+  local name=$1 log=$2 started rc
+  shift 2
+  started=$(date +%s)
+  "$@" >"$log" 2>&1
+  rc=$?
+  # pytest exits 5 when a file has no test selected (e.g. only vllm tests, deselected).
+  local verdict=pass
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then verdict=FAIL; failed=1; fi
+  local line
+  line=$(printf '%-4s %-60s %4ss  %s' "$verdict" "$name" "$(($(date +%s) - started))" \
+    "$(grep -E '^[0-9]+ (passed|failed)|(passed|failed|error|skipped|deselected)' "$log" | tail -1)")
+  echo "$line"
+  summary+=("$line")
+}
+
+if [ "$suite" -eq 1 ]; then
+  start_hog
+  for i in $(seq "$RUNS"); do
+    run "suite run $i/$RUNS beside the hog" "$logs/suite-$i.log" "${pytest[@]}" tests
+  done
+  stop_hog
+fi
+
+if [ "$files" -eq 1 ]; then
+  if [ $# -gt 0 ]; then
+    targets=("$@")
+  else
+    mapfile -t targets < <(find tests -name 'test_*.py' | sort)
+  fi
+  for f in "${targets[@]}"; do
+    run "$f alone" "$logs/$(echo "$f" | tr / _).log" "${pytest[@]}" "$f"
+  done
+fi
+
+echo
+echo "flaky check summary (logs in $logs):"
+printf '  %s\n' "${summary[@]}"
+if [ "$failed" -eq 0 ]; then echo "all passed"; else echo "FAILURES: see the logs above"; fi
+exit $failed
