@@ -1,6 +1,8 @@
 """The emulator's latency model, measured: cold/warm TTFT ratios (vLLM-like and hosted-like
-defaults), FIFO prefill queueing, decode pacing. tests/emulator/test_emulator_latency.py holds
-each figure to its plan; this prints the ratios, which only mean something on a quiet machine.
+defaults), FIFO prefill queueing, and `kvmigrate bench`'s turn ratios with the prefix cache and
+without. tests/emulator/test_emulator_latency.py and tests/bench/test_bench_emulator.py hold
+what the servers report and each figure to its plan; this prints the ratios, which only mean
+something on a quiet machine.
 
     python benchmarks/emulator_latency.py
 """
@@ -12,7 +14,8 @@ import time
 
 import openai
 
-from kvmigrate.emulator import EmulatorSettings, LatencySettings, build_app
+from kvmigrate.bench import RunSettings, Target, run_bench, summarize, synthetic
+from kvmigrate.emulator import EmulatorSettings, LatencySettings, build_app, latency_for
 from kvmigrate.serving import BackgroundServer
 
 PROMPT = [{"role": "user", "content": "history of the world, in detail. " * 800}]
@@ -70,11 +73,32 @@ def fifo() -> None:
     print(f"   fifo 4 requests, 1 slot of 100 ms: last/first = {durations[-1] / durations[0]:.2f}x")
 
 
+def bench_turns() -> None:
+    """tests/bench/test_bench_emulator.py's run: TTFT by turn with the prefix cache and without."""
+    latency = latency_for("vllm", prefill_tokens_per_s=8000.0, decode_tokens_per_s=2000.0)
+    conversations = synthetic(4, 6, system_tokens=200, turn_tokens=200, seed=1)
+    settings = RunSettings(concurrency=2, max_tokens=8)
+    summaries = []
+    for capacity in (2_000_000, 0):
+        emulator = EmulatorSettings(profile="vllm", latency=latency, cache_capacity_tokens=capacity)
+        with served(emulator) as server:
+            run = run_bench(Target(server.url + "/v1"), conversations, settings)
+            summaries.append(summarize(asyncio.run(run)))
+    warm, cold = summaries
+    print(
+        f"  bench turn 6/turn 1 without the cache: "
+        f"{cold.turns[-1].ttft_p50 / cold.turns[0].ttft_p50:.2f}x; "
+        f"turn 6/turn 2 with it: {warm.turns[-1].ttft_p50 / warm.turns[1].ttft_p50:.2f}x; "
+        f"turn 6 without/with: {cold.turns[-1].ttft_p50 / warm.turns[-1].ttft_p50:.2f}x"
+    )
+
+
 def main() -> None:
     cold_warm("vllm", LatencySettings.vllm())
     hosted = LatencySettings.hosted()
     cold_warm("hosted", LatencySettings(0.01, 0.0, hosted.prefill_tokens_per_s, 0.25, 1000.0, 8))
     fifo()
+    bench_turns()
 
 
 if __name__ == "__main__":

