@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+DEMO_BOUND_S = 220
+
 
 def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
     start = time.monotonic()
@@ -31,7 +33,7 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=2 * DEMO_BOUND_S,  # a hang, not a slow run
         cwd=tmp_path,
     )
     return proc, time.monotonic() - start
@@ -54,7 +56,9 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     assert "conversations: 18/18" in lines
     html = (tmp_path / "report.html").read_text()
     assert html.count('class="chart') >= 5
-    assert elapsed < 120, f"the demo took {elapsed:.0f}s"
+    # A quick demo is part of the promise: 22 s on the quiet 2-core machine, so the bound is
+    # a 10x margin (the figure itself: benchmarks/demo_time.py).
+    assert elapsed < DEMO_BOUND_S, f"the demo took {elapsed:.0f}s"
     # --keep: the directory it names is there afterwards, with the records in it.
     [kept] = [line for line in out.splitlines() if line.startswith("state and records kept in")]
     kept_dir = Path(kept.rsplit(" ", 1)[1])
