@@ -7,7 +7,7 @@ import json
 import orjson
 import pytest
 
-from kvmigrate.proxy.body import parse_body, with_model
+from kvmigrate.proxy.body import check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.errors import ProxyError
 
 TOOLS = [
@@ -38,6 +38,8 @@ TOOLS = [
         ).encode(),
         b'{"model" :  "gpt-4o-mini" ,"x-unknown-field": [1.0, 2e10, 123456789012345678901234567890]}',
         b'{"mod\\u0065l": "gpt-4o-mini", "n": 1}',
+        # The only plain `"model":` pair is nested; the top-level key is escaped.
+        b'{"mod\\u0065l": "gpt-4o-mini", "meta": {"model": "gpt-4o-mini"}}',
     ],
 )
 def test_only_the_top_level_model_changes(raw: bytes) -> None:
@@ -112,3 +114,76 @@ def test_a_repeated_top_level_key_is_refused(raw: bytes) -> None:
 )
 def test_the_same_key_inside_nested_objects_is_fine(raw: bytes) -> None:
     assert parse_body(raw).model == "m"
+
+
+# The exact envelope a client gets: OpenAI's own wording where OpenAI has one, and `param`
+# naming the field at fault, as OpenAI's errors do.
+@pytest.mark.parametrize(
+    ("raw", "message", "param"),
+    [
+        (b"", "The request body is empty; expected a JSON object.", None),
+        (b"[1, 2]", "The request body must be a JSON object.", None),
+        (b'{"messages": []}', "You must provide a model parameter.", "model"),
+        (b'{"model": ""}', "You must provide a model parameter.", "model"),
+        (b'{"model": "m", "stream": "yes"}', "`stream` must be a boolean.", "stream"),
+        (b'{"model": "m", "stream": 1}', "`stream` must be a boolean.", "stream"),
+        (b'{"model": "a", "model": "a"}', "The request body repeats the key `model`.", "model"),
+        (
+            b'{"model": "a", "n": 1, "model": "a", "n": 2}',
+            "The request body repeats the key `model`.",
+            "model",
+        ),
+    ],
+)
+def test_error_envelopes_are_exact(raw: bytes, message: str, param: str | None) -> None:
+    with pytest.raises(ProxyError) as caught:
+        parse_body(raw)
+    assert (caught.value.status, caught.value.message, caught.value.param) == (400, message, param)
+    assert caught.value.error_type == "invalid_request_error"
+
+
+@pytest.mark.parametrize("raw", [b'{"messages": []}', b'{"model": null}', b'{"model": ""}'])
+def test_a_route_without_a_model_reads_it_as_empty(raw: bytes) -> None:
+    body = parse_body(raw, require_model=False)
+    assert body.model == ""
+    assert body.data == orjson.loads(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "stream"),
+    [(b'{"model": "m"}', False), (b'{"model": "m", "stream": false}', False),
+     (b'{"model": "m", "stream": true}', True), (b'{"model": "m", "stream": null}', False)],
+)  # fmt: skip
+def test_stream_is_read_from_the_body(raw: bytes, stream: bool) -> None:
+    assert parse_body(raw).stream is stream
+
+
+@pytest.mark.parametrize(
+    ("content_type", "raw", "status", "code"),
+    [
+        ("application/json", b"", None, None),  # no body: nothing to check
+        ("text/plain", b"", None, None),
+        ("application/json", b'{"file_id": "f"}', None, None),
+        ("application/json", b"[1]", None, None),  # any JSON value: the upstream decides
+        ("multipart/form-data", b"--x\r\n\xff", None, None),  # uploads are not parsed
+        ("application/json", b"{not json", 400, None),
+        ("text/plain", b"hello", 415, "unsupported_media_type"),
+        ("application/x-www-form-urlencoded", b"a=1", 415, "unsupported_media_type"),
+    ],
+)
+def test_passthrough_bodies(
+    content_type: str, raw: bytes, status: int | None, code: str | None
+) -> None:
+    if status is None:
+        check_passthrough_body(content_type, raw)
+        return
+    with pytest.raises(ProxyError) as caught:
+        check_passthrough_body(content_type, raw)
+    assert (caught.value.status, caught.value.code) == (status, code)
+    if status == 400:
+        assert caught.value.message.startswith("The request body is not valid JSON: ")
+    else:
+        assert caught.value.message == (
+            "Send the request body as application/json or multipart/form-data."
+        )
+        assert caught.value.error_type == "invalid_request_error"
