@@ -25,7 +25,7 @@ modules=(
   "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py"
   "headers|kvmigrate/proxy/headers.py|tests/proxy/test_credential_tables.py"
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
-  "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py"
+  "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py tests/test_redaction_boundaries.py"
   "apply|kvmigrate/migrate/apply.py|tests/migrate/test_migrate_apply.py tests/migrate/test_migrate_backups.py tests/migrate/test_migrate_backup_hashes.py"
   "secret|kvmigrate/config/secret.py|tests/test_secret.py tests/test_config_unset_secrets.py tests/proxy/test_errors.py"
   "store|kvmigrate/rollout/sqlite_store.py|tests/rollout/test_rollout_stored_values.py tests/rollout/test_continuity_store.py"
