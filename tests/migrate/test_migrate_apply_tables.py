@@ -1,0 +1,154 @@
+"""The apply/revert contract in tables: what the manifest records and how it is written, the
+permissions of everything kvmigrate leaves on disk, and the exact messages a user reads.
+Each row pins what a mutant of migrate/apply.py changed (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from migrate_support import PROXY, copy_corpus
+
+from kvmigrate.migrate import RevertError, RewriteOptions, apply_plan, build_plan, revert
+from kvmigrate.migrate.apply import (
+    MANIFEST,
+    STATE_DIR,
+    DirtyTree,
+    backup_base,
+    revert_command,
+)
+
+OPTIONS = RewriteOptions(PROXY)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def applied(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    tree = copy_corpus(tmp_path / "tree", cases=["openai-sync", "dotenv"])
+    (tree / "dotenv" / ".env").chmod(0o640)
+    result = apply_plan(build_plan(tree, OPTIONS), allow_dirty=True)
+    assert result.backup_id is not None
+    return tree, backup_base(tree) / result.backup_id, result.files
+
+
+def test_the_manifest_records_each_file_and_is_written_privately(tmp_path: Path) -> None:
+    tree, backup_dir, files = applied(tmp_path)
+    assert files
+    assert all(isinstance(f, str) for f in files)
+    text = (backup_dir / MANIFEST).read_text()
+    manifest = json.loads(text)
+    # Stable, reviewable bytes: sorted keys, two-space indent, a final newline.
+    assert text == json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    assert manifest["version"] == 1
+    assert re.fullmatch(r"\d{8}T\d{12}Z", manifest["id"])
+    assert manifest["id"] == backup_dir.name
+    assert datetime.fromisoformat(manifest["created"]).tzinfo is not None
+    assert [e["path"] for e in manifest["files"]] == files
+    modes = {e["path"]: e["mode"] for e in manifest["files"]}
+    assert modes["dotenv/.env"] == 0o640  # the permission bits only, as they were
+    assert mode(tree / "dotenv" / ".env") == 0o640  # and the rewritten file keeps them
+    # Everything kvmigrate leaves behind: private, and out of git.
+    assert mode(backup_dir / MANIFEST) == 0o600
+    assert mode(backup_dir / "files" / "dotenv" / ".env") == 0o600
+    assert mode(backup_dir) == mode(backup_dir.parent) == mode(tree / STATE_DIR) == 0o700
+    ignore = tree / STATE_DIR / ".gitignore"
+    assert mode(ignore) == 0o644
+    assert ignore.read_text().splitlines()[-1] == "*"
+
+
+def test_nothing_to_change_leaves_no_backup(tmp_path: Path) -> None:
+    tree = tmp_path / "empty"
+    tree.mkdir()
+    (tree / "notes.txt").write_text("nothing that calls OpenAI\n")
+    result = apply_plan(build_plan(tree, OPTIONS), allow_dirty=True)
+    assert (result.backup_id, result.files) == (None, [])
+    assert not (tree / STATE_DIR).exists()
+
+
+def test_revert_reports_restored_and_unchanged_files(tmp_path: Path) -> None:
+    tree, backup_dir, files = applied(tmp_path)
+    # A file put back by hand already: nothing to restore there.
+    env = tree / "dotenv" / ".env"
+    env.write_bytes((backup_dir / "files" / "dotenv" / ".env").read_bytes())
+    result = revert(tree)
+    assert result.backup_id == backup_dir.name
+    assert result.unchanged == ["dotenv/.env"]
+    assert sorted(result.restored) == sorted(f for f in files if f != "dotenv/.env")
+    assert json.loads((backup_dir / MANIFEST).read_text())["status"] == "reverted"
+    assert mode(env) == 0o640
+
+
+def test_a_conflict_names_every_file_changed_since(tmp_path: Path) -> None:
+    tree, _, files = applied(tmp_path)
+    for path in files:
+        (tree / path).write_text("edited by hand\n")
+    with pytest.raises(RevertError) as caught:
+        revert(tree)
+    assert str(caught.value) == "changed since the apply, not overwritten: " + ", ".join(files)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ("not json", "unreadable manifest in "),
+        ('{"version": 2, "id": "x", "files": []}', "unknown manifest format in "),
+        ('["version", 1]', "unknown manifest format in "),
+    ],
+)
+def test_a_manifest_kvmigrate_cannot_read_is_refused(
+    tmp_path: Path, manifest: str, message: str
+) -> None:
+    tree, backup_dir, _ = applied(tmp_path)
+    (backup_dir / MANIFEST).write_text(manifest)
+    with pytest.raises(RevertError) as caught:
+        revert(tree, backup_dir.name)
+    assert str(caught.value).startswith(message + str(backup_dir))
+
+
+@pytest.mark.parametrize("backup_id", ["../tree", "x/y", "no-such-backup"])
+def test_an_unknown_or_escaping_backup_id_is_refused(tmp_path: Path, backup_id: str) -> None:
+    tree, _, _ = applied(tmp_path)
+    with pytest.raises(RevertError, match="no backup "):
+        revert(tree, backup_id)
+
+
+@pytest.mark.parametrize(
+    ("root", "backup_dir", "expected"),
+    [
+        ("/w/app", None, "kvmigrate rewrite /w/app --revert 20260101T000000000000Z"),
+        ("/w/my app", None, "kvmigrate rewrite '/w/my app' --revert 20260101T000000000000Z"),
+        (
+            "/w/app",
+            "/b k",
+            "kvmigrate rewrite /w/app --backup-dir '/b k' --revert 20260101T000000000000Z",
+        ),
+    ],
+)
+def test_the_revert_command_a_user_pastes(root: str, backup_dir: str | None, expected: str) -> None:
+    where = Path(backup_dir) if backup_dir is not None else None
+    assert revert_command(Path(root), "20260101T000000000000Z", where) == expected
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (1, "f0"),
+        (5, "f0, f1, f2, f3, f4"),
+        (6, "f0, f1, f2, f3, f4 and 1 more"),
+        (7, "f0, f1, f2, f3, f4 and 2 more"),
+    ],
+)
+def test_a_dirty_tree_names_five_files_and_counts_the_rest(count: int, shown: str) -> None:
+    paths = [f"f{i}" for i in range(count)]
+    error = DirtyTree(paths)
+    assert str(error) == (
+        f"the git tree has uncommitted changes ({shown}); commit or stash them, "
+        "or pass --allow-dirty"
+    )
+    assert error.paths == paths
