@@ -151,7 +151,12 @@ def test_split_at_0_percent_serves_from_the_primary(stack: Stack) -> None:
     assert stack.vllm.total() - before_v == 3
 
 
-def test_kvmigrate_rollout_cli_steers_litellm_within_two_seconds(stack: Stack) -> None:
+# The plugin polls the store every 0.25 s and a chat through LiteLLM takes about 0.1 s on a
+# quiet machine: a change shows within 0.35 s, and 3.5 s is a 10x margin.
+PICKUP_BOUND_S = 3.5
+
+
+def test_kvmigrate_rollout_cli_steers_litellm_within_its_poll_bound(stack: Stack) -> None:
     stack.set_split(0)
     time.sleep(0.6)
     salt = stack.config.rollout.salt
@@ -163,7 +168,7 @@ def test_kvmigrate_rollout_cli_steers_litellm_within_two_seconds(stack: Stack) -
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
     changed = time.monotonic()
     while stack.chat(next(probes))[0] != "vllm":
-        assert time.monotonic() - changed < 2.0, "LiteLLM did not follow the rollout in 2 s"
+        assert time.monotonic() - changed < PICKUP_BOUND_S, "LiteLLM did not follow the rollout"
     # Now every new conversation lands as the monotone split says, and stays there.
     sessions = [_session() for _ in range(20)]
     for session in sessions:
