@@ -31,14 +31,14 @@ modules=(
   "store|kvmigrate/rollout/sqlite_store.py|tests/rollout/test_sqlite_store_table.py tests/rollout/test_rollout_stored_values.py tests/rollout/test_continuity_store.py"
   # policies/ one module at a time: the figure per module the issue asks for, in minutes each
   "route|kvmigrate/policies/route.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
-  "pinning|kvmigrate/policies/pinning.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "pinning|kvmigrate/policies/pinning.py|tests/test_pinning.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "outcome|kvmigrate/policies/outcome.py|tests/test_outcome.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py tests/test_gates.py"
   "continuity|kvmigrate/policies/continuity.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "volatile|kvmigrate/policies/volatile.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "conversation|kvmigrate/policies/conversation.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "decision|kvmigrate/policies/decision.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "replicas|kvmigrate/policies/replicas.py|tests/replicas/test_replicas_policy.py tests/test_policies.py tests/test_route.py"
-  "tool_calls|kvmigrate/policies/tool_calls.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
+  "tool_calls|kvmigrate/policies/tool_calls.py|tests/test_tool_calls.py tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
   "window|kvmigrate/policies/window.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
 )
 default="policies headers body redaction apply secret store"
