@@ -54,6 +54,10 @@ def test_equality_and_hash_follow_the_value() -> None:
         ("sqlite:////var/lib/kv.db", "sqlite:////var/lib/kv.db"),
         # the password also appearing elsewhere in the URL stays there: only the netloc's goes
         ("redis://u:db@db:6379/0?name=db", "redis://u:***@db:6379/0?name=db"),
+        # a password holding `@` or `:` is hidden whole
+        ("redis://u:p@ss@cache:6379/0", "redis://u:***@cache:6379/0"),
+        ("redis://u:a:b:c@cache/0", "redis://u:***@cache/0"),
+        ("postgresql://app:pw@[::1]:5432/kv", "postgresql://app:***@[::1]:5432/kv"),
     ],
 )
 def test_safe_url_hides_only_the_password(url: str, safe: str) -> None:

@@ -24,8 +24,8 @@ class Secret:
         turns them back into those bytes, so such a key is simply wrong (a 401), not a crash.
         """
         return hmac.compare_digest(
-            self._value.encode("utf-8", "surrogateescape"),
-            candidate.encode("utf-8", "surrogateescape"),
+            self._value.encode(errors="surrogateescape"),  # UTF-8, the default
+            candidate.encode(errors="surrogateescape"),
         )
 
     def __repr__(self) -> str:
@@ -37,7 +37,8 @@ class Secret:
         return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
 
     def __hash__(self) -> int:
-        return hash(("Secret", self._value))
+        # Tagged with the class, so the hash is not the bare string's.
+        return hash((Secret, self._value))
 
 
 def safe_url(url: str) -> str:
@@ -45,5 +46,7 @@ def safe_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    # As urlsplit reads a netloc: the userinfo ends at the last `@`, the user at its first `:`.
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=user + ":***@" + host))
