@@ -37,7 +37,7 @@ modules=(
   "volatile|kvmigrate/policies/volatile.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "conversation|kvmigrate/policies/conversation.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "decision|kvmigrate/policies/decision.py|tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
-  "replicas|kvmigrate/policies/replicas.py|tests/replicas/test_replicas_policy.py tests/test_policies.py tests/test_route.py"
+  "replicas|kvmigrate/policies/replicas.py|tests/replicas/test_replicas_tables.py tests/replicas/test_replicas_policy.py tests/test_policies.py tests/test_route.py"
   "tool_calls|kvmigrate/policies/tool_calls.py|tests/test_tool_calls.py tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
   "window|kvmigrate/policies/window.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
 )
