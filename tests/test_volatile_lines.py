@@ -1,0 +1,38 @@
+"""`mask_volatile`'s line scan: only the lines holding a digit go through the patterns, and
+the result must be exactly what masking the whole text gives. Texts with digits at the very
+start, on the first, middle and last lines, on adjacent lines, with and without a final
+newline; an id spanning no newline, a timestamp at column 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmigrate.policies.volatile import MASK, VOLATILE_PATTERN, mask_volatile
+
+TEXTS = [
+    "2025-01-06T10:31:07Z",
+    "1736159467 is when",
+    "a\n2025-01-06 10:31\nb",
+    "first line\nsecond line\nCurrent time: 2025-01-06 10:31:07\n",
+    "Current time: 2025-01-06 10:31:07\nYou are a coding agent.\nrequest req_8f3a9c21e4",
+    "x\ny\nz 12:45",
+    "\n\n10:31\n\n",
+    "trace-id 4f1c2a9be77d0c3a\ndate 2025-01-06\nthen plain text\nand a uuid "
+    "123e4567-e89b-12d3-a456-426614174000 at the end",
+    "no digits on this line\n7 items\nno digits either\n8 more items",
+    "Invoice 0042 issued 06.01.2025, 10:31\nTotal: 3 items\n\nThanks",
+    "0\n1\n2",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_line_scan_masks_what_the_whole_text_scan_masks(text: str) -> None:
+    assert mask_volatile(text) == VOLATILE_PATTERN.sub(MASK, text)
+
+
+def test_only_volatile_values_change() -> None:
+    text = "line one\nCurrent time: 2025-01-06 10:31:07\nline three 7 apples"
+    masked = mask_volatile(text)
+    assert masked == f"line one\nCurrent time: {MASK}\nline three 7 apples"
+    later = text.replace("2025-01-06 10:31:07", "2025-02-07 11:45:00")
+    assert mask_volatile(later) == masked
