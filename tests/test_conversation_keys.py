@@ -11,17 +11,20 @@ import pytest
 
 from kvmigrate.policies.conversation import conversation_key, declared_key, turn_index
 
-SYS = {"role": "system", "content": "You are a coding agent. Current time: 2025-01-06 10:31:07"}
-DEV = {"role": "developer", "content": "Answer in English."}
-USER = {"role": "user", "content": "Fix the failing test."}
-PARTS = {
+SYS: dict[str, Any] = {
+    "role": "system",
+    "content": "You are a coding agent. Current time: 2025-01-06 10:31:07",
+}
+DEV: dict[str, Any] = {"role": "developer", "content": "Answer in English."}
+USER: dict[str, Any] = {"role": "user", "content": "Fix the failing test."}
+PARTS: dict[str, Any] = {
     "role": "user",
     "content": [
         {"type": "text", "text": "Describe run_8f3a9c21e4"},
         {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
     ],
 }
-BODIES = {
+BODIES: dict[str, dict[str, Any]] = {
     "chat": {"messages": [SYS, USER]},
     "chat, developer": {"messages": [DEV, USER]},
     "chat, system and developer": {"messages": [SYS, DEV, USER]},
