@@ -106,3 +106,12 @@ def test_a_broken_store_file_is_a_store_error(tmp_path: Path) -> None:
         store.version()
     with pytest.raises(StoreError, match=f"rollout store {tmp_path}/state.db: "):
         store.load_pins()
+
+
+def test_history_defaults_to_the_latest_hundred(url: str) -> None:
+    store = SqliteRolloutStore(url, RolloutState())
+    for i in range(101):
+        store.apply(step(i % 100))
+    versions = [e.version for e in store.history()]
+    assert versions == list(range(2, 102))
+    store.close()
