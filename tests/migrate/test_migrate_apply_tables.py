@@ -152,3 +152,32 @@ def test_a_dirty_tree_names_five_files_and_counts_the_rest(count: int, shown: st
         "or pass --allow-dirty"
     )
     assert error.paths == paths
+
+
+def test_a_file_deleted_since_the_apply_is_restored(tmp_path: Path) -> None:
+    tree, backup_dir, _ = applied(tmp_path)
+    (tree / "dotenv" / ".env").unlink()
+    result = revert(tree)
+    assert "dotenv/.env" in result.restored
+    assert (tree / "dotenv" / ".env").read_bytes() == (
+        backup_dir / "files" / "dotenv" / ".env"
+    ).read_bytes()
+
+
+def test_a_backup_dir_whose_parents_do_not_exist_yet(tmp_path: Path) -> None:
+    tree = copy_corpus(tmp_path / "tree", cases=["dotenv"])
+    shared = tmp_path / "shared" / "kvmigrate" / "backups"
+    result = apply_plan(build_plan(tree, OPTIONS), allow_dirty=True, backup_dir=shared)
+    assert result.backup_id is not None
+    assert (shared / result.backup_id / MANIFEST).is_file()
+    assert mode(shared) == 0o700
+    assert revert(tree, backup_dir=shared).backup_id == result.backup_id
+
+
+def test_a_manifest_without_a_root_counts_as_this_trees(tmp_path: Path) -> None:
+    """Manifests written before `root` was recorded belong to the tree they sit in."""
+    tree, backup_dir, _ = applied(tmp_path)
+    manifest = json.loads((backup_dir / MANIFEST).read_text())
+    del manifest["root"]
+    (backup_dir / MANIFEST).write_text(json.dumps(manifest))
+    assert revert(tree).backup_id == backup_dir.name
