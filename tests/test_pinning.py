@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvmigrate.policies.decision import Decision, RolloutSnapshot
+from kvmigrate.policies.decision import Decision, RolloutSnapshot, decide
 from kvmigrate.policies.pinning import PinView, pinned_decision
+from kvmigrate.policies.route import route
 from kvmigrate.policies.split import in_shadow_sample
 
 NOW = 1_000.0
@@ -50,3 +51,18 @@ def test_a_conversation_pinned_to_the_primary_keeps_its_own_shadow_sample() -> N
     for name in names:
         decision = pinned_decision(UNPINNED, pin, snap, 2, NOW, name)
         assert decision == Decision("hosted", shadow="vllm" if name in sampled else None)
+
+
+def test_route_and_decide_sample_each_conversation_by_its_own_key() -> None:
+    """Through `route` (pinned to the primary, or not pinned at all) and `decide`, the shadow
+    copy follows the conversation's own sample: some are mirrored, the rest are not."""
+    snap = snapshot(shadow_sample=0.5, percent=0.0)
+    names = [f"conversation {i}" for i in range(40)]
+    sampled = {n for n in names if in_shadow_sample("s", n, 0.5)}
+    assert 0 < len(sampled) < len(names)
+    pin = PinView("hosted", 0, NOW + 9)
+    for name in names:
+        expected = "vllm" if name in sampled else None
+        assert decide(name, snap, True).shadow == expected
+        assert route(name, snap, {"hosted", "vllm"}, pin, NOW).shadow == expected
+        assert route(name, snap, {"hosted", "vllm"}).shadow == expected
