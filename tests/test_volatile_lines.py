@@ -36,3 +36,17 @@ def test_only_volatile_values_change() -> None:
     assert masked == f"line one\nCurrent time: {MASK}\nline three 7 apples"
     later = text.replace("2025-01-06 10:31:07", "2025-02-07 11:45:00")
     assert mask_volatile(later) == masked
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A bare weekday is a volatile value on a line with digits only: lines without a
+        # digit are never searched (the docstring's trade), and keys built on that must stay.
+        ("10:31\nsee you Monday", f"{MASK}\nsee you Monday"),
+        ("Monday 10:31\nsee you Monday\n7 items", f"{MASK}\nsee you Monday\n7 items"),
+        ("see you Monday\nat 10:31", f"see you Monday\nat {MASK}"),
+    ],
+)
+def test_a_weekday_on_a_line_without_digits_is_left_alone(text: str, expected: str) -> None:
+    assert mask_volatile(text) == expected
