@@ -70,6 +70,15 @@ def answer(text: str) -> dict[str, Any]:
     return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
 
 
+async def stored(resolver: ContinuityResolver, link: str) -> None:
+    """Until the resolver's background writer has put `link` in the store (a poll of the
+    store itself, not a fixed sleep), within a generous 10 s."""
+    assert resolver.store is not None
+    async with asyncio.timeout(10):
+        while not await asyncio.to_thread(resolver.store.load_links, [link]):
+            await asyncio.sleep(0.02)
+
+
 async def _two_proxies(store_url: str) -> list[tuple[str, int, str]]:
     """Turns alternate between two resolvers sharing one store; each answer is remembered
     where it was served, and written to the store in the background."""
@@ -86,8 +95,9 @@ async def _two_proxies(store_url: str) -> list[tuple[str, int, str]]:
         identity = await resolver.identify({}, body, "m", "chat/completions")
         seen.append((identity.conversation, identity.turn, identity.source))
         assert identity.pending is not None
-        resolver.remember(identity.pending, answer(f"answer {turn}"))
-        await asyncio.sleep(0.05)  # the writer's batch reaches the store
+        link = resolver.remember(identity.pending, answer(f"answer {turn}"))
+        assert link is not None
+        await stored(resolver, link)  # the writer's batch reaches the store
         history += [{"role": "assistant", "content": f"answer {turn}"}]
         history += [{"role": "user", "content": f"and then {turn}?"}]
     for r in resolvers:
@@ -142,7 +152,9 @@ def test_a_next_turn_that_outruns_the_answer_link_continues_by_the_request_link(
         a, b = (ContinuityResolver(open_store(store_url, RolloutState()), 60.0) for _ in "ab")
         await a.running()
         first = await a.identify({}, chat("ctx-alpha"), "m", "chat/completions")
-        await asyncio.sleep(0.05)  # the request link reaches the store; no answer link yet
+        assert first.pending is not None
+        # The request link reaches the store; no answer link yet.
+        await stored(a, first.pending.history.request_link)
         later = chat(
             "ctx-beta",
             {"role": "assistant", "content": "Start at nine."},
