@@ -75,7 +75,8 @@ async def stored(resolver: ContinuityResolver, link: str) -> None:
     store itself, not a fixed sleep), within a generous 10 s."""
     assert resolver.store is not None
     async with asyncio.timeout(10):
-        while not await asyncio.to_thread(resolver.store.load_links, [link]):
+        # The store has no event to wait on, only its contents: poll them.
+        while not await asyncio.to_thread(resolver.store.load_links, [link]):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
 
