@@ -5,18 +5,21 @@ Each row pins what a mutant of migrate/apply.py changed (docs/mutation.md)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from migrate_support import PROXY, copy_corpus
+from migrate_support import PROXY, copy_corpus, snapshot
 
 from kvmigrate.migrate import RevertError, RewriteOptions, apply_plan, build_plan, revert
 from kvmigrate.migrate.apply import (
     MANIFEST,
     STATE_DIR,
+    ApplyError,
     DirtyTree,
     backup_base,
     revert_command,
@@ -181,3 +184,46 @@ def test_a_manifest_without_a_root_counts_as_this_trees(tmp_path: Path) -> None:
     del manifest["root"]
     (backup_dir / MANIFEST).write_text(json.dumps(manifest))
     assert revert(tree).backup_id == backup_dir.name
+
+
+def failing_replace(after: int, once: bool = False) -> Callable[[Path, Path], None]:
+    """`os.replace` that fails at its (after+1)-th call (and on, unless `once`), as a full
+    disk would."""
+    calls = []
+
+    def replace(src: Path, dst: Path) -> None:
+        calls.append(dst)
+        if len(calls) == after + 1 or (len(calls) > after and not once):
+            raise OSError(28, "No space left on device")
+        os.replace(src, dst)
+
+    return replace
+
+
+def test_a_failed_apply_restores_from_its_backup_in_a_shared_dir(tmp_path: Path) -> None:
+    tree = copy_corpus(tmp_path / "tree", cases=["openai-sync", "dotenv"])
+    original = snapshot(tree)
+    shared = tmp_path / "shared"
+    plan = build_plan(tree, OPTIONS)
+    assert len(plan.changes) >= 2
+    with pytest.raises(ApplyError) as caught:
+        apply_plan(plan, allow_dirty=True, replace=failing_replace(1, once=True), backup_dir=shared)
+    [backup_id] = [p.name for p in shared.iterdir()]
+    assert str(caught.value) == (
+        "apply stopped after 1 file(s): [Errno 28] No space left on device; "
+        f"every file was restored from backup {backup_id}"
+    )
+    assert snapshot(tree) == original
+
+
+def test_when_the_restore_fails_too_the_message_holds_the_command(tmp_path: Path) -> None:
+    tree = copy_corpus(tmp_path / "tree", cases=["openai-sync", "dotenv"])
+    shared = tmp_path / "shared"
+    plan = build_plan(tree, OPTIONS)
+    with pytest.raises(ApplyError) as caught:
+        apply_plan(plan, allow_dirty=True, replace=failing_replace(1), backup_dir=shared)
+    message = str(caught.value)
+    [backup_id] = [p.name for p in shared.iterdir()]
+    # The restore used the same failing replace: the user is told how to finish it.
+    assert message.startswith("apply stopped after 1 file(s): [Errno 28] No space left on device; automatic restore failed too (")  # fmt: skip
+    assert message.endswith(f"): run {revert_command(tree.resolve(), backup_id, shared)}")
