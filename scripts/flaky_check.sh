@@ -90,6 +90,6 @@ fi
 
 echo
 echo "flaky check summary (logs in $logs):"
-printf '  %s\n' "${summary[@]}"
+[ ${#summary[@]} -eq 0 ] || printf '  %s\n' "${summary[@]}"
 if [ "$failed" -eq 0 ]; then echo "all passed"; else echo "FAILURES: see the logs above"; fi
 exit $failed
