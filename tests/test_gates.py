@@ -10,6 +10,7 @@ from kvmigrate.policies.gates import (
     Verdict,
     all_passed,
     evaluate_gates,
+    gate_summary,
     rollback_reason,
 )
 from kvmigrate.policies.window import BackendWindow, ComparatorCounts
@@ -319,3 +320,13 @@ def test_a_wait_says_how_long_at_the_current_rate() -> None:
     assert "about 5 min more" in _detail(candidate, "error_rate")
     assert "about 5 min more" in _detail(candidate, "traffic")
     assert "none in the last" in _detail(BackendWindow("vllm", span_s=300.0), "traffic")
+
+
+def test_the_one_line_summary_carries_each_estimate_and_interval() -> None:
+    results = evaluate_gates(PRIMARY, w("vllm", errors=40), GateConfig())
+    summary = gate_summary([g.to_dict() for g in results])
+    [error] = [g for g in results if g.name == "error_rate"]
+    assert error.low is not None
+    assert error.high is not None
+    assert f"error_rate passed 0 [{error.low:.3g}, {error.high:.3g}] vs 0.01" in summary
+    assert "traffic passed" in summary  # no estimate: the verdict alone

@@ -28,6 +28,7 @@ __all__ = [
     "Verdict",
     "all_passed",
     "evaluate_gates",
+    "gate_summary",
     "render_gates",
     "rollback_reason",
 ]
@@ -53,6 +54,22 @@ def render_gates(gates: list[dict[str, Any]]) -> str:
     return "\n".join(
         f"  {marks.get(g['verdict'], '?'):4}  {g['name']:<11} {g['detail']}" for g in gates
     )
+
+
+def gate_summary(gates: list[dict[str, Any]]) -> str:
+    """The gates (`GateResult.to_dict()` shape) on one line, each with its estimate and
+    interval against its threshold where it has them: for history and the report."""
+    return ", ".join(_summary(g) for g in gates)
+
+
+def _summary(gate: dict[str, Any]) -> str:
+    text = f"{gate['name']} {gate['verdict']}"
+    estimate, (low, high) = gate.get("estimate"), gate.get("interval") or (None, None)
+    if estimate is None:
+        return text
+    ends = ", ".join("?" if v is None else f"{v:.3g}" for v in (low, high))
+    threshold = gate.get("threshold")
+    return text + f" {estimate:.3g} [{ends}]" + ("" if threshold is None else f" vs {threshold:g}")
 
 
 def all_passed(results: list[GateResult]) -> bool:
