@@ -290,6 +290,7 @@ def test_divergences_view_shows_pairs_side_by_side_and_filters_in_chromium(
         report = build_report(store, since=0)
     assert [p.request_id for p in report.divergences] == ["c2", "c1", "c3"]  # worst first
     assert [p.verdict for p in report.divergences] == ["diverged", "diverged", "within_noise"]
+    assert "pairs that answered differently | 3 (2 beyond their noise;" in RENDERERS["md"](report)
     page = tmp_path / "report.html"
     page.write_text(RENDERERS["html"](report))
 
