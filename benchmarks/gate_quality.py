@@ -263,6 +263,20 @@ def report(scenario: Scenario, outcomes: Outcomes) -> str:
 
 def scenarios(args: argparse.Namespace) -> list[Scenario]:
     config = GateConfig(min_parity=0.9, min_conversations=0, min_requests=100)
+    e, t = args.error_planned, args.ttft_planned
+    found = [
+        Scenario("error_rate", "equal (2%)", False, error_look(0.02, 0.02, config), e),
+        Scenario("error_rate", "+2 points (4%)", True, error_look(0.04, 0.02, config), e),
+        Scenario("ttft_p95", "equal", False, ttft_look(1.0, config), t),
+        Scenario("ttft_p95", "x1.5", True, ttft_look(1.5, config), t),
+        Scenario("ttft_p95", "x2", True, ttft_look(2.0, config), t),
+    ]
+    if "parity" not in args.gates.split(","):
+        return found
+    return parity_scenarios(args, config) + found
+
+
+def parity_scenarios(args: argparse.Namespace, config: GateConfig) -> list[Scenario]:
     noise, divergent = labelled_flags(args.seed)
     mix10, mix20 = mix_for(noise, divergent, 0.90), mix_for(noise, divergent, 0.80)
     worse = true_parity(noise, divergent, mix10)
@@ -271,20 +285,15 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         f"10 points worse diverges on {mix10:.1%} of pairs (true parity {worse:.3f}), "
         f"20 points worse on {mix20:.1%}"
     )
-    p, e, t = args.parity_planned, args.error_planned, args.ttft_planned
 
     def parity(mix: float) -> Callable[[random.Random], Look]:
         return parity_look(noise, divergent, mix, config)
 
+    p = args.parity_planned
     return [
         Scenario("parity", "equal (noise only)", False, parity(0.0), p),
         Scenario("parity", "10 points worse", True, parity(mix10), p),
         Scenario("parity", "20 points worse", True, parity(mix20), p),
-        Scenario("error_rate", "equal (2%)", False, error_look(0.02, 0.02, config), e),
-        Scenario("error_rate", "+2 points (4%)", True, error_look(0.04, 0.02, config), e),
-        Scenario("ttft_p95", "equal", False, ttft_look(1.0, config), t),
-        Scenario("ttft_p95", "x1.5", True, ttft_look(1.5, config), t),
-        Scenario("ttft_p95", "x2", True, ttft_look(2.0, config), t),
     ]
 
 
@@ -293,6 +302,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=500, help="rollouts per scenario")
     parser.add_argument("--looks", type=int, default=40, help="looks at the gate per rollout")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gates", default="parity,error_rate,ttft_p95", help="which to run")
     parser.add_argument("--parity-planned", type=int, default=600, help="conversations")
     parser.add_argument("--error-planned", type=int, default=4000, help="conversations")
     parser.add_argument("--ttft-planned", type=int, default=400, help="conversations")
@@ -303,6 +313,8 @@ def main() -> None:
         f"error rate {args.error_planned}, TTFT {args.ttft_planned} conversations"
     )
     for scenario in scenarios(args):
+        if scenario.gate not in args.gates.split(","):
+            continue
         every = max(1, scenario.planned // args.looks)
         outcomes = simulate(scenario.make, args.rollouts, every, scenario.planned, args.seed)
         print(report(scenario, outcomes), flush=True)

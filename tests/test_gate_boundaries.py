@@ -23,13 +23,14 @@ from kvmigrate.policies.sequential import decide
 from kvmigrate.policies.window import BackendWindow, ComparatorCounts
 
 P, F, I = Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE  # noqa: E741
-# A margin wide enough that a hundred clean requests on each side pass the error gate, so
-# the rows about other thresholds are not held up by it.
-WIDE = GateConfig(error_rate_margin=0.2)
+# A margin wide enough that a few hundred clean requests on each side pass the error gate,
+# so the rows about other thresholds are not held up by it; and a minimum of 300 requests,
+# enough for the order statistics to bound a p95 from above (100 cannot at this level).
+WIDE = GateConfig(error_rate_margin=0.2, min_requests=300)
 
 
 def window(
-    requests: int = 100,
+    requests: int = 300,
     conversations: int = 20,
     errors: int = 0,
     ttft: float | None = 0.2,
@@ -91,14 +92,14 @@ def test_an_interval_touching_the_threshold_clears_it_and_does_not_fail_it(
     assert decide(low, high, threshold, higher_is_better) is expected
 
 
-# Traffic: min_requests=100 and min_conversations=20 by default; the error and TTFT gates
-# wait for min_requests too.
+# Traffic: min_requests (300 here) and min_conversations=20; the error and TTFT gates wait
+# for min_requests too.
 @pytest.mark.parametrize(
     ("requests", "conversations", "expected"),
     [
-        (100, 20, {"traffic": P, "error_rate": P, "ttft_p95": P}),
-        (99, 20, {"traffic": I, "error_rate": I, "ttft_p95": I}),
-        (100, 19, {"traffic": I, "error_rate": P, "ttft_p95": P}),
+        (300, 20, {"traffic": P, "error_rate": P, "ttft_p95": P}),
+        (299, 20, {"traffic": I, "error_rate": I, "ttft_p95": I}),
+        (300, 19, {"traffic": I, "error_rate": P, "ttft_p95": P}),
     ],
 )
 def test_traffic_minimums_are_inclusive(
@@ -183,13 +184,18 @@ def test_ttft_gate_falls_back_to_latency_when_nothing_streamed() -> None:
     assert verdicts(primary, window(ttft=None), GateConfig())["ttft_p95"] == I
 
 
-def test_a_p95_the_sample_cannot_bound_from_above_does_not_pass_the_floor() -> None:
-    # 100 requests cannot bound a p95 at this confidence (its rank interval runs past the
-    # largest value): a fast candidate waits for more rather than passing on five values.
+@pytest.mark.parametrize("requests", [20, 100])
+def test_a_p95_the_sample_cannot_bound_from_above_does_not_pass_the_floor(
+    requests: int,
+) -> None:
+    # A hundred requests cannot bound a p95 at this confidence (its rank interval runs past
+    # the largest value): a fast candidate waits for more rather than passing on five values.
     config = GateConfig(min_requests=20)
-    gate = gates(window(ttft=0.010), window(requests=20, ttft=0.050), config)["ttft_p95"]
+    candidate = window(requests=requests, ttft=0.050)
+    gate = gates(window(ttft=0.010), candidate, config)["ttft_p95"]
     assert gate.verdict is I
     assert gate.high is None  # unbounded, reported as such
+    assert gate.needed_conversations is not None
 
 
 def text(n: int, disagree: int, noise_n: int = 200, noise_disagree: int = 0) -> ComparatorCounts:

@@ -264,8 +264,8 @@ def test_rollback_ttft_floor_and_latency_fallback(
 
 
 def test_ttft_gate_uses_latency_when_nothing_streamed() -> None:
-    candidate = BackendWindow("vllm", 200, 40, latency_p95=0.4, latency_sample=(0.4,) * 200)
-    primary = BackendWindow("hosted", 200, 40, latency_p95=0.9, latency_sample=(0.9,) * 200)
+    candidate = BackendWindow("vllm", 400, 40, latency_p95=0.4, latency_sample=(0.4,) * 400)
+    primary = BackendWindow("hosted", 400, 40, latency_p95=0.9, latency_sample=(0.9,) * 400)
     gate = evaluate_gates(primary, candidate, GateConfig())[2]
     assert gate.verdict is Verdict.PASSED
     assert "latency p95 (nothing streamed)" in gate.detail
