@@ -6,6 +6,7 @@ import pytest
 
 from kvmigrate.policies.gates import (
     GateConfig,
+    GateResult,
     RollbackConfig,
     Verdict,
     all_passed,
@@ -330,3 +331,17 @@ def test_the_one_line_summary_carries_each_estimate_and_interval() -> None:
     assert error.high is not None
     assert f"error_rate passed 0 [{error.low:.3g}, {error.high:.3g}] vs 0.01" in summary
     assert "traffic passed" in summary  # no estimate: the verdict alone
+
+
+def test_a_gate_result_with_its_interval_survives_the_admin_apis_encoding() -> None:
+    # The admin API sends GateResults as msgspec JSON; an unbounded end travels as null.
+    import msgspec
+
+    fast = BackendWindow("vllm", 20, 20, ttft_p95=0.05, ttft_sample=(0.05,) * 20)
+    results = evaluate_gates(PRIMARY, fast, GateConfig(min_requests=20, min_conversations=2))
+    results += evaluate_gates(PRIMARY, w("vllm", errors=70), GateConfig())
+    for result in results:
+        decoded = msgspec.json.decode(msgspec.json.encode(result), type=GateResult)
+        assert decoded == result
+    [ttft] = [r for r in results[:3] if r.name == "ttft_p95"]
+    assert ttft.high is None  # twenty values cannot bound a p95 from above
