@@ -56,31 +56,10 @@ def ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConf
         "factor": config.ttft_p95_factor,
         "floor_ms": config.ttft_p95_floor_ms,
     }
-    if cand_p95 is None:
-        return GateResult(
-            "ttft_p95",
-            Verdict.INCONCLUSIVE,
-            f"no candidate TTFT or latency recorded yet; have {candidate.requests} requests",
-            figures,
-        )
-    if candidate.requests < config.min_requests:
-        return GateResult(
-            "ttft_p95",
-            Verdict.INCONCLUSIVE,
-            too_few_requests(candidate, config, f"its {ev.measure}"),
-            figures,
-        )
-    if prim_p95 is None and config.ttft_p95_slo_ms is None:
-        c = _p95_interval(ev.candidate, ev.candidate_n, config)
-        if c.high * 1000 <= config.ttft_p95_floor_ms:
-            return _absolute(ev, cand_p95, c, config, figures)
-        return GateResult(
-            "ttft_p95",
-            Verdict.INCONCLUSIVE,
-            f"no primary {ev.measure} to compare with (rollout.gates.ttft_p95_factor); set "
-            "rollout.gates.ttft_p95_slo_ms for an absolute target",
-            figures,
-        )
+    waiting = _not_yet(ev, cand_p95, prim_p95, candidate, config, figures)
+    if waiting is not None:
+        return waiting
+    assert cand_p95 is not None  # _not_yet answered for a window without one
 
     def verdict_at(scale: float) -> Verdict:
         return _verdict(ev, config, scale)[0]
@@ -93,8 +72,8 @@ def ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConf
         return _absolute(ev, cand_p95, c, config, figures, more, candidate)
     estimate = cand_p95 / prim_p95 if prim_p95 > 0 else math.inf
     detail = (
-        f"candidate {ev.measure} {cand_p95 * 1000:.0f} ms [{_span_ms(c)}], "
-        f"{estimate:.2f} x primary {prim_p95 * 1000:.0f} ms [{_span(ratio)}] vs "
+        f"candidate {ev.measure} {cand_p95 * 1000:.0f} ms [{_span_ms(c)}] = {estimate:.2f} "
+        f"[{_span(ratio)}] x primary's {prim_p95 * 1000:.0f} ms vs "
         f"{config.ttft_p95_factor:g} x (rollout.gates.ttft_p95_factor)" + _floor_note(c, config)
     )
     if verdict is Verdict.INCONCLUSIVE:
@@ -110,6 +89,38 @@ def ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConf
         needed_conversations=more,
         **bounds(ratio),
     )
+
+
+def _not_yet(
+    ev: _Evidence,
+    cand_p95: float | None,
+    prim_p95: float | None,
+    candidate: BackendWindow,
+    config: GateConfig,
+    figures: dict[str, Any],
+) -> GateResult | None:
+    """The answer when there is nothing to hold to a threshold yet; None when there is."""
+    if cand_p95 is None:
+        return _waiting(
+            f"no candidate TTFT or latency recorded yet; have {candidate.requests} requests",
+            figures,
+        )
+    if candidate.requests < config.min_requests:
+        return _waiting(too_few_requests(candidate, config, f"its {ev.measure}"), figures)
+    if prim_p95 is not None or config.ttft_p95_slo_ms is not None:
+        return None
+    c = _p95_interval(ev.candidate, ev.candidate_n, config)
+    if c.high * 1000 <= config.ttft_p95_floor_ms:
+        return _absolute(ev, cand_p95, c, config, figures)
+    return _waiting(
+        f"no primary {ev.measure} to compare with (rollout.gates.ttft_p95_factor); set "
+        "rollout.gates.ttft_p95_slo_ms for an absolute target",
+        figures,
+    )
+
+
+def _waiting(detail: str, figures: dict[str, Any]) -> GateResult:
+    return GateResult("ttft_p95", Verdict.INCONCLUSIVE, detail, figures)
 
 
 def _evidence(primary: BackendWindow, candidate: BackendWindow) -> _Evidence:
