@@ -19,7 +19,7 @@ from kvmigrate.policies.gates import (
     evaluate_gates,
     rollback_reason,
 )
-from kvmigrate.policies.sequential import decide
+from kvmigrate.policies.sequential import judge
 from kvmigrate.policies.window import BackendWindow, ComparatorCounts
 
 P, F, I = Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE  # noqa: E741
@@ -89,7 +89,7 @@ def verdicts(
 def test_an_interval_touching_the_threshold_clears_it_and_does_not_fail_it(
     low: float, high: float, threshold: float, higher_is_better: bool, expected: Verdict
 ) -> None:
-    assert decide(low, high, threshold, higher_is_better) is expected
+    assert judge(low, high, threshold, higher_is_better) is expected
 
 
 # Traffic: min_requests (300 here) and min_conversations=20; the error and TTFT gates wait

@@ -14,7 +14,7 @@ from kvmigrate.intervals import Interval, log_ratio_interval, quantile_interval,
 from kvmigrate.policies.sequential import (
     Verdict,
     always_valid_z,
-    decide,
+    judge,
     more_needed,
     needed_scale,
 )
@@ -102,7 +102,7 @@ def test_a_ratio_interval_holds_the_ratio_and_widens_with_either_side() -> None:
 
 def test_needed_scale_finds_where_the_verdict_turns() -> None:
     def verdict_at(scale: float) -> Verdict:
-        return decide(0.0, 0.05 / math.sqrt(scale), 0.01, higher_is_better=False)
+        return judge(0.0, 0.05 / math.sqrt(scale), 0.01, higher_is_better=False)
 
     scale = needed_scale(verdict_at)
     assert scale is not None

@@ -19,7 +19,7 @@ from kvmigrate.policies.gate_model import (
 from kvmigrate.policies.sequential import (
     Verdict,
     always_valid_z,
-    decide,
+    judge,
     more_needed,
     needed_scale,
 )
@@ -66,7 +66,7 @@ def error_gate(primary: BackendWindow, candidate: BackendWindow, config: GateCon
 
     def verdict_at(scale: float) -> Verdict:
         _, iv = error_difference(primary, candidate, config, scale)
-        return decide(iv.low, iv.high, margin, higher_is_better=False)
+        return judge(iv.low, iv.high, margin, higher_is_better=False)
 
     difference, interval = error_difference(primary, candidate, config)
     verdict = verdict_at(1.0)

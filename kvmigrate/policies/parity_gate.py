@@ -18,7 +18,7 @@ from kvmigrate.policies.gate_model import GateConfig, GateResult, bounds, eta, s
 from kvmigrate.policies.sequential import (
     Verdict,
     always_valid_z,
-    decide,
+    judge,
     more_needed,
     needed_scale,
 )
@@ -111,7 +111,7 @@ def _judge(c: ComparatorCounts, config: GateConfig, scale: float) -> ComparatorV
     excess, iv = newcombe_difference(k1, n1, k2, n2, z(n1), z(n2))
     parity = Interval(1.0 - max(0.0, iv.high), 1.0 - max(0.0, iv.low))
     assert config.min_parity is not None
-    verdict = decide(parity.low, parity.high, config.min_parity, higher_is_better=True)
+    verdict = judge(parity.low, parity.high, config.min_parity, higher_is_better=True)
     return ComparatorVerdict(c.name, 1.0 - max(0.0, excess), parity, verdict)
 
 

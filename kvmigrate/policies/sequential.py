@@ -38,7 +38,7 @@ def always_valid_z(n: float, confidence: float, tuned_for: float) -> float:
     return math.sqrt(2.0 * (v + 1.0) / v * math.log(math.sqrt(v + 1.0) / alpha))
 
 
-def decide(low: float, high: float, threshold: float, higher_is_better: bool) -> Verdict:
+def judge(low: float, high: float, threshold: float, higher_is_better: bool) -> Verdict:
     """Passed when the whole interval is on the good side of the threshold (touching it
     counts), Failed when it lies wholly beyond it, Inconclusive when it straddles it."""
     if higher_is_better:

@@ -27,7 +27,7 @@ from kvmigrate.policies.gate_model import (
 from kvmigrate.policies.sequential import (
     Verdict,
     always_valid_z,
-    decide,
+    judge,
     more_needed,
     needed_scale,
 )
@@ -157,7 +157,7 @@ def _verdict(
     if ratio is None:
         assert slo is not None
         return (Verdict.FAILED if above else Verdict.INCONCLUSIVE), c, ratio
-    verdict = decide(ratio.low, ratio.high, config.ttft_p95_factor, higher_is_better=False)
+    verdict = judge(ratio.low, ratio.high, config.ttft_p95_factor, higher_is_better=False)
     if verdict is Verdict.FAILED and not above:
         verdict = Verdict.INCONCLUSIVE
     return verdict, c, ratio
