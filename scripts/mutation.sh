@@ -20,9 +20,9 @@ scratch=${MUTATION_DIR:-${TMPDIR:-/tmp}/kvmigrate-mutation-$$}
 
 # name | glob(s) to mutate | test files that must kill its mutants
 modules=(
-  "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
+  "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
   "split|kvmigrate/policies/split.py|tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py"
-  "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py"
+  "gates|kvmigrate/policies/gates.py kvmigrate/policies/*_gate.py kvmigrate/policies/sequential.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
   "headers|kvmigrate/proxy/headers.py|tests/proxy/test_credential_tables.py"
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
   "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py tests/test_redaction_boundaries.py"

@@ -1,5 +1,11 @@
 """Every gate rule and rollback trigger at its boundary: the value exactly at a threshold,
-and one step past it. A `>=` turned into `>` (or a floor dropped) fails a row here."""
+and one step past it. A `>=` turned into `>` (or a floor dropped) fails a row here.
+
+The promotion gates decide on intervals: an interval whose end touches the threshold has
+cleared it, one that only touches it from beyond has not failed it. Constant TTFT samples
+give an interval of one point, so the TTFT thresholds are tested exactly on the gate; the
+error and parity gates are tested against the very bounds they report.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +13,34 @@ import pytest
 
 from kvmigrate.policies.gates import (
     GateConfig,
+    GateResult,
     RollbackConfig,
     Verdict,
     evaluate_gates,
     rollback_reason,
 )
-from kvmigrate.policies.window import BackendWindow
+from kvmigrate.policies.sequential import judge
+from kvmigrate.policies.window import BackendWindow, ComparatorCounts
 
 P, F, I = Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE  # noqa: E741
+# A margin wide enough that a few hundred clean requests on each side pass the error gate,
+# so the rows about other thresholds are not held up by it; and a minimum of 300 requests,
+# enough for the order statistics to bound a p95 from above (100 cannot at this level).
+WIDE = GateConfig(error_rate_margin=0.2, min_requests=300)
 
 
 def window(
-    requests: int = 100,
+    requests: int = 300,
     conversations: int = 20,
     errors: int = 0,
     ttft: float | None = 0.2,
     latency: float | None = None,
-    parity: float | None = None,
-    samples: int = 0,
     tool_calls: int = 0,
     invalid: int = 0,
+    comparators: tuple[ComparatorCounts, ...] = (),
+    noise_needed: int = 20,
 ) -> BackendWindow:
+    """`ttft` / `latency`: every request's value (so the p95 and its interval are that)."""
     return BackendWindow(
         "b",
         requests=requests,
@@ -35,48 +48,92 @@ def window(
         errors=errors,
         ttft_p95=ttft,
         latency_p95=latency,
-        parity=parity,
-        parity_samples=samples,
         tool_calls=tool_calls,
         invalid_tool_calls=invalid,
+        ttft_sample=() if ttft is None else (ttft,) * requests,
+        latency_sample=() if latency is None else (latency,) * requests,
+        parity_samples=max((c.candidate_n for c in comparators), default=0),
+        comparators=comparators,
+        noise_pairs=max((c.noise_n for c in comparators), default=0),
+        noise_needed=noise_needed,
     )
+
+
+def gates(
+    primary: BackendWindow, candidate: BackendWindow, config: GateConfig
+) -> dict[str, GateResult]:
+    return {g.name: g for g in evaluate_gates(primary, candidate, config)}
 
 
 def verdicts(
     primary: BackendWindow, candidate: BackendWindow, config: GateConfig
 ) -> dict[str, str]:
-    return {g.name: g.verdict.value for g in evaluate_gates(primary, candidate, config)}
+    return {name: g.verdict.value for name, g in gates(primary, candidate, config).items()}
 
 
-# Traffic: min_requests=100 and min_conversations=20 by default; the error and TTFT gates
-# wait for min_requests too.
+@pytest.mark.parametrize(
+    ("low", "high", "threshold", "higher_is_better", "expected"),
+    [
+        # lower is better (error difference, TTFT ratio): the high end may touch the limit
+        (0.0, 0.01, 0.01, False, P),
+        (0.0, 0.0100001, 0.01, False, I),
+        (0.01, 0.05, 0.01, False, I),  # touching from beyond is not yet a failure
+        (0.0100001, 0.05, 0.01, False, F),
+        # higher is better (parity): the low end may touch the minimum
+        (0.9, 1.0, 0.9, True, P),
+        (0.8999999, 1.0, 0.9, True, I),
+        (0.8, 0.9, 0.9, True, I),
+        (0.8, 0.8999999, 0.9, True, F),
+    ],
+)
+def test_an_interval_touching_the_threshold_clears_it_and_does_not_fail_it(
+    low: float, high: float, threshold: float, higher_is_better: bool, expected: Verdict
+) -> None:
+    assert judge(low, high, threshold, higher_is_better) is expected
+
+
+# Traffic: min_requests (300 here) and min_conversations=20; the error and TTFT gates wait
+# for min_requests too.
 @pytest.mark.parametrize(
     ("requests", "conversations", "expected"),
     [
-        (100, 20, {"traffic": P, "error_rate": P, "ttft_p95": P}),
-        (99, 20, {"traffic": I, "error_rate": I, "ttft_p95": I}),
-        (100, 19, {"traffic": I, "error_rate": P, "ttft_p95": P}),
+        (300, 20, {"traffic": P, "error_rate": P, "ttft_p95": P}),
+        (299, 20, {"traffic": I, "error_rate": I, "ttft_p95": I}),
+        (300, 19, {"traffic": I, "error_rate": P, "ttft_p95": P}),
     ],
 )
 def test_traffic_minimums_are_inclusive(
     requests: int, conversations: int, expected: dict[str, str]
 ) -> None:
     candidate = window(requests=requests, conversations=conversations)
-    assert verdicts(window(), candidate, GateConfig()) == expected
+    assert verdicts(window(), candidate, WIDE) == expected
 
 
-@pytest.mark.parametrize(("errors", "expected"), [(1, P), (2, F)])
-def test_error_rate_at_exactly_the_limit_passes(errors: int, expected: Verdict) -> None:
-    # primary 0% + margin 1% = 1%: 1/100 sits on the limit, 2/100 is over it.
-    primary = window(errors=0)
-    candidate = window(errors=errors)
-    assert verdicts(primary, candidate, GateConfig())["error_rate"] == expected
+def test_error_margin_is_held_to_the_reported_bounds_inclusively() -> None:
+    primary, candidate = window(requests=4000, errors=40), window(requests=4000, errors=80)
+    gate = gates(primary, candidate, GateConfig())["error_rate"]
+    assert gate.estimate == pytest.approx(0.01)
+    assert gate.low is not None
+    assert gate.high is not None
+    assert 0 < gate.low < 0.01 < gate.high
+    for margin, expected in [
+        (gate.high, P),  # the whole interval within the margin, its end on it
+        (gate.high - 1e-6, I),
+        (gate.low, I),  # the interval starts on the margin: not beyond it yet
+        (gate.low - 1e-6, F),
+    ]:
+        got = gates(primary, candidate, GateConfig(error_rate_margin=margin))["error_rate"]
+        assert got.verdict is expected, (margin, got.detail)
 
 
 def test_error_limit_follows_the_primary() -> None:
-    # primary 5% + 1%: the candidate's 6% passes where an absolute 1% would fail it.
-    assert verdicts(window(errors=5), window(errors=6), GateConfig())["error_rate"] == P
-    assert verdicts(window(errors=5), window(errors=7), GateConfig())["error_rate"] == F
+    # primary 5% + 2 points: the candidate's 6% passes where an absolute 2% would fail it.
+    config = GateConfig(error_rate_margin=0.02)
+    primary = window(requests=20_000, errors=1000)
+    assert verdicts(primary, window(requests=20_000, errors=1200), config)["error_rate"] == P
+    assert verdicts(primary, window(requests=20_000, errors=1800), config)["error_rate"] == F
+    alone = window(requests=0, ttft=None)
+    assert verdicts(alone, window(requests=20_000, errors=1200), config)["error_rate"] == F
 
 
 @pytest.mark.parametrize(
@@ -127,23 +184,71 @@ def test_ttft_gate_falls_back_to_latency_when_nothing_streamed() -> None:
     assert verdicts(primary, window(ttft=None), GateConfig())["ttft_p95"] == I
 
 
-@pytest.mark.parametrize(
-    ("parity", "samples", "expected"),
-    [
-        (0.9, 30, P),  # exactly min_parity, exactly min_parity_samples
-        (0.8999, 30, F),
-        (0.99, 29, I),
-        (None, 30, I),
-    ],
-)
-def test_parity_gate_boundaries(parity: float | None, samples: int, expected: Verdict) -> None:
-    candidate = window(parity=parity, samples=samples)
-    got = verdicts(window(), candidate, GateConfig(min_parity=0.9))
-    assert got["parity"] == expected
+@pytest.mark.parametrize("requests", [20, 100])
+def test_a_p95_the_sample_cannot_bound_from_above_does_not_pass_the_floor(
+    requests: int,
+) -> None:
+    # A hundred requests cannot bound a p95 at this confidence (its rank interval runs past
+    # the largest value): a fast candidate waits for more rather than passing on five values.
+    config = GateConfig(min_requests=20)
+    candidate = window(requests=requests, ttft=0.050)
+    gate = gates(window(ttft=0.010), candidate, config)["ttft_p95"]
+    assert gate.verdict is I
+    assert gate.high is None  # unbounded, reported as such
+    assert gate.needed_conversations is not None
+
+
+def text(n: int, disagree: int, noise_n: int = 200, noise_disagree: int = 0) -> ComparatorCounts:
+    return ComparatorCounts("text", n, disagree, noise_n, noise_disagree)
+
+
+def test_parity_minimum_is_held_to_the_reported_low_end_inclusively() -> None:
+    candidate = window(comparators=(text(400, 20, 400, 4),))
+    gate = gates(window(), candidate, GateConfig(min_parity=0.9))["parity"]
+    assert gate.verdict is P
+    assert gate.low is not None
+    assert gate.high is not None
+    assert gate.estimate == pytest.approx(1 - (20 - 4) / 400)
+    for minimum, expected in [
+        (gate.low, P),
+        (gate.low + 1e-6, I),
+        (gate.high, I),
+        (gate.high + 1e-6, F),
+    ]:
+        got = gates(window(), candidate, GateConfig(min_parity=minimum))["parity"]
+        assert got.verdict is expected, (minimum, got.detail)
+
+
+@pytest.mark.parametrize(("pairs", "covered"), [(30, True), (29, False)])
+def test_a_comparator_counts_from_exactly_min_parity_samples(pairs: int, covered: bool) -> None:
+    # 30 of 30 disagreeing against a clean noise floor fails, once it counts at all.
+    candidate = window(comparators=(text(pairs, pairs),))
+    gate = gates(window(), candidate, GateConfig(min_parity=0.9))["parity"]
+    assert gate.verdict is (F if covered else I)
+    assert ("text" in gate.figures["not_yet_covered"]) is not covered
+
+
+@pytest.mark.parametrize(("noise", "covered"), [(20, True), (19, False)])
+def test_a_comparator_counts_from_exactly_the_noise_pairs_needed(noise: int, covered: bool) -> None:
+    candidate = window(comparators=(text(200, 200, noise_n=noise),))
+    gate = gates(window(), candidate, GateConfig(min_parity=0.9))["parity"]
+    assert gate.verdict is (F if covered else I)
+
+
+def test_a_comparator_not_yet_covered_never_sets_the_headline() -> None:
+    # The issue's case: 13 topic pairs that disagree would have set a headline of 0.81.
+    topic = ComparatorCounts("topic", 13, 3, 200, 0)
+    candidate = window(comparators=(text(600, 2, 600, 2), topic))
+    gate = gates(window(), candidate, GateConfig(min_parity=0.9))["parity"]
+    assert gate.verdict is P
+    assert gate.estimate == 1.0
+    assert "not yet covered: topic (13/30 pairs" in gate.detail
+    assert gate.figures["not_yet_covered"] == ["topic"]
 
 
 def test_parity_gate_is_off_without_a_minimum() -> None:
-    assert "parity" not in verdicts(window(), window(parity=0.1, samples=99), GateConfig())
+    candidate = window(comparators=(text(99, 90),))
+    assert "parity" not in verdicts(window(), candidate, GateConfig())
 
 
 # Rollback defaults: min_requests=20, max_error_rate=0.2, error_rate_margin=0.1,

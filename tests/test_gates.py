@@ -6,13 +6,15 @@ import pytest
 
 from kvmigrate.policies.gates import (
     GateConfig,
+    GateResult,
     RollbackConfig,
     Verdict,
     all_passed,
     evaluate_gates,
+    gate_summary,
     rollback_reason,
 )
-from kvmigrate.policies.window import BackendWindow
+from kvmigrate.policies.window import BackendWindow, ComparatorCounts
 
 P = "passed"
 F = "failed"
@@ -21,19 +23,31 @@ I = "inconclusive"  # noqa: E741
 
 def w(
     name: str,
-    requests: int = 200,
+    requests: int = 4000,
     conversations: int = 40,
     errors: int = 0,
     p95: float | None = 0.5,
-    parity: float | None = None,
-    samples: int = 0,
+    comparators: tuple[ComparatorCounts, ...] = (),
 ) -> BackendWindow:
+    """`p95`: every request's TTFT, so the p95 and its interval are exactly that."""
     return BackendWindow(
-        name, requests, conversations, errors, p95 and p95 / 2, p95, parity, samples
+        name,
+        requests,
+        conversations,
+        errors,
+        p95 and p95 / 2,
+        p95,
+        ttft_sample=() if p95 is None else (p95,) * requests,
+        parity_samples=max((c.candidate_n for c in comparators), default=0),
+        comparators=comparators,
+        noise_pairs=max((c.noise_n for c in comparators), default=0),
+        noise_needed=20,
     )
 
 
-PRIMARY = w("hosted", errors=2, p95=0.5)
+PRIMARY = w("hosted", errors=40, p95=0.5)  # 1% errors
+GOOD_TEXT = ComparatorCounts("text", 500, 10, 500, 10)  # no more disagreement than noise
+BAD_TEXT = ComparatorCounts("text", 500, 110, 500, 10)  # 20 points more
 
 
 @pytest.mark.parametrize(
@@ -46,9 +60,10 @@ PRIMARY = w("hosted", errors=2, p95=0.5)
             {"traffic": I, "error_rate": I, "ttft_p95": I},
         ),
         (w("vllm", conversations=5), GateConfig(), {"traffic": I, "error_rate": P, "ttft_p95": P}),
-        # 1% primary + 1% margin = 2%: 4/200 = 2% passes, 5/200 fails
-        (w("vllm", errors=4), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": P}),
-        (w("vllm", errors=5), GateConfig(), {"traffic": P, "error_rate": F, "ttft_p95": P}),
+        # 1% primary, margin 1 point: as many errors passes, 5% fails, 1.75% is not yet clear
+        (w("vllm", errors=40), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": P}),
+        (w("vllm", errors=200), GateConfig(), {"traffic": P, "error_rate": F, "ttft_p95": P}),
+        (w("vllm", errors=70), GateConfig(), {"traffic": P, "error_rate": I, "ttft_p95": P}),
         # 1.5 x 500 ms = 750 ms
         (w("vllm", p95=0.74), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": P}),
         (w("vllm", p95=0.80), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": F}),
@@ -60,17 +75,17 @@ PRIMARY = w("hosted", errors=2, p95=0.5)
         ),
         (w("vllm", p95=None), GateConfig(), {"traffic": P, "error_rate": P, "ttft_p95": I}),
         (
-            w("vllm", parity=0.95, samples=50),
+            w("vllm", comparators=(GOOD_TEXT,)),
             GateConfig(min_parity=0.9),
             {"traffic": P, "error_rate": P, "ttft_p95": P, "parity": P},
         ),
         (
-            w("vllm", parity=0.80, samples=50),
+            w("vllm", comparators=(BAD_TEXT,)),
             GateConfig(min_parity=0.9),
             {"traffic": P, "error_rate": P, "ttft_p95": P, "parity": F},
         ),
         (
-            w("vllm", parity=0.99, samples=3),
+            w("vllm", comparators=(ComparatorCounts("text", 3, 0, 500, 10),)),
             GateConfig(min_parity=0.9),
             {"traffic": P, "error_rate": P, "ttft_p95": P, "parity": I},
         ),
@@ -84,6 +99,25 @@ def test_gate_table(candidate: BackendWindow, config: GateConfig, expected: dict
         assert result.detail
         assert result.figures
         assert result.to_dict()["verdict"] in {v.value for v in Verdict}
+
+
+def test_an_undecided_gate_says_how_many_conversations_it_still_needs() -> None:
+    # 1.75% against 1% with a 1-point margin: the interval straddles the margin today; at
+    # the same rates, the count it names is enough to decide, and a little less is not.
+    candidate = w("vllm", errors=70)
+    [gate] = [g for g in evaluate_gates(PRIMARY, candidate, GateConfig()) if g.name == "error_rate"]
+    assert gate.verdict is Verdict.INCONCLUSIVE
+    assert gate.needed_conversations is not None
+    assert gate.needed_conversations > 0
+    assert f"about {gate.needed_conversations} more conversations" in gate.detail
+    assert gate.low is not None
+    assert gate.high is not None
+    assert gate.low < 0.01 < gate.high
+    scale = (40 + gate.needed_conversations) / 40
+    bigger = w("vllm", requests=round(4000 * scale), errors=round(70 * scale))
+    primary = w("hosted", requests=round(4000 * scale), errors=round(40 * scale))
+    later = [g for g in evaluate_gates(primary, bigger, GateConfig()) if g.name == "error_rate"]
+    assert later[0].verdict is not Verdict.INCONCLUSIVE
 
 
 @pytest.mark.parametrize(
@@ -231,11 +265,8 @@ def test_rollback_ttft_floor_and_latency_fallback(
 
 
 def test_ttft_gate_uses_latency_when_nothing_streamed() -> None:
-    candidate = w("vllm", p95=None)
-    candidate = BackendWindow(
-        candidate.backend, candidate.requests, candidate.conversations, latency_p95=0.4
-    )
-    primary = BackendWindow("hosted", 200, 40, latency_p95=0.9)
+    candidate = BackendWindow("vllm", 400, 40, latency_p95=0.4, latency_sample=(0.4,) * 400)
+    primary = BackendWindow("hosted", 400, 40, latency_p95=0.9, latency_sample=(0.9,) * 400)
     gate = evaluate_gates(primary, candidate, GateConfig())[2]
     assert gate.verdict is Verdict.PASSED
     assert "latency p95 (nothing streamed)" in gate.detail
@@ -262,8 +293,9 @@ def test_every_wait_names_the_threshold_the_count_and_the_config_key(
     name: str, words: list[str]
 ) -> None:
     candidate = BackendWindow(
-        "vllm", requests=57, conversations=6, ttft_p95=0.1, parity=0.95, parity_samples=12
-    )
+        "vllm", requests=57, conversations=6, ttft_p95=0.1, parity=0.95, parity_samples=12,
+        ttft_sample=(0.1,) * 57,
+    )  # fmt: skip
     detail = _detail(candidate, name)
     for word in words:
         assert word in detail, detail
@@ -289,3 +321,27 @@ def test_a_wait_says_how_long_at_the_current_rate() -> None:
     assert "about 5 min more" in _detail(candidate, "error_rate")
     assert "about 5 min more" in _detail(candidate, "traffic")
     assert "none in the last" in _detail(BackendWindow("vllm", span_s=300.0), "traffic")
+
+
+def test_the_one_line_summary_carries_each_estimate_and_interval() -> None:
+    results = evaluate_gates(PRIMARY, w("vllm", errors=40), GateConfig())
+    summary = gate_summary([g.to_dict() for g in results])
+    [error] = [g for g in results if g.name == "error_rate"]
+    assert error.low is not None
+    assert error.high is not None
+    assert f"error_rate passed 0 [{error.low:.3g}, {error.high:.3g}] vs 0.01" in summary
+    assert "traffic passed" in summary  # no estimate: the verdict alone
+
+
+def test_a_gate_result_with_its_interval_survives_the_admin_apis_encoding() -> None:
+    # The admin API sends GateResults as msgspec JSON; an unbounded end travels as null.
+    import msgspec
+
+    fast = BackendWindow("vllm", 20, 20, ttft_p95=0.05, ttft_sample=(0.05,) * 20)
+    results = evaluate_gates(PRIMARY, fast, GateConfig(min_requests=20, min_conversations=2))
+    results += evaluate_gates(PRIMARY, w("vllm", errors=70), GateConfig())
+    for result in results:
+        decoded = msgspec.json.decode(msgspec.json.encode(result), type=GateResult)
+        assert decoded == result
+    [ttft] = [r for r in results[:3] if r.name == "ttft_p95"]
+    assert ttft.high is None  # twenty values cannot bound a p95 from above

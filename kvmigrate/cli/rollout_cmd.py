@@ -14,7 +14,7 @@ import msgspec
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config.model import RolloutMode
 from kvmigrate.policies import Mode
-from kvmigrate.policies.gates import render_gates
+from kvmigrate.policies.gates import gate_summary, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
@@ -147,7 +147,7 @@ def history(
     if not events:
         click.echo("no changes recorded yet")
     for e in events:
-        gates = ", ".join(f"{g['name']} {g['verdict']}" for g in e.gates)
+        gates = gate_summary(e.gates)
         click.echo(
             f"v{e.version:<4} {_when(e.at)}  {e.action:<13} "
             f"{e.from_mode} {e.from_percent:g}% -> {e.to_mode} "

@@ -35,6 +35,7 @@ LIMITS: Final[Mapping[type, Mapping[str, Meta]]] = {
         "min_parity": Meta(ge=0.0, le=1.0),
         "min_parity_samples": Meta(ge=1),
         "window_seconds": Meta(ge=1.0),
+        "confidence": Meta(ge=0.5, le=0.9999),
     },
     RollbackConfig: {
         "window_seconds": Meta(ge=1.0),

@@ -23,24 +23,26 @@ from typing import Any
 from kvmigrate.config import Config
 from kvmigrate.demo.agent import drive
 from kvmigrate.embedded import HOSTED_MODEL, EmulatedBackends, embedded_config, emulated_backends
-from kvmigrate.policies.gates import render_gates
+from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.progress import progress
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, build_report
 from kvmigrate.report.timeline import rollout_timeline
 from kvmigrate.rollout.configured import open_controller
-from kvmigrate.rollout.controller import GatesRefused, RolloutController
+from kvmigrate.rollout.controller import ChangeOutcome, GatesRefused, RolloutController
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer
 
 Echo = Callable[[str], None]
-# Gates sized for a demo's few dozen conversations; production defaults are stricter.
+# Gates sized for a demo's few dozen conversations; production defaults are stricter. Its
+# few hundred requests can show a 10-point error margin, not the default 1 point.
 DEMO_ROLLOUT: dict[str, Any] = {
     "noise_sample": 1.0,
     "noise_per_minute": 100_000,
     "gates": {
         "min_conversations": 8,
         "min_requests": 30,
+        "error_rate_margin": 0.1,
         "min_parity": 0.8,
         "min_parity_samples": 20,
     },
@@ -145,7 +147,7 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
     bake = 2 * max(gates.min_conversations, -(-gates.min_requests // settings.turns)) + 2
     for number, step in enumerate(controller.config.rollout.steps):
         try:
-            outcome = controller.set_percent(step, reason="demo", actor="demo")
+            outcome = _promote(controller, base_url, settings, step, echo)
         except GatesRefused as refused:
             echo(f"promotion to {step:g}% REFUSED by the gates:")
             echo(render_gates([g.to_dict() for g in refused.results]))
@@ -157,6 +159,30 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
         _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
     echo("rollout complete: the candidate serves every conversation")
     return not settings.bad_candidate
+
+
+def _promote(
+    controller: RolloutController, base_url: str, settings: DemoSettings, step: float, echo: Echo
+) -> ChangeOutcome:
+    """Promote once the gates pass. While they wait, drive the conversations they say they
+    still need (up to three times the demo's size in all); a failed gate, or a wait past
+    that, raises GatesRefused."""
+    budget = 3 * settings.conversations
+    while True:
+        try:
+            return controller.set_percent(step, reason="demo", actor="demo")
+        except GatesRefused as refused:
+            waiting = [g for g in refused.results if g.verdict is Verdict.INCONCLUSIVE]
+            needed = [g.needed_conversations or 0 for g in waiting]
+            failed = any(g.verdict is Verdict.FAILED for g in refused.results)
+            more = min(max(needed, default=0) + 2, budget)
+            if failed or not waiting or budget <= 0:
+                raise
+            echo(f"gates before {step:g}% still waiting; {more} more conversations:")
+            echo(render_gates([g.to_dict() for g in waiting]))
+            first = 100_000 + 1000 * int(step) + 3 * settings.conversations - budget
+            _traffic(base_url, settings, more, first, echo)
+            budget -= more
 
 
 def _show_auto_rollback(

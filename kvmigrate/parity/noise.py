@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmigrate.intervals import newcombe_difference, z_for
 from kvmigrate.parity.result import COMPARATOR_NAMES, PairScore
-from kvmigrate.parity.stats import newcombe_difference, z_for
 
 CONCLUSIVE = "conclusive"
 INCONCLUSIVE = "inconclusive"

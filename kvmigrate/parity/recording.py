@@ -77,6 +77,16 @@ def noise_adjusted(
 ) -> tuple[float | None, int, int]:
     """(parity, candidate pairs, noise pairs) from stored (kind, applicable, disagree) flags.
     Parity is None while the noise floor is not yet known (too few noise pairs)."""
+    aggregator, noise = flag_aggregator(flags, min_noise_samples)
+    parity, samples = aggregator.window_figures()
+    return parity, samples, noise
+
+
+def flag_aggregator(
+    flags: Iterable[tuple[str | None, str | None, str | None]], min_noise_samples: int = 20
+) -> tuple[ParityAggregator, int]:
+    """The stored flags in an aggregator (its report has every comparator's counts), and
+    how many noise pairs they held."""
     aggregator = ParityAggregator(NoiseSettings(min_noise_samples=min_noise_samples))
     noise = 0
     for kind, applicable, disagree in flags:
@@ -87,8 +97,7 @@ def noise_adjusted(
             continue
         aggregator.add_flags(kind, names, orjson.loads(disagree or "[]"))
         noise += kind == NOISE_KIND
-    parity, samples = aggregator.window_figures()
-    return parity, samples, noise
+    return aggregator, noise
 
 
 def _status(answer: Answered) -> int | None:

@@ -1,62 +1,37 @@
 """Promotion gates and the auto-rollback trigger: pure functions over windows of traffic.
 
-Each gate answers Passed, Failed or Inconclusive (not enough data to say) with the figures
-behind the verdict, so a refused promotion explains itself. A promotion needs every gate
-Passed; `--force` overrides, and the override is recorded.
+Each gate answers with an estimate, its always-valid confidence interval and a verdict:
+Passed when the interval clears the threshold, Failed when it lies beyond it, Inconclusive
+otherwise, with the conversations still needed at the observed rates. So a refused
+promotion explains itself, and repeated looks during a bake do not inflate false alarms
+(`policies.sequential`). A promotion needs every gate Passed; `--force` overrides, and the
+override is recorded. The auto-rollback trigger stays a fast point-estimate rule over a
+short window: it exists to pull a plainly broken candidate out within seconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
+from kvmigrate.policies.error_gate import error_gate
+from kvmigrate.policies.gate_model import GateConfig, GateResult, eta
+from kvmigrate.policies.parity_gate import parity_gate
+from kvmigrate.policies.sequential import Verdict
+from kvmigrate.policies.ttft_gate import ttft_gate
 from kvmigrate.policies.window import BackendWindow
 
-
-class Verdict(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    INCONCLUSIVE = "inconclusive"
-
-
-@dataclass(frozen=True, slots=True)
-class GateConfig:
-    """min_conversations / min_requests: the candidate traffic a verdict needs.
-    error_rate_margin: the candidate's error rate may exceed the primary's by this much.
-    ttft_p95_slo_ms: an absolute TTFT p95 target for the candidate (None: not used).
-    ttft_p95_factor: ... or at most this multiple of the primary's TTFT p95.
-    ttft_p95_floor_ms: a candidate p95 under this always passes: 3 x a 2 ms TTFT is noise,
-        not a regression.
-    min_parity / min_parity_samples: noise-adjusted parity needed (None: gate off).
-    window_seconds: how far back the evidence reaches (never before the last change).
-    """
-
-    min_conversations: int = 20
-    min_requests: int = 100
-    error_rate_margin: float = 0.01
-    ttft_p95_slo_ms: float | None = None
-    ttft_p95_factor: float = 1.5
-    ttft_p95_floor_ms: float = 100.0
-    min_parity: float | None = None
-    min_parity_samples: int = 30
-    window_seconds: float = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class GateResult:
-    name: str
-    verdict: Verdict
-    detail: str
-    figures: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "verdict": self.verdict.value,
-            "detail": self.detail,
-            "figures": self.figures,
-        }
+__all__ = [
+    "GateConfig",
+    "GateResult",
+    "RollbackConfig",
+    "Verdict",
+    "all_passed",
+    "evaluate_gates",
+    "gate_summary",
+    "render_gates",
+    "rollback_reason",
+]
 
 
 def evaluate_gates(
@@ -64,20 +39,37 @@ def evaluate_gates(
 ) -> list[GateResult]:
     results = [
         _traffic_gate(candidate, config),
-        _error_gate(primary, candidate, config),
-        _ttft_gate(primary, candidate, config),
+        error_gate(primary, candidate, config),
+        ttft_gate(primary, candidate, config),
     ]
     if config.min_parity is not None:
-        results.append(_parity_gate(candidate, config))
+        results.append(parity_gate(candidate, config))
     return results
 
 
 def render_gates(gates: list[dict[str, Any]]) -> str:
-    """One line per gate (`GateResult.to_dict()` shape), as the CLI and the demo print them."""
+    """One line per gate (`GateResult.to_dict()` shape), as the CLI and the demo print them:
+    the verdict, and the estimate with its interval against the threshold in the detail."""
     marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
     return "\n".join(
         f"  {marks.get(g['verdict'], '?'):4}  {g['name']:<11} {g['detail']}" for g in gates
     )
+
+
+def gate_summary(gates: list[dict[str, Any]]) -> str:
+    """The gates (`GateResult.to_dict()` shape) on one line, each with its estimate and
+    interval against its threshold where it has them: for history and the report."""
+    return ", ".join(_summary(g) for g in gates)
+
+
+def _summary(gate: dict[str, Any]) -> str:
+    text = f"{gate['name']} {gate['verdict']}"
+    estimate, (low, high) = gate.get("estimate"), gate.get("interval") or (None, None)
+    if estimate is None:
+        return text
+    ends = ", ".join("?" if v is None else f"{v:.3g}" for v in (low, high))
+    threshold = gate.get("threshold")
+    return text + f" {estimate:.3g} [{ends}]" + ("" if threshold is None else f" vs {threshold:g}")
 
 
 def all_passed(results: list[GateResult]) -> bool:
@@ -111,176 +103,14 @@ def _traffic_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
         Verdict.INCONCLUSIVE,
         f"need {config.min_requests} candidate requests (rollout.gates.min_requests) in "
         f"{config.min_conversations} conversations (rollout.gates.min_conversations); have "
-        f"{candidate.requests} in {candidate.conversations}" + _eta(behind, 1.0, candidate.span_s),
+        f"{candidate.requests} in {candidate.conversations}" + eta(behind, 1.0, candidate.span_s),
         figures,
+        needed_conversations=max(0, config.min_conversations - candidate.conversations),
     )
 
 
 def _share(have: int, need: int) -> float:
     return have / need if need else 1.0
-
-
-def _too_few_requests(candidate: BackendWindow, config: GateConfig, what: str) -> str:
-    return (
-        f"need {config.min_requests} candidate requests (rollout.gates.min_requests) before "
-        f"{what} counts; have {candidate.requests}"
-        + _eta(candidate.requests, config.min_requests, candidate.span_s)
-    )
-
-
-def _eta(have: float, need: float, span_s: float) -> str:
-    """How long the missing evidence takes at the rate it arrived so far, if it arrived."""
-    if have >= need:
-        return ""
-    if span_s < 1.0:
-        return ""
-    if have <= 0:
-        return f"; none in the last {_duration(span_s)}"
-    left = (need - have) * span_s / have
-    return f"; at the current rate ({_duration(span_s)} so far) about {_duration(left)} more"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _error_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConfig) -> GateResult:
-    limit = primary.error_rate + config.error_rate_margin
-    figures = {
-        "candidate_error_rate": round(candidate.error_rate, 5),
-        "primary_error_rate": round(primary.error_rate, 5),
-        "limit": round(limit, 5),
-    }
-    if candidate.requests < config.min_requests:
-        return GateResult(
-            "error_rate",
-            Verdict.INCONCLUSIVE,
-            _too_few_requests(candidate, config, "an error rate"),
-            figures,
-        )
-    verdict = Verdict.PASSED if candidate.error_rate <= limit else Verdict.FAILED
-    return GateResult(
-        "error_rate",
-        verdict,
-        f"candidate {candidate.error_rate:.2%} vs limit {limit:.2%} "
-        f"(primary {primary.error_rate:.2%} + {config.error_rate_margin:.2%})",
-        figures,
-    )
-
-
-def _ttft_gate(primary: BackendWindow, candidate: BackendWindow, config: GateConfig) -> GateResult:
-    # Streamed answers give TTFT; when the window has none (clients that do not stream),
-    # total latency is the figure a user waits for, and is compared the same way.
-    measure, cand, prim = "TTFT p95", candidate.ttft_p95, primary.ttft_p95
-    if cand is None and candidate.latency_p95 is not None:
-        measure, cand, prim = (
-            "latency p95 (nothing streamed)",
-            candidate.latency_p95,
-            primary.latency_p95,
-        )
-    figures: dict[str, Any] = {
-        "measure": measure,
-        "candidate_p95_ms": _ms(cand),
-        "primary_p95_ms": _ms(prim),
-        "slo_ms": config.ttft_p95_slo_ms,
-        "factor": config.ttft_p95_factor,
-    }
-    if cand is None:
-        return GateResult(
-            "ttft_p95",
-            Verdict.INCONCLUSIVE,
-            f"no candidate TTFT or latency recorded yet; have {candidate.requests} requests",
-            figures,
-        )
-    if candidate.requests < config.min_requests:
-        return GateResult(
-            "ttft_p95",
-            Verdict.INCONCLUSIVE,
-            _too_few_requests(candidate, config, f"its {measure}"),
-            figures,
-        )
-    ms = cand * 1000
-    if ms <= config.ttft_p95_floor_ms:
-        return GateResult(
-            "ttft_p95",
-            Verdict.PASSED,
-            f"candidate {measure} {ms:.0f} ms, under the {config.ttft_p95_floor_ms:g} ms floor",
-            figures,
-        )
-    if config.ttft_p95_slo_ms is not None and ms <= config.ttft_p95_slo_ms:
-        return GateResult(
-            "ttft_p95",
-            Verdict.PASSED,
-            f"candidate {measure} {ms:.0f} ms within the {config.ttft_p95_slo_ms:g} ms SLO",
-            figures,
-        )
-    if prim is None:
-        if config.ttft_p95_slo_ms is not None:
-            return GateResult(
-                "ttft_p95",
-                Verdict.FAILED,
-                f"candidate {measure} {ms:.0f} ms over the {config.ttft_p95_slo_ms:g} ms SLO",
-                figures,
-            )
-        return GateResult(
-            "ttft_p95",
-            Verdict.INCONCLUSIVE,
-            f"no primary {measure} to compare with (rollout.gates.ttft_p95_factor); set "
-            "rollout.gates.ttft_p95_slo_ms for an absolute target",
-            figures,
-        )
-    limit = prim * 1000 * config.ttft_p95_factor
-    verdict = Verdict.PASSED if ms <= limit else Verdict.FAILED
-    return GateResult(
-        "ttft_p95",
-        verdict,
-        f"candidate {measure} {ms:.0f} ms vs {limit:.0f} ms "
-        f"({config.ttft_p95_factor:g} x primary {prim * 1000:.0f} ms)",
-        figures,
-    )
-
-
-def _parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
-    assert config.min_parity is not None
-    figures = {
-        "parity": candidate.parity,
-        "samples": candidate.parity_samples,
-        "min_parity": config.min_parity,
-        "min_parity_samples": config.min_parity_samples,
-        "noise_pairs": candidate.noise_pairs,
-        "noise_needed": candidate.noise_needed,
-    }
-    if candidate.parity is None or candidate.parity_samples < config.min_parity_samples:
-        return GateResult("parity", Verdict.INCONCLUSIVE, _parity_wait(candidate, config), figures)
-    verdict = Verdict.PASSED if candidate.parity >= config.min_parity else Verdict.FAILED
-    return GateResult(
-        "parity",
-        verdict,
-        f"noise-adjusted parity {candidate.parity:.3f} vs {config.min_parity:g}",
-        figures,
-    )
-
-
-def _parity_wait(candidate: BackendWindow, config: GateConfig) -> str:
-    """What parity still lacks: scored pairs, or the noise floor they are measured against."""
-    have, need, span = candidate.parity_samples, config.min_parity_samples, candidate.span_s
-    noise, floor = candidate.noise_pairs, candidate.noise_needed
-    if have < need:
-        also = f"; and {noise} of the {floor} noise pairs" if noise < floor else ""
-        return (
-            f"need {need} scored pairs (rollout.gates.min_parity_samples); have {have}"
-            + _eta(have, need, span)
-            + also
-        )
-    return (
-        f"{have} scored pairs are in, but the noise floor needs {floor} primary-vs-primary "
-        f"pairs; have {noise}" + _eta(noise, floor, span) + ". Raise rollout.noise_sample "
-        "(share of conversations sent to the primary twice) or rollout.noise_per_minute"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +175,3 @@ def rollback_reason(
             f"primary {base * 1000:.0f} ms"
         )
     return None
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)

@@ -4,6 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The most raw TTFT (and latency) values a window keeps: a uniform sample of them when there
+# are more, enough for a p95 interval a few milliseconds wide.
+RESERVOIR = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class ComparatorCounts:
+    """One parity comparator over a window: scored candidate pairs it applied to and
+    disagreed on, and the same for the primary-vs-primary (noise) pairs."""
+
+    name: str
+    candidate_n: int
+    candidate_disagree: int
+    noise_n: int
+    noise_disagree: int
+
 
 @dataclass(frozen=True, slots=True)
 class BackendWindow:
@@ -22,6 +38,9 @@ class BackendWindow:
     `noise_pairs` / `noise_needed`: primary-vs-primary pairs in the window, and how many a
     noise floor needs (parity stays None below it). `span_s`: the seconds between the
     window's first and last record, so a waiting gate can say how long it has to go.
+    `ttft_sample` / `latency_sample`: the raw values in seconds (all of them, or a uniform
+    sample of RESERVOIR), for the interval on the p95. `comparators`: per-comparator parity
+    counts, for the interval of each.
     """
 
     backend: str
@@ -38,6 +57,9 @@ class BackendWindow:
     noise_pairs: int = 0
     noise_needed: int = 0
     span_s: float = 0.0
+    ttft_sample: tuple[float, ...] = ()
+    latency_sample: tuple[float, ...] = ()
+    comparators: tuple[ComparatorCounts, ...] = ()
 
     @property
     def error_rate(self) -> float:

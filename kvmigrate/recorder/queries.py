@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
+from kvmigrate.parity.recording import NOISE_KIND, flag_aggregator
 from kvmigrate.percentile import percentile
 from kvmigrate.policies.outcome import is_backend_error
-from kvmigrate.policies.window import BackendWindow
+from kvmigrate.policies.window import RESERVOIR, BackendWindow, ComparatorCounts
 from kvmigrate.recorder.store import RecordStore, open_store
 
 # Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic.
@@ -109,8 +110,16 @@ def _window(
     min_noise_samples: int,
 ) -> BackendWindow:
     parity, samples, noise_pairs = None, 0, 0
+    comparators: tuple[ComparatorCounts, ...] = ()
     if t.parity_flags:
-        parity, samples, noise_pairs = noise_adjusted([*t.parity_flags, *noise], min_noise_samples)
+        aggregator, noise_pairs = flag_aggregator([*t.parity_flags, *noise], min_noise_samples)
+        parity, samples = aggregator.window_figures()
+        comparators = tuple(
+            ComparatorCounts(
+                c.name, c.candidate_n, c.candidate_disagree, c.noise_n, c.noise_disagree
+            )
+            for c in aggregator.report().comparators
+        )
     return BackendWindow(
         backend=backend,
         requests=t.requests,
@@ -124,4 +133,15 @@ def _window(
         noise_pairs=noise_pairs,
         noise_needed=min_noise_samples,
         span_s=(t.last_ts or 0.0) - (t.first_ts or 0.0),
+        ttft_sample=_reservoir(t.ttfts),
+        latency_sample=_reservoir(t.latencies),
+        comparators=comparators,
     )
+
+
+def _reservoir(values: list[float]) -> tuple[float, ...]:
+    """All the values, or a uniform sample of RESERVOIR of them (seeded: the same records
+    give the same gate verdict every time)."""
+    if len(values) <= RESERVOIR:
+        return tuple(values)
+    return tuple(random.Random(len(values)).sample(values, RESERVOIR))

@@ -17,6 +17,7 @@ from kvmigrate.report.aggregate import (
 )
 from kvmigrate.report.busters import cache_busters
 from kvmigrate.report.cost import project_cost
+from kvmigrate.report.divergences import divergent_pairs
 from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
@@ -65,6 +66,7 @@ def build_report(
     report.cache_by_turn = cache_by_turn(rows, names, max_turn)
     report.latency_cdf = latency_cdf(rows, names)
     report.parity = parity_summary(recorded, store)
+    report.divergences, report.divergent_total = divergent_pairs(recorded, store)
     report.identity = identity_summary(rows)
     if store is not None:
         report.cache_busters = cache_busters(store, since, until)

@@ -122,6 +122,25 @@ class Divergence:
 
 
 @dataclass(frozen=True, slots=True)
+class DivergentPair:
+    """A shadow pair whose answers differ, for the divergences view: the comparators that
+    disagreed beyond this request's noise (`diverged_on`) and within it (`within_noise`:
+    the primary's own repeat disagreed there too), and both answers as stored (redacted
+    unless `record.content: full`). `cohort` when the records carry one."""
+
+    request_id: str
+    conversation: str
+    turn: int
+    score: float
+    verdict: str  # "diverged" or "within_noise"
+    diverged_on: tuple[str, ...]
+    within_noise: tuple[str, ...]
+    primary: str
+    candidate: str
+    cohort: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BusterRow:
     cls: str
     field: str
@@ -181,6 +200,8 @@ class Report:
     noise_calls: int = 0  # the primary asked twice for parity: in `records`, not in figures
     timeline: list[TimelineEvent] = field(default_factory=list)
     identity: IdentitySummary = field(default_factory=IdentitySummary)
+    divergences: list[DivergentPair] = field(default_factory=list)
+    divergent_total: int = 0  # all divergent pairs in the window; `divergences` holds the worst
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -65,13 +65,13 @@ def _divergence(row: Row, store: RecordStore | None) -> Divergence:
             "SELECT response_json FROM records WHERE request_id = ?", (row.request_id,)
         )
         if found and found[0][0]:
-            excerpt = _readable(str(found[0][0]))[:EXCERPT_CHARS]
+            excerpt = readable(str(found[0][0]))[:EXCERPT_CHARS]
     return Divergence(
         row.request_id, row.conversation, row.turn, float(row.parity_score or 0.0), excerpt
     )
 
 
-def _readable(response_json: str) -> str:
+def readable(response_json: str) -> str:
     """What the model said, not the envelope: its text, or the tool calls it made."""
     try:
         response = orjson.loads(response_json)

@@ -7,6 +7,9 @@ from html import escape
 
 from kvmigrate.report import fmt
 from kvmigrate.report.model import Report
+from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
+from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
+from kvmigrate.report.render_divergences import divergences_section
 from kvmigrate.report.svg import (
     CANDIDATE_COLOR,
     PALETTE,
@@ -37,8 +40,9 @@ th, td { padding: .25rem .6rem; border-bottom: 1px solid #eee; text-align: right
 th:first-child, td:first-child { text-align: left; } th { background: #f6f6f6; }
 """
 
-# The only script: it marks the page as rendered, so a headless check can tell a page whose
-# charts were parsed from one that failed (no library, nothing fetched).
+# It marks the page as rendered, so a headless check can tell a page whose charts were
+# parsed from one that failed (no library, nothing fetched). The divergences view adds its
+# filter.
 SCRIPT = (
     'document.body.dataset.charts = String(document.querySelectorAll("svg.chart").length);'
     'document.body.dataset.ready = "1";'
@@ -55,6 +59,7 @@ def render_html(report: Report) -> str:
         *charts(report),
         "</div>",
         *(html_table(t) for t in report_tables(report)),
+        divergences_section(report),
         f'<p class="note">Generated {escape(fmt.when(report.generated_at))}.</p>',
     ]
     return "\n".join(
@@ -63,9 +68,9 @@ def render_html(report: Report) -> str:
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             "<title>kvmigrate report</title>",
-            f"<style>{STYLE}</style></head><body>",
+            f"<style>{STYLE}{DIVERGENCE_STYLE}</style></head><body>",
             *body,
-            f"<script>{SCRIPT}</script>",
+            f"<script>{DIVERGENCE_SCRIPT}\n{SCRIPT}</script>",
             "</body></html>",
         ]
     )

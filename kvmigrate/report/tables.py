@@ -210,6 +210,7 @@ def parity(report: Report) -> Table:
         ("mean pair score (raw, before noise)", fmt.pct(s.mean)),
         ("tool-call agreement", fmt.pct(s.tool_agreement)),
         ("JSON validity", fmt.pct(s.json_validity)),
+        ("pairs that answered differently", _divergent(report)),
     ]
     rows += [
         (
@@ -219,6 +220,16 @@ def parity(report: Report) -> Table:
         for d in s.worst
     ]
     return Table("parity", "Parity", ("item", "value"), rows, footnote=PARITY_READING)
+
+
+def _divergent(report: Report) -> str:
+    beyond = sum(p.verdict == "diverged" for p in report.divergences)
+    held = len(report.divergences)
+    shown = "" if held == report.divergent_total else f"the worst {held} shown, "
+    return (
+        f"{fmt.number(report.divergent_total)} ({shown}{beyond} beyond their noise; side by "
+        "side in the HTML report's divergences view)"
+    )
 
 
 PARITY_READING = (

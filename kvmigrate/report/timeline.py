@@ -6,6 +6,7 @@ import logging
 
 from kvmigrate.config import Config
 from kvmigrate.policies import Mode
+from kvmigrate.policies.gates import gate_summary
 from kvmigrate.report.model import TimelineEvent
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.sqlite_store import sqlite_path
@@ -39,5 +40,7 @@ def rollout_timeline(config: Config, since: float, until: float) -> list[Timelin
             detail += " (forced past the gates)"
         if e.reason:
             detail += f": {e.reason}"
+        if e.gates:
+            detail += f"; gates: {gate_summary(e.gates)}"
         timeline.append(TimelineEvent(e.at, e.action, detail, percent))
     return timeline

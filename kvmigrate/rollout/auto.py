@@ -1,8 +1,11 @@
 """`kvmigrate rollout auto`: walk the steps with a bake time each, as Argo Rollouts does.
 
 At each step the gates must pass on the evidence gathered at the current one. While the
-evidence is still too thin (Inconclusive), it waits; a Failed gate rolls back and stops;
-a change made by someone else during a bake (an auto-rollback in a proxy) stops the walk.
+evidence is still too thin (Inconclusive), it waits, looking again every poll; a Failed
+gate rolls back and stops; a change made by someone else during a bake (an auto-rollback in
+a proxy) stops the walk. Looking every few seconds is safe: the gates decide on
+always-valid intervals (`policies.sequential`), which hold at every look at once, so the
+number of polls does not raise the chance of a false pass or a false alarm.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmigrate.policies import Mode
-from kvmigrate.policies.gates import Verdict
+from kvmigrate.policies.gates import GateResult, Verdict
 from kvmigrate.rollout.client import RolloutClient
 from kvmigrate.rollout.controller import GatesRefused, RolloutStatus
 
@@ -88,7 +91,10 @@ def _promote(
                     f"{g.name}: {g.detail}" for g in failed
                 )
             if time.monotonic() > deadline:
-                return f"gave up on {step:g}%: the evidence stayed inconclusive"
+                result.steps.append({"step": step, "gates": [g.to_dict() for g in refused.results]})
+                return f"gave up on {step:g}%: the evidence stayed inconclusive" + _asked(
+                    refused.results
+                )
             echo(
                 f"waiting for evidence before {step:g}%: "
                 + "; ".join(g.detail for g in refused.results if g.verdict != Verdict.PASSED)
@@ -98,6 +104,15 @@ def _promote(
         result.steps.append({"step": step, "gates": [g.to_dict() for g in change.gates]})
         echo(f"promoted to {step:g}% (version {change.state.version})")
         return None
+
+
+def _asked(results: list[GateResult]) -> str:
+    """What the waiting gates said they still need, the most of them."""
+    needed = [g.needed_conversations for g in results if g.verdict == Verdict.INCONCLUSIVE]
+    most = max((n for n in needed if n is not None), default=None)
+    if most is None:
+        return ""
+    return f" (the gates asked for about {most} more conversations; --step-timeout waits longer)"
 
 
 def _bake(

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from kvmigrate.intervals import newcombe_difference, wilson, z_for
 from kvmigrate.parity import (
     CONCLUSIVE,
     INCONCLUSIVE,
@@ -19,7 +20,6 @@ from kvmigrate.parity import (
     calibrate,
 )
 from kvmigrate.parity.noise import NOT_APPLICABLE
-from kvmigrate.parity.stats import newcombe_difference, wilson, z_for
 
 
 def test_wilson_matches_published_values() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -231,3 +232,94 @@ def _headless(page: Path, tmp: Path) -> tuple[str, str]:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, proc.stderr
+
+
+def _answer(text: str | None = None, call: tuple[str, str] | None = None) -> str:
+    message: dict[str, object] = {"role": "assistant", "content": text}
+    if call is not None:
+        message["tool_calls"] = [
+            {"id": "t", "type": "function", "function": {"name": call[0], "arguments": call[1]}}
+        ]
+    return json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+
+def _pair_records(
+    n: int, primary: str, candidate: str, disagree: list[str], score: float
+) -> list[Record]:
+    common = {"ts": time.time() - 60 + n, "route": "chat/completions", "model": "m",
+              "served_model": "m", "conversation": f"conv-{n}", "turn": 1, "stream": False,
+              "status": 200, "content": "redacted"}  # fmt: skip
+    return [
+        Record(request_id=f"p{n}", backend="hosted", role="serve", response_json=primary,
+               **common),  # type: ignore[arg-type]
+        Record(request_id=f"c{n}", backend="vllm", role="shadow", pair_id=f"p{n}",
+               response_json=candidate, parity_kind="candidate", parity_score=score,
+               parity_applicable='["length", "text", "tool_calls", "topic"]',
+               parity_disagree=json.dumps(disagree), **common),  # type: ignore[arg-type]
+    ]  # fmt: skip
+
+
+def test_divergences_view_shows_pairs_side_by_side_and_filters_in_chromium(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/records.db"
+    with open_store(url) as store:
+        store.insert(
+            [
+                *_pair_records(1, _answer("The capital is Paris."),
+                               _answer("The capital is Lyon."), ["text"], 0.5),
+                *_pair_records(2, _answer(call=("get_weather", '{"city": "Oslo"}')),
+                               _answer(call=("get_weather", '{"city": "Lima"}')),
+                               ["tool_calls"], 0.0),
+                *_pair_records(3, _answer("Short answer."), _answer("Short answer, longer."),
+                               ["length"], 0.8),
+                *_pair_records(4, _answer("Same."), _answer("Same."), [], 1.0),
+            ]
+        )  # fmt: skip
+        # The primary's own repeat of request 3 differed in length too: within its noise.
+        noise = Record(request_id="n3", ts=time.time() - 57, route="chat/completions",
+                       backend="hosted", role="noise", model="m", served_model="m",
+                       conversation="conv-3", turn=1, stream=False, status=200, pair_id="p3",
+                       parity_kind="noise", parity_score=0.8,
+                       parity_applicable='["length", "text"]', parity_disagree='["length"]')  # fmt: skip
+        store.insert([noise])
+        # Records of a cohort-aware proxy carry a cohort column (issue 19); older ones do not.
+        store.query("ALTER TABLE records ADD COLUMN cohort TEXT")
+        store.query("UPDATE records SET cohort = 'beta' WHERE request_id = 'c1'")
+        store.query("UPDATE records SET cohort = 'alpha' WHERE request_id IN ('c2', 'c3')")
+        report = build_report(store, since=0)
+    assert [p.request_id for p in report.divergences] == ["c2", "c1", "c3"]  # worst first
+    assert [p.verdict for p in report.divergences] == ["diverged", "diverged", "within_noise"]
+    assert "pairs that answered differently | 3 (2 beyond their noise;" in RENDERERS["md"](report)
+    page = tmp_path / "report.html"
+    page.write_text(RENDERERS["html"](report))
+
+    def shown(fragment: str) -> tuple[int, list[str]]:
+        target = tmp_path / f"view-{len(fragment)}.html"
+        shutil.copy(page, target)
+        profile = tempfile.mkdtemp(dir=tmp_path)
+        proc = subprocess.run(
+            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             f"--user-data-dir={profile}", "--dump-dom", target.as_uri() + fragment],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        dom = proc.stdout
+        count = re.search(r'data-divergences-shown="(\d+)"', dom)
+        assert count is not None, dom[-2000:]
+        visible = re.findall(r'<div class="pair" data-request="(\w+)"[^>]*?(?<!hidden="")>', dom)
+        return int(count.group(1)), visible
+
+    assert shown("") == (3, ["c2", "c1", "c3"])
+    assert shown("#comparator=tool_calls") == (1, ["c2"])
+    assert shown("#cohort=alpha") == (2, ["c2", "c3"])
+    assert shown("#verdict=within_noise") == (1, ["c3"])
+    assert shown("#comparator=length&cohort=beta") == (0, [])
+    html = page.read_text()
+    # The differing words are marked on each side; what both say is not.
+    assert "The capital is <del>Paris.</del>" in html
+    assert "The capital is <ins>Lyon.</ins>" in html
+    assert re.search(r"<del>[^<]*Oslo[^<]*</del>", html)
+    assert re.search(r"<ins>[^<]*Lima[^<]*</ins>", html)
+    assert "Same." not in html  # a pair that agreed is no divergence
+    for cohort in ("alpha", "beta"):
+        assert f'<option value="{cohort}">' in html

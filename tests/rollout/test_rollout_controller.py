@@ -34,18 +34,25 @@ rollout:
   gates: {{min_conversations: 2, min_requests: 10}}
 """
 
+# Enough evidence for the interval gates to decide: 1% errors on both sides of 4000
+# requests (a 1-point margin), and every candidate TTFT under the 100 ms floor.
 GOOD = {
     "hosted": BackendWindow(
-        "hosted", requests=100, conversations=20, errors=1, ttft_p50=0.3, ttft_p95=0.5
+        "hosted", requests=4000, conversations=400, errors=40, ttft_p50=0.3, ttft_p95=0.5,
+        ttft_sample=(0.5,) * 4000,
     ),
     "vllm": BackendWindow(
-        "vllm", requests=100, conversations=20, errors=1, ttft_p50=0.05, ttft_p95=0.08
+        "vllm", requests=4000, conversations=400, errors=40, ttft_p50=0.05, ttft_p95=0.08,
+        ttft_sample=(0.08,) * 4000,
     ),
-}
+}  # fmt: skip
 BAD = {
     **GOOD,
-    "vllm": BackendWindow("vllm", requests=100, conversations=20, errors=30, ttft_p95=0.08),
-}
+    "vllm": BackendWindow(
+        "vllm", requests=4000, conversations=400, errors=1200, ttft_p95=0.08,
+        ttft_sample=(0.08,) * 4000,
+    ),
+}  # fmt: skip
 
 
 def make_config(state: str) -> Config:
