@@ -16,6 +16,7 @@ from kvmigrate.embedded import (
     embedded_config,
     emulated_backends,
 )
+from kvmigrate.proxy.pool import default_workers, serve_pool
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import run_app_forever
 
@@ -31,13 +32,26 @@ from kvmigrate.serving import run_app_forever
     "process and proxy to them in shadow mode (no GPU, no keys).",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Proxy processes on the one port (SO_REUSEPORT), metrics summed across them. "
+    "Default: the cores this process may use (CPU affinity and cgroup quota); 1 with "
+    "--emulated. 1 serves from this process, as before.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
 def proxy(
-    config_path: str, host: str | None, port: int | None, emulated: bool, log_level: str
+    config_path: str,
+    host: str | None,
+    port: int | None,
+    emulated: bool,
+    workers: int | None,
+    log_level: str,
 ) -> None:
     """Serve the proxy: point OPENAI_BASE_URL at http://HOST:PORT/v1."""
     logging.basicConfig(
@@ -51,12 +65,17 @@ def proxy(
             config = embedded_config(
                 backends, host or "127.0.0.1", 4000 if port is None else port, state_dir=state_dir
             )
-            _serve(config, host, port, emulated=True)
+            _serve(config, host, port, emulated=True, workers=workers or 1, level=log_level)
         return
-    _serve(load_or_exit(config_path), host, port, emulated=False)
+    config = load_or_exit(config_path)
+    _serve(
+        config, host, port, emulated=False, workers=workers or default_workers(), level=log_level
+    )
 
 
-def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -> None:
+def _serve(
+    config: Config, host: str | None, port: int | None, emulated: bool, workers: int, level: str
+) -> None:
     host = host or config.server.host
     port = config.server.port if port is None else port
     r = config.rollout
@@ -82,6 +101,9 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -
     problem = litellm_problem(config)
     if problem:  # before any store opens
         raise click.ClickException(problem)
+    if workers > 1:
+        serve_pool(config, host, port, workers, "\n".join(lines), level)
+        return
     try:
         app = build_app(config)
     except LiteLLMNotInstalled as exc:  # installed, but it does not import
