@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -429,7 +430,17 @@ def stub_argv(port: int) -> list[str]:
 
 def proxy_argv(cfg: Path, workers: int) -> list[str]:
     argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(cfg)]
+    if workers == 1 and not has_workers_option():
+        return argv  # an older kvmigrate (A/B runs against another checkout): one process
     return [*argv, "--workers", str(workers)]
+
+
+@functools.cache
+def has_workers_option() -> bool:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "kvmigrate", "proxy", "--help"], capture_output=True, text=True
+    ).stdout
+    return "--workers" in help_text
 
 
 def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
