@@ -81,6 +81,7 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     wall: float = 0.0
+    cpu_us: float = float("nan")  # CPU time of the proxy's processes per request
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -290,8 +291,28 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User and system CPU time of a process and its children (the recorder's and the
+    detector's workers): robust where wall-clock figures are not, on a shared machine."""
+    if pid is None:
+        return float("nan")
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        tree = [process, *process.children(recursive=True)]
+        return sum(t.user + t.system for t in (p.cpu_times() for p in tree))
+    except psutil.Error:
+        return float("nan")
+
+
 def run_target(
-    name: str, base: str, key: str, args: argparse.Namespace, copy_to: str = ""
+    name: str,
+    base: str,
+    key: str,
+    args: argparse.Namespace,
+    copy_to: str = "",
+    pid: int | None = None,
 ) -> list[Result]:
     results = []
     for stream in (False, True):
@@ -299,12 +320,15 @@ def run_target(
             total = max(args.requests, concurrency * 10)
             if name == "litellm":
                 total = min(total, args.litellm_requests)
+            before = cpu_seconds(pid)
             result = asyncio.run(load(name, base, stream, concurrency, total, key, copy_to))
+            served = len(result.latencies) + result.errors + min(50, total)  # with warm-up
+            result.cpu_us = (cpu_seconds(pid) - before) / served * 1e6
             results.append(result)
             print(
                 f"  {name:10} {result.mode:6} c={concurrency:<3} p50 {result.pct(0.5):7.2f} ms"
                 f"  p99 {result.pct(0.99):7.2f} ms  {result.rps:8.0f} req/s"
-                f"  errors {result.errors}",
+                f"  proxy CPU {result.cpu_us:6.0f} us/req  errors {result.errors}",
                 flush=True,
             )
     return results
@@ -325,6 +349,8 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                     figures[f"{target}.{mode}.c{c}.added_p50_ms"] = res.pct(0.5) - base.pct(0.5)
                     figures[f"{target}.{mode}.c{c}.added_p99_ms"] = res.pct(0.99) - base.pct(0.99)
                     figures[f"{target}.{mode}.c{c}.rps"] = res.rps
+                    if res.cpu_us == res.cpu_us:  # measured (not NaN)
+                        figures[f"{target}.{mode}.c{c}.proxy_cpu_us"] = res.cpu_us
                 # Shadow's cost beyond the doubled upstream work: the proxy's own share.
                 doubled = get("direct+copy", mode, c)
                 if target in SHADOWED and doubled and res and res.latencies:
@@ -373,9 +399,9 @@ def main() -> None:
             kvmigrate_config(cfg, port, stub, sample, full, candidate)
             with process(pinned(0, proxy_argv(cfg, workers=1)), port) as proc:
                 print(name, flush=True)
-                results += run_target(name, f"http://127.0.0.1:{port}", "sk-client", args)
+                base = f"http://127.0.0.1:{port}"
+                results += run_target(name, base, "sk-client", args, pid=proc.pid)
                 if name == "kvmigrate" and args.streams:
-                    base = f"http://127.0.0.1:{port}"
                     memory = asyncio.run(open_streams(base, args.streams, "sk-client", proc.pid))
                     print(f"  {memory[0]} open streams: proxy RSS {memory[1] / 1024:.1f} MiB")
         if "litellm" in args.targets:
@@ -455,9 +481,10 @@ def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
         "LITELLM_TELEMETRY": "False",
         "DISABLE_SCHEMA_UPDATE": "true",
     }
-    with process(pinned(0, argv), port, env=env, timeout=180):
+    with process(pinned(0, argv), port, env=env, timeout=180) as proc:
         print("litellm", flush=True)
-        return run_target("litellm", f"http://127.0.0.1:{port}", "sk-bench", args)
+        base = f"http://127.0.0.1:{port}"
+        return run_target("litellm", base, "sk-bench", args, pid=proc.pid)
 
 
 def workers_cell(tmp: Path, stub: str, args: argparse.Namespace) -> dict[str, float]:
