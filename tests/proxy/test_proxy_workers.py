@@ -7,8 +7,10 @@ that must reach every worker open one connection per request.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -142,6 +144,30 @@ def test_metrics_are_summed_across_workers(pool: Pool) -> None:
     assert _backends_of(pool, 40) == ["hosted"] * 40
     # Each scrape lands on either worker; every one of them reports the whole pool.
     assert {_metric(pool, SERVED) for _ in range(10)} == {40.0}
+
+
+def test_every_worker_records_to_the_one_records_store(pool: Pool) -> None:
+    assert _backends_of(pool, 30) == ["hosted"] * 30
+    db = pool.config.parent / "records.db"
+    deadline = time.monotonic() + DEADLINE_S
+    while _served_rows(db) < 30 or _metric(pool, "kvmigrate_records_written_total") < 30:
+        assert time.monotonic() < deadline, "the records did not all arrive"
+        time.sleep(0.1)
+    assert _served_rows(db) == 30
+    # Two writers' sources: each worker's recorder wrote its own share.
+    assert len(_sources(db)) == 2
+
+
+def _served_rows(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        return int(conn.execute("SELECT count(*) FROM records WHERE role = 'serve'").fetchone()[0])
+
+
+def _sources(db: Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        return {str(row[0]) for row in conn.execute("SELECT DISTINCT source FROM records")}
 
 
 def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
