@@ -204,13 +204,17 @@ class EnvelopeAppRunner(web.AppRunner):
         return server
 
 
-def run_app_forever(app: web.Application, host: str, port: int, banner: str = "") -> None:
+def run_app_forever(
+    app: web.Application, host: str, port: int, banner: str = "", drain_s: float | None = None
+) -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully."""
     install_fast_event_loop()
-    asyncio.run(_serve_forever(app, host, port, banner))
+    asyncio.run(_serve_forever(app, host, port, banner, DRAIN_S if drain_s is None else drain_s))
 
 
-async def _serve_forever(app: web.Application, host: str, port: int, banner: str) -> None:
+async def _serve_forever(
+    app: web.Application, host: str, port: int, banner: str, drain_s: float
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -220,7 +224,7 @@ async def _serve_forever(app: web.Application, host: str, port: int, banner: str
         if banner:
             print(banner, flush=True)
 
-    await serve_until(app, host, port, stop, ready)
+    await serve_until(app, host, port, stop, ready, drain_s=drain_s)
 
 
 # How long a stopping server lets its in-flight requests and streams finish.

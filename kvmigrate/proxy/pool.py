@@ -48,7 +48,15 @@ def default_workers() -> int:
     return cores
 
 
-def serve_pool(config: Config, host: str, port: int, workers: int, banner: str, level: str) -> None:
+def serve_pool(
+    config: Config,
+    host: str,
+    port: int,
+    workers: int,
+    banner: str,
+    level: str,
+    drain_s: float = DRAIN_S,
+) -> None:
     """Run `workers` proxy processes on `host:port` until SIGINT or SIGTERM."""
     directory = tempfile.mkdtemp(prefix="kvmigrate-metrics-")
     os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
@@ -58,7 +66,7 @@ def serve_pool(config: Config, host: str, port: int, workers: int, banner: str, 
         WorkerProcess(
             f"kvmigrate-proxy-{index}",
             "kvmigrate.proxy.pool:serve_worker",
-            lambda: (config, host, port, level),
+            lambda: (config, host, port, level, drain_s),
             duplex=True,
             background=False,
         )
@@ -75,7 +83,7 @@ def serve_pool(config: Config, host: str, port: int, workers: int, banner: str, 
                 if not worker.running:
                     _replace(worker, directory)
     finally:
-        _stop_all(pool)
+        _stop_all(pool, drain_s)
         shutil.rmtree(directory, ignore_errors=True)
         os.environ.pop(MULTIPROC_ENV, None)
         for signum, handler in previous.items():
@@ -106,12 +114,12 @@ def _replace(worker: WorkerProcess, directory: str) -> None:
         log.error("%s", exc)
 
 
-def _stop_all(pool: list[WorkerProcess]) -> None:
+def _stop_all(pool: list[WorkerProcess], drain_s: float) -> None:
     """Every worker stops accepting and drains at once; whatever still runs after the drain
     time (and a margin for writing its records) is killed."""
     for worker in pool:
         worker.finish()
-    deadline = time.monotonic() + DRAIN_S + 10.0
+    deadline = time.monotonic() + drain_s + 10.0
     for worker in pool:
         worker.join(deadline - time.monotonic())
     for worker in pool:
@@ -121,7 +129,9 @@ def _stop_all(pool: list[WorkerProcess]) -> None:
 # -- in each worker ---------------------------------------------------------------------------
 
 
-def serve_worker(conn: Connection, config: Config, host: str, port: int, level: str) -> None:
+def serve_worker(
+    conn: Connection, config: Config, host: str, port: int, level: str, drain_s: float
+) -> None:
     """A worker's main. Ctrl-C reaches the whole process group: the parent decides when its
     workers stop, and tells them (a message, or its end of the pipe closing when it dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -129,10 +139,12 @@ def serve_worker(conn: Connection, config: Config, host: str, port: int, level: 
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     install_fast_event_loop()
-    asyncio.run(_serve_worker(conn, config, host, port))
+    asyncio.run(_serve_worker(conn, config, host, port, drain_s))
 
 
-async def _serve_worker(conn: Connection, config: Config, host: str, port: int) -> None:
+async def _serve_worker(
+    conn: Connection, config: Config, host: str, port: int, drain_s: float
+) -> None:
     from kvmigrate.proxy.app import SERVICE_KEY
     from kvmigrate.runtime import build_app
 
@@ -155,7 +167,7 @@ async def _serve_worker(conn: Connection, config: Config, host: str, port: int) 
         conn.send(_READY)
 
     try:
-        await serve_until(app, host, port, stop, ready, reuse_port=True)
+        await serve_until(app, host, port, stop, ready, reuse_port=True, drain_s=drain_s)
     finally:
         for task in snapshots:
             task.cancel()
