@@ -408,7 +408,7 @@ def main() -> None:
             results += run_litellm(Path(tmp), stub, args)
         figures = summary(results, memory)
         if args.workers:
-            figures |= workers_cell(Path(tmp), stub, args)
+            figures |= workers_cell(Path(tmp), args)
     print("\nsummary (differences and ratios against the direct baseline of this run):")
     for name, value in figures.items():
         print(f"  {name:45} {value:10.3f}")
@@ -487,20 +487,32 @@ def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
         return run_target("litellm", base, "sk-bench", args, pid=proc.pid)
 
 
-def workers_cell(tmp: Path, stub: str, args: argparse.Namespace) -> dict[str, float]:
-    """Non-streamed req/s of the forwarding proxy with --workers N, unpinned (the workers
-    need the cores), alternating the N's twice; the medians and their ratios to N=1."""
+def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Non-streamed req/s of the forwarding proxy with --workers N, alternating the N's
+    twice; the medians and their ratios to N=1. Nothing here is pinned: this process's
+    own pinning (core 1), which children inherit, is undone for the stub, the proxy and wrk,
+    or every worker would share one core."""
+    everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if shutil.which("taskset"):
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     rates: dict[int, list[float]] = {n: [] for n in args.workers}
-    for _rep in range(2):
-        for n in args.workers:
-            port = free_port()
-            cfg = tmp / f"workers-{n}.yaml"
-            kvmigrate_config(cfg, port, stub, 0.0, False)
-            with process(proxy_argv(cfg, n), port):
-                time.sleep(1.0)  # every worker listening, not only the first
-                rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
-            rates[n].append(rate)
-            print(f"  workers={n}: {rate:8.0f} req/s non-streamed c=64", flush=True)
+    stub_port = free_port()
+    try:
+        with process(stub_argv(stub_port), stub_port):
+            stub = f"http://127.0.0.1:{stub_port}"
+            for _rep in range(2):
+                for n in args.workers:
+                    port = free_port()
+                    cfg = tmp / f"workers-{n}.yaml"
+                    kvmigrate_config(cfg, port, stub, 0.0, False)
+                    with process(proxy_argv(cfg, n), port):
+                        time.sleep(1.0)  # every worker listening, not only the first
+                        rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
+                    rates[n].append(rate)
+                    print(f"  workers={n}: {rate:8.0f} req/s non-streamed c=64", flush=True)
+    finally:
+        if everywhere:
+            os.sched_setaffinity(0, everywhere)
     figures = {f"workers{n}.plain.c64.rps": statistics.median(r) for n, r in rates.items()}
     one = figures.get("workers1.plain.c64.rps")
     for n in args.workers:
