@@ -1,28 +1,42 @@
 """What the proxy adds: latency, time to first chunk, throughput, shadow cost, memory.
 
-One run measures, against the same upstream stub:
-  direct        the stub itself (the baseline every figure is relative to)
-  kvmigrate     the proxy in shadow mode with shadow_sample 0 (nothing mirrored)
-  kv+shadow     the proxy mirroring every request to the candidate (same stub)
-  kv+full       kv+shadow plus the recorder and the cache-buster detector, as deployed
+One run measures, against the same upstream stubs (the primary's, and a second process for
+the candidate's copies):
+  direct        the primary's stub itself (the baseline every figure is relative to)
+  direct+copy   the stub, with each request also copied to the candidate's stub by the load
+                generator: shadow mode's doubled upstream work without a proxy, so that
+                `proxy_share` (kv+shadow minus this) is what the proxy itself adds
+  kvmigrate     the proxy in shadow mode with shadow_sample 0 (forwarding only)
+  kv+rec        kvmigrate plus the recorder and the cache-buster detector
+  kv+shadow     the proxy mirroring every request to the candidate
+  kv+full       kv+shadow plus the recorder and the detector: the default deployment
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
+Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
+sends the role chunk first, then one write per content chunk, as an engine does).
 
-The proxy under test is pinned to core 0; the stub and this load generator to core 1.
+The proxy under test is pinned to core 0; the stubs and this load generator to core 1.
 Figures are ratios and differences against `direct` measured in the same run, never
-absolute targets, so they mean the same on any machine.
+absolute targets, so they mean the same on any machine. `--workers 1,2` adds the
+multi-process cell: the forwarding proxy unpinned with `--workers N`, non-streamed req/s
+at 64 connections from `wrk` (when installed).
 
     python benchmarks/proxy_overhead.py                 # kvmigrate only
     python benchmarks/proxy_overhead.py --litellm       # also LiteLLM (installed into a cache venv)
+    python benchmarks/proxy_overhead.py --targets direct,kvmigrate --concurrency 1
+    python benchmarks/proxy_overhead.py --targets direct --workers 1,2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
+import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +61,18 @@ BODY = {
 }
 
 
+# name: (shadow_sample, recorder and detector on). kv+full is the default deployment.
+PROXY_SETUPS = {
+    "kvmigrate": (0.0, False),
+    "kv+rec": (0.0, True),
+    "kv+shadow": (1.0, False),
+    "kv+full": (1.0, True),
+}
+PROXIES = tuple(PROXY_SETUPS)
+SHADOWED = ("kv+shadow", "kv+full")
+TARGETS = ("direct", "direct+copy", *PROXIES, "litellm")
+
+
 @dataclass
 class Result:
     target: str
@@ -55,6 +81,7 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     wall: float = 0.0
+    cpu_us: float = float("nan")  # CPU time of the proxy's processes per request
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -105,7 +132,9 @@ def process(
                 proc.wait()
 
 
-def kvmigrate_config(path: Path, port: int, stub: str, shadow_sample: float, full: bool) -> None:
+def kvmigrate_config(
+    path: Path, port: int, stub: str, shadow_sample: float, full: bool, candidate: str = ""
+) -> None:
     """`full`: the recorder and the cache-buster detector on, as deployed by default; else
     forwarding alone, which is what the latency targets are about."""
     flag = "true" if full else "false"
@@ -114,7 +143,7 @@ def kvmigrate_config(path: Path, port: int, stub: str, shadow_sample: float, ful
 server: {{host: 127.0.0.1, port: {port}}}
 backends:
   hosted: {{api_base: "{stub}/v1"}}
-  vllm: {{api_base: "{stub}/v1"}}
+  vllm: {{api_base: "{candidate or stub}/v1"}}
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: llama}}
   - {{model_name: slow-stream, hosted: slow-stream, vllm: slow-stream}}
@@ -157,9 +186,15 @@ def ensure_litellm() -> Path:
     return LITELLM_VENV / "bin" / "litellm"
 
 
+# A chunk whose delta carries text: the first one is what a user sees, after the role chunk.
+CONTENT = re.compile(rb'"content":"[^"]')
+
+
 async def one(
     session: aiohttp.ClientSession, url: str, body: bytes, stream: bool, headers: dict[str, str]
 ) -> float:
+    """Latency of a whole answer, or for a stream the time to its first non-empty content
+    delta (not its first bytes: an engine sends the role chunk first)."""
     start = time.perf_counter()
     async with session.post(url, data=body, headers=headers) as response:
         if response.status != 200:
@@ -167,18 +202,36 @@ async def one(
         if not stream:
             await response.read()
             return time.perf_counter() - start
-        first = await response.content.readany()
-        elapsed = time.perf_counter() - start
-        if not first:
-            raise RuntimeError("empty stream")
-        async for _ in response.content.iter_any():
-            pass
+        elapsed = None
+        seen = b""
+        async for chunk in response.content.iter_any():
+            if elapsed is None:
+                seen = seen[-64:] + chunk  # a marker split across two reads
+                if CONTENT.search(seen):
+                    elapsed = time.perf_counter() - start
+        if elapsed is None:
+            raise RuntimeError("no content in the stream")
         return elapsed
 
 
+async def copy(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
+) -> None:
+    async with session.post(url, data=body, headers=headers) as response:
+        await response.read()
+
+
 async def load(
-    target: str, base: str, stream: bool, concurrency: int, total: int, key: str
+    target: str,
+    base: str,
+    stream: bool,
+    concurrency: int,
+    total: int,
+    key: str,
+    copy_to: str = "",
 ) -> Result:
+    """`copy_to`: after each answer, send the same request there too and drain it in the
+    background, as shadow mode makes the proxy do (the doubled upstream work, no proxy)."""
     body = json.dumps({**BODY, "stream": stream}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     result = Result(target, "stream" if stream else "plain", concurrency)
@@ -188,16 +241,23 @@ async def load(
         for _ in range(min(50, total)):  # warm the pools
             await one(session, url, body, stream, headers)
 
+        copies: set[asyncio.Task[None]] = set()
+
         async def worker(n: int) -> None:
             for _ in range(n):
                 try:
                     result.latencies.append(await one(session, url, body, stream, headers))
                 except (TimeoutError, aiohttp.ClientError, RuntimeError):
                     result.errors += 1
+                if copy_to:
+                    task = asyncio.ensure_future(copy(session, copy_to, body, headers))
+                    copies.add(task)
+                    task.add_done_callback(copies.discard)
 
         start = time.perf_counter()
         await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
         result.wall = time.perf_counter() - start
+        await asyncio.gather(*copies, return_exceptions=True)
     return result
 
 
@@ -231,19 +291,44 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def run_target(name: str, base: str, key: str, args: argparse.Namespace) -> list[Result]:
+def cpu_seconds(pid: int | None) -> float:
+    """User and system CPU time of a process and its children (the recorder's and the
+    detector's workers): robust where wall-clock figures are not, on a shared machine."""
+    if pid is None:
+        return float("nan")
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        tree = [process, *process.children(recursive=True)]
+        return sum(t.user + t.system for t in (p.cpu_times() for p in tree))
+    except psutil.Error:
+        return float("nan")
+
+
+def run_target(
+    name: str,
+    base: str,
+    key: str,
+    args: argparse.Namespace,
+    copy_to: str = "",
+    pid: int | None = None,
+) -> list[Result]:
     results = []
     for stream in (False, True):
         for concurrency in args.concurrency:
             total = max(args.requests, concurrency * 10)
             if name == "litellm":
                 total = min(total, args.litellm_requests)
-            result = asyncio.run(load(name, base, stream, concurrency, total, key))
+            before = cpu_seconds(pid)
+            result = asyncio.run(load(name, base, stream, concurrency, total, key, copy_to))
+            served = len(result.latencies) + result.errors + min(50, total)  # with warm-up
+            result.cpu_us = (cpu_seconds(pid) - before) / served * 1e6
             results.append(result)
             print(
                 f"  {name:10} {result.mode:6} c={concurrency:<3} p50 {result.pct(0.5):7.2f} ms"
                 f"  p99 {result.pct(0.99):7.2f} ms  {result.rps:8.0f} req/s"
-                f"  errors {result.errors}",
+                f"  proxy CPU {result.cpu_us:6.0f} us/req  errors {result.errors}",
                 flush=True,
             )
     return results
@@ -256,7 +341,7 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
         )
 
     figures: dict[str, float] = {}
-    for target in ("kvmigrate", "kv+shadow", "kv+full", "litellm"):
+    for target in ("direct+copy", *PROXIES, "litellm"):
         for mode in ("plain", "stream"):
             for c in (1, 16, 64):
                 base, res = get("direct", mode, c), get(target, mode, c)
@@ -264,7 +349,15 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                     figures[f"{target}.{mode}.c{c}.added_p50_ms"] = res.pct(0.5) - base.pct(0.5)
                     figures[f"{target}.{mode}.c{c}.added_p99_ms"] = res.pct(0.99) - base.pct(0.99)
                     figures[f"{target}.{mode}.c{c}.rps"] = res.rps
-    for target in ("kvmigrate", "kv+full"):
+                    if res.cpu_us == res.cpu_us:  # measured (not NaN)
+                        figures[f"{target}.{mode}.c{c}.proxy_cpu_us"] = res.cpu_us
+                # Shadow's cost beyond the doubled upstream work: the proxy's own share.
+                doubled = get("direct+copy", mode, c)
+                if target in SHADOWED and doubled and res and res.latencies:
+                    figures[f"{target}.{mode}.c{c}.proxy_share_p50_ms"] = res.pct(
+                        0.5
+                    ) - doubled.pct(0.5)
+    for target in PROXIES:
         for mode in ("plain", "stream"):
             for c in (16, 64):
                 kv, lite = get(target, mode, c), get("litellm", mode, c)
@@ -279,82 +372,181 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--requests", type=int, default=3000, help="requests per cell")
-    parser.add_argument(
-        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64]
-    )
-    parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
-    parser.add_argument("--litellm-requests", type=int, default=600)
-    parser.add_argument("--streams", type=int, default=1000, help="open streams for the RSS test")
-    parser.add_argument("--json", type=Path, help="write all figures here")
-    args = parser.parse_args()
+    args = parse_args()
     if shutil.which("taskset"):
         os.sched_setaffinity(0, {1})
-    stub_port, kv_port, shadow_port, full_port, lite_port = (free_port() for _ in range(5))
+    stub_port, candidate_port = free_port(), free_port()
     stub = f"http://127.0.0.1:{stub_port}"
+    candidate = f"http://127.0.0.1:{candidate_port}"
     results: list[Result] = []
     memory = None
     with (
         tempfile.TemporaryDirectory() as tmp,
-        process(
-            pinned(1, [sys.executable, str(HERE / "upstream_stub.py"), "--port", str(stub_port)]),
-            stub_port,
-        ),
+        process(pinned(1, stub_argv(stub_port)), stub_port),
+        process(pinned(1, stub_argv(candidate_port)), candidate_port),
     ):
-        print("direct (stub)", flush=True)
-        results += run_target("direct", stub, "sk-stub", args)
-        for name, port, sample, full in (
-            ("kvmigrate", kv_port, 0.0, False),
-            ("kv+shadow", shadow_port, 1.0, False),
-            ("kv+full", full_port, 1.0, True),
-        ):
+        if "direct" in args.targets:
+            print("direct (stub)", flush=True)
+            results += run_target("direct", stub, "sk-stub", args)
+        if "direct+copy" in args.targets:
+            print("direct+copy (stub, and a copy of each request to the candidate stub)")
+            copy_to = candidate + "/v1/chat/completions"
+            results += run_target("direct+copy", stub, "sk-stub", args, copy_to)
+        for name in (t for t in PROXIES if t in args.targets):
+            sample, full = PROXY_SETUPS[name]
+            port = free_port()
             cfg = Path(tmp) / f"{name.replace('+', '-')}.yaml"
-            kvmigrate_config(cfg, port, stub, sample, full)
-            argv = pinned(0, [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(cfg)])
-            with process(argv, port) as proc:
+            kvmigrate_config(cfg, port, stub, sample, full, candidate)
+            with process(pinned(0, proxy_argv(cfg, workers=1)), port) as proc:
                 print(name, flush=True)
-                results += run_target(name, f"http://127.0.0.1:{port}", "sk-client", args)
+                base = f"http://127.0.0.1:{port}"
+                results += run_target(name, base, "sk-client", args, pid=proc.pid)
                 if name == "kvmigrate" and args.streams:
-                    memory = asyncio.run(
-                        open_streams(
-                            f"http://127.0.0.1:{port}", args.streams, "sk-client", proc.pid
-                        )
-                    )
+                    memory = asyncio.run(open_streams(base, args.streams, "sk-client", proc.pid))
                     print(f"  {memory[0]} open streams: proxy RSS {memory[1] / 1024:.1f} MiB")
-        if args.litellm:
-            litellm = ensure_litellm()
-            cfg = Path(tmp) / "litellm.yaml"
-            litellm_config(cfg, stub)
-            argv = pinned(
-                0,
-                [
-                    str(litellm),
-                    "--config",
-                    str(cfg),
-                    "--port",
-                    str(lite_port),
-                    "--num_workers",
-                    "1",
-                ],
-            )
-            env = {
-                "LITELLM_MASTER_KEY": "sk-bench",
-                "LITELLM_LOG": "ERROR",
-                "LITELLM_TELEMETRY": "False",
-                "DISABLE_SCHEMA_UPDATE": "true",
-            }
-            with process(argv, lite_port, env=env, timeout=180):
-                print("litellm", flush=True)
-                results += run_target("litellm", f"http://127.0.0.1:{lite_port}", "sk-bench", args)
-    figures = summary(results, memory)
+        if "litellm" in args.targets:
+            results += run_litellm(Path(tmp), stub, args)
+        figures = summary(results, memory)
+        if args.workers:
+            figures |= workers_cell(Path(tmp), args)
     print("\nsummary (differences and ratios against the direct baseline of this run):")
     for name, value in figures.items():
         print(f"  {name:45} {value:10.3f}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=3000, help="requests per cell")
+    parser.add_argument("--concurrency", type=_ints, default=[1, 16, 64])
+    parser.add_argument(
+        "--targets",
+        type=lambda s: s.split(","),
+        default=[t for t in TARGETS if t != "litellm"],
+        help=f"comma-separated, of {', '.join(TARGETS)}",
+    )
+    parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
+    parser.add_argument("--litellm-requests", type=int, default=600)
+    parser.add_argument("--streams", type=int, default=1000, help="open streams for the RSS test")
+    parser.add_argument(
+        "--workers",
+        type=_ints,
+        default=[],
+        help="also compare `proxy --workers N` for these N (e.g. 1,2): non-streamed req/s at "
+        "c=64, unpinned, with wrk when installed",
+    )
+    parser.add_argument("--workers-seconds", type=float, default=5.0)
+    parser.add_argument("--json", type=Path, help="write all figures here")
+    args = parser.parse_args()
+    if args.litellm and "litellm" not in args.targets:
+        args.targets.append("litellm")
+    return args
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def stub_argv(port: int) -> list[str]:
+    return [sys.executable, str(HERE / "upstream_stub.py"), "--port", str(port)]
+
+
+def proxy_argv(cfg: Path, workers: int) -> list[str]:
+    argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(cfg)]
+    if workers == 1 and not has_workers_option():
+        return argv  # an older kvmigrate (A/B runs against another checkout): one process
+    return [*argv, "--workers", str(workers)]
+
+
+@functools.cache
+def has_workers_option() -> bool:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "kvmigrate", "proxy", "--help"], capture_output=True, text=True
+    ).stdout
+    return "--workers" in help_text
+
+
+def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
+    litellm = ensure_litellm()
+    cfg = tmp / "litellm.yaml"
+    litellm_config(cfg, stub)
+    port = free_port()
+    argv = [str(litellm), "--config", str(cfg), "--port", str(port), "--num_workers", "1"]
+    env = {
+        "LITELLM_MASTER_KEY": "sk-bench",
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_TELEMETRY": "False",
+        "DISABLE_SCHEMA_UPDATE": "true",
+    }
+    with process(pinned(0, argv), port, env=env, timeout=180) as proc:
+        print("litellm", flush=True)
+        base = f"http://127.0.0.1:{port}"
+        return run_target("litellm", base, "sk-bench", args, pid=proc.pid)
+
+
+def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Non-streamed req/s of the forwarding proxy with --workers N, alternating the N's
+    twice; the medians and their ratios to N=1. Nothing here is pinned: this process's
+    own pinning (core 1), which children inherit, is undone for the stub, the proxy and wrk,
+    or every worker would share one core."""
+    everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if shutil.which("taskset"):
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    rates: dict[int, list[float]] = {n: [] for n in args.workers}
+    stub_port = free_port()
+    try:
+        with process(stub_argv(stub_port), stub_port):
+            stub = f"http://127.0.0.1:{stub_port}"
+            for _rep in range(2):
+                for n in args.workers:
+                    port = free_port()
+                    cfg = tmp / f"workers-{n}.yaml"
+                    kvmigrate_config(cfg, port, stub, 0.0, False)
+                    with process(proxy_argv(cfg, n), port):
+                        time.sleep(1.0)  # every worker listening, not only the first
+                        rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
+                    rates[n].append(rate)
+                    print(f"  workers={n}: {rate:8.0f} req/s non-streamed c=64", flush=True)
+    finally:
+        if everywhere:
+            os.sched_setaffinity(0, everywhere)
+    figures = {f"workers{n}.plain.c64.rps": statistics.median(r) for n, r in rates.items()}
+    one = figures.get("workers1.plain.c64.rps")
+    for n in args.workers:
+        if one and n != 1:
+            figures[f"workers{n}.vs_workers1"] = figures[f"workers{n}.plain.c64.rps"] / one
+    return figures
+
+
+WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = {body!r}
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-client"
+"""
+
+
+def request_rate(base: str, seconds: float) -> float:
+    """Non-streamed req/s at 64 connections: wrk (one thread, light) when installed, else
+    this script's own load generator."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        result = asyncio.run(load("workers", base, False, 64, 6400, "sk-client"))
+        return result.rps
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(WRK_SCRIPT.format(body=json.dumps(BODY)))
+        script.flush()
+        url = base + "/v1/chat/completions"
+        argv = [wrk, "-t1", "-c64", f"-d{seconds:g}s", "-s", script.name, url]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if match is None:
+        raise RuntimeError(f"no rate in wrk's output:\n{out}")
+    return float(match.group(1))
 
 
 if __name__ == "__main__":

@@ -173,8 +173,10 @@ class ChildProcess:
 
 
 def proxy_process(config_path: Path, port: int, log_path: Path, pipe: bool = False) -> ChildProcess:
-    """`kvmigrate proxy` exactly as an operator runs it (runtime.build_app)."""
-    args = ["proxy", "--config", str(config_path), "--port", str(port)]
+    """`kvmigrate proxy` as an operator runs it (runtime.build_app), in one process: the
+    soak follows that process's memory and descriptors, and the reliability tests kill it,
+    or fill its disk, as a crash or a full disk would."""
+    args = ["proxy", "--config", str(config_path), "--port", str(port), "--workers", "1"]
     return ChildProcess(args, port, log_path, pipe)
 
 

@@ -1,9 +1,10 @@
 """A minimal, fast OpenAI-shaped upstream for measuring what a proxy adds.
 
 It answers every POST to /v1/chat/completions with a canned completion, or a canned SSE
-stream when the body asks for one, so the upstream's own cost is as small as possible and
-the same in every configuration. Model `slow-stream` holds a stream open for a while, for
-the memory test with many open streams.
+stream when the body asks for one (a role chunk, then 16 content chunks, one write each),
+so the upstream's own cost is as small as possible and the same in every configuration.
+Model `slow-stream` holds a stream open for a while, for the memory test with many open
+streams.
 
     python benchmarks/upstream_stub.py --port 9000
 """
@@ -42,12 +43,17 @@ COMPLETION = orjson.dumps(
         },
     }
 )
+ROLE = (
+    b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":1700000000,'
+    b'"model":"stub","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+    b'"finish_reason":null}]}\n\n'
+)
 CHUNK = (
     b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":1700000000,'
     b'"model":"stub","choices":[{"index":0,"delta":{"content":" token"},'
     b'"finish_reason":null}]}\n\n'
 )
-STREAM = CHUNK * 16 + (
+TAIL = (
     b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":1700000000,'
     b'"model":"stub","choices":[],"usage":{"prompt_tokens":812,"completion_tokens":16,'
     b'"total_tokens":828,"prompt_tokens_details":{"cached_tokens":768}}}\n\n'
@@ -66,7 +72,12 @@ async def handle(request: web.BaseRequest) -> web.StreamResponse:
             await response.write(CHUNK)
             await asyncio.sleep(1.0)
     else:
-        await response.write(STREAM)
+        # As an engine streams: the role chunk first, then one write per token, so time to
+        # first content chunk includes what a proxy does between two upstream chunks.
+        await response.write(ROLE)
+        for _ in range(16):
+            await response.write(CHUNK)
+        await response.write(TAIL)
     await response.write_eof()
     return response
 

@@ -48,7 +48,7 @@ class WorkerProcess:
     """One worker process of the proxy's, and the proxy's end of its pipe: started with
     `spawn`, never `fork` (the proxy has threads and an event loop, and forking those is
     undefined), at the lowest priority, and started again after it dies, at most once per
-    `RESPAWN_S`.
+    `RESPAWN_S`. `background=False` keeps the child at normal priority (a serving worker).
 
     The child runs `target(conn, *args())`, `target` named as `"module:function"` and
     imported in the child only; `args` is read at each start."""
@@ -62,8 +62,10 @@ class WorkerProcess:
         duplex: bool = False,
         pipe_bytes: int = 0,
         on_start: Callable[[], None] | None = None,
+        background: bool = True,
     ) -> None:
         self.name = name
+        self._background = background
         self._target = target
         self._args = args
         self._duplex = duplex
@@ -74,6 +76,10 @@ class WorkerProcess:
         self._conn: Connection | None = None
         self._last_start = 0.0
         self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     @property
     def running(self) -> bool:
@@ -91,9 +97,11 @@ class WorkerProcess:
             _widen(ours, self._pipe_bytes)
         self._process = self._context.Process(
             target=_worker_main,
-            args=(self._target, theirs, *self._args()),
+            args=(self._target, self._background, theirs, *self._args()),
             name=self.name,
-            daemon=True,  # a proxy that exits without stopping it must not wait for it
+            # A proxy that exits without stopping a background worker must not wait for it; a
+            # serving worker has workers of its own, which a daemon process may not have.
+            daemon=self._background,
         )
         self._process.start()
         theirs.close()  # the child holds its own end; ours would hide its EOF
@@ -133,6 +141,15 @@ class WorkerProcess:
             self._discard()
             raise WorkerGone(f"the {self.name} worker is gone ({exc})") from exc
 
+    def poll(self, timeout: float) -> bool:
+        """Whether an answer (duplex pipes) or the pipe's end is there to read."""
+        if self._conn is None:
+            return False
+        try:
+            return self._conn.poll(timeout)
+        except (OSError, EOFError, ValueError):
+            return True
+
     def finish(self) -> None:
         """Tell the worker to end (a None message), if it runs."""
         with contextlib.suppress(WorkerGone):
@@ -163,9 +180,10 @@ class WorkerProcess:
         self._process = None
 
 
-def _worker_main(target: str, conn: Connection, *args: Any) -> None:
+def _worker_main(target: str, background: bool, conn: Connection, *args: Any) -> None:
     """The child's main: out of the response path's way first, then the worker's own."""
-    become_background_worker()
+    if background:
+        become_background_worker()
     load(target)(conn, *args)
 
 

@@ -115,6 +115,26 @@ def exchange_from_state(state: Sequence[Any]) -> Exchange:
     return exchange
 
 
+def _last_usage_line(tail: bytes) -> dict[str, Any] | None:
+    """The usage of the `data:` line holding the tail's last `"usage"`, when that line is a
+    whole JSON object that has one; else None, and the caller decodes the events. A stream's
+    usage is on its last data line but one: this finds it without decoding the others, which
+    cost more than anything else the proxy did with a finished stream."""
+    at = tail.rfind(b'"usage"')
+    if at < 0:
+        return None
+    start = tail.rfind(b"\n", 0, at) + 1
+    end = tail.find(b"\n", at)
+    line = tail[start : end if end >= 0 else len(tail)]
+    if not line.startswith(b"data:"):
+        return None
+    try:
+        data = orjson.loads(line[5:])
+    except orjson.JSONDecodeError:  # an event whose data spans lines, or a cut-off one
+        return None
+    return _usage_of(data) if isinstance(data, dict) else None
+
+
 def _body_usage(body: bytes) -> dict[str, Any] | None:
     try:
         data = orjson.loads(body)
@@ -136,6 +156,9 @@ def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
     Usage comes at the end: the last two chunks are decoded first, then the last eight,
     then all. A window's first line may be the tail of an event cut off; the decoder
     ignores it, and a usage event cut that way is found in the next, wider window."""
+    found = _last_usage_line(b"".join(chunks[-2:]))
+    if found is not None:
+        return found
     for window in (chunks[-2:], chunks[-8:], chunks):
         tail = b"".join(window)
         if b'"usage"' not in tail:

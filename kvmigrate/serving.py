@@ -204,23 +204,52 @@ class EnvelopeAppRunner(web.AppRunner):
         return server
 
 
-def run_app_forever(app: web.Application, host: str, port: int, banner: str = "") -> None:
+def run_app_forever(
+    app: web.Application, host: str, port: int, banner: str = "", drain_s: float | None = None
+) -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully."""
     install_fast_event_loop()
-    asyncio.run(_serve_forever(app, host, port, banner))
+    asyncio.run(_serve_forever(app, host, port, banner, DRAIN_S if drain_s is None else drain_s))
 
 
-async def _serve_forever(app: web.Application, host: str, port: int, banner: str) -> None:
+async def _serve_forever(
+    app: web.Application, host: str, port: int, banner: str, drain_s: float
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port, backlog=1024).start()
+
+    def ready() -> None:
         if banner:
             print(banner, flush=True)
+
+    await serve_until(app, host, port, stop, ready, drain_s=drain_s)
+
+
+# How long a stopping server lets its in-flight requests and streams finish.
+DRAIN_S = 5.0
+
+
+async def serve_until(
+    app: web.Application,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    ready: Callable[[], None] = lambda: None,
+    *,
+    reuse_port: bool = False,
+    drain_s: float = DRAIN_S,
+) -> None:
+    """Serve until `stop` is set, then stop accepting and let what is in flight finish for
+    up to `drain_s` seconds. `reuse_port`: several processes listen on one port (SO_REUSEPORT)
+    and the kernel spreads the connections among them."""
+    runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
+        await site.start()
+        ready()
         await stop.wait()
     finally:
         await runner.cleanup()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import dataclass
 
 import click
 
@@ -16,8 +17,9 @@ from kvmigrate.embedded import (
     embedded_config,
     emulated_backends,
 )
+from kvmigrate.proxy.pool import default_workers, serve_pool
 from kvmigrate.runtime import build_app
-from kvmigrate.serving import run_app_forever
+from kvmigrate.serving import DRAIN_S, run_app_forever
 
 
 @click.command("proxy")
@@ -31,13 +33,35 @@ from kvmigrate.serving import run_app_forever
     "process and proxy to them in shadow mode (no GPU, no keys).",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Proxy processes on the one port (SO_REUSEPORT), metrics summed across them. "
+    "Default: the cores this process may use (CPU affinity and cgroup quota); 1 with "
+    "--emulated. 1 serves from this process, as before.",
+)
+@click.option(
+    "--drain-seconds",
+    type=click.FloatRange(min=0),
+    default=DRAIN_S,
+    show_default=True,
+    help="On SIGTERM or Ctrl-C: how long requests and streams in flight may take to finish "
+    "(set it under your orchestrator's grace period, e.g. Kubernetes' 30 s).",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
 def proxy(
-    config_path: str, host: str | None, port: int | None, emulated: bool, log_level: str
+    config_path: str,
+    host: str | None,
+    port: int | None,
+    emulated: bool,
+    workers: int | None,
+    drain_seconds: float,
+    log_level: str,
 ) -> None:
     """Serve the proxy: point OPENAI_BASE_URL at http://HOST:PORT/v1."""
     logging.basicConfig(
@@ -51,12 +75,23 @@ def proxy(
             config = embedded_config(
                 backends, host or "127.0.0.1", 4000 if port is None else port, state_dir=state_dir
             )
-            _serve(config, host, port, emulated=True)
+            pool = Pool(workers or 1, drain_seconds, log_level)
+            _serve(config, host, port, emulated=True, pool=pool)
         return
-    _serve(load_or_exit(config_path), host, port, emulated=False)
+    pool = Pool(workers or default_workers(), drain_seconds, log_level)
+    _serve(load_or_exit(config_path), host, port, emulated=False, pool=pool)
 
 
-def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -> None:
+@dataclass(frozen=True)
+class Pool:
+    """How many processes serve, how long they drain at shutdown, and their log level."""
+
+    workers: int
+    drain_s: float
+    level: str
+
+
+def _serve(config: Config, host: str | None, port: int | None, emulated: bool, pool: Pool) -> None:
     host = host or config.server.host
     port = config.server.port if port is None else port
     r = config.rollout
@@ -82,8 +117,12 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool) -
     problem = litellm_problem(config)
     if problem:  # before any store opens
         raise click.ClickException(problem)
+    banner = "\n".join(lines)
+    if pool.workers > 1:
+        serve_pool(config, host, port, pool.workers, banner, pool.level, pool.drain_s)
+        return
     try:
         app = build_app(config)
     except LiteLLMNotInstalled as exc:  # installed, but it does not import
         raise click.ClickException(str(exc)) from None
-    run_app_forever(app, host, port, "\n".join(lines))
+    run_app_forever(app, host, port, banner, pool.drain_s)

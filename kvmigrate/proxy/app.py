@@ -85,7 +85,9 @@ def _connection_limits(config: Config, service: ProxyService) -> ConnectionLimit
         max_connections=server.max_connections or default_max_connections(),
         on_close=lambda reason: service.metrics.connections_closed.labels(reason).inc(),
     )
-    service.metrics.open_connections.set_function(lambda: limits.open)
+    service.metrics.gauge_function(
+        "kvmigrate_open_connections", "Client connections now open.", lambda: limits.open
+    )
     return limits
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Callable, Iterator
+
+from prometheus_client import Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from kvmigrate.proxy.pool_metrics import TrackingRegistry, pool_directory, render_pool
 
 # Agent turns range from a cached 40 ms prefill to minutes of decoding.
 LATENCY_BUCKETS = (
@@ -34,7 +39,7 @@ class ProxyMetrics:
     """Counters and histograms labelled by backend and role (serve or shadow)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = TrackingRegistry()
         r = self.registry
         self.requests = Counter(
             "kvmigrate_requests",
@@ -75,9 +80,6 @@ class ProxyMetrics:
             ["reason"],
             registry=r,
         )
-        self.open_connections = Gauge(
-            "kvmigrate_open_connections", "Client connections now open.", registry=r
-        )
         self.overhead = Histogram(
             "kvmigrate_overhead_seconds",
             "Time the proxy itself adds before relaying a response.",
@@ -94,7 +96,10 @@ class ProxyMetrics:
             "kvmigrate_shadow_dropped", "Shadow copies not sent, by reason.", ["reason"], registry=r
         )
         self.shadow_inflight = Gauge(
-            "kvmigrate_shadow_inflight", "Shadow copies in flight.", registry=r
+            "kvmigrate_shadow_inflight",
+            "Shadow copies in flight.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.fallbacks = Counter(
             "kvmigrate_fallbacks",
@@ -113,5 +118,20 @@ class ProxyMetrics:
         for reason in ("concurrency_limit", "timeout", "error"):
             self.shadow_dropped.labels(reason)
 
+    def gauge_function(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        """A gauge read at scrape time (with --workers, summed across the workers)."""
+        self.registry.register(_GaugeFunction(name, documentation, read))
+
     def render(self) -> bytes:
+        directory = pool_directory()
+        if directory is not None:
+            return render_pool(directory, self.registry.live)
         return generate_latest(self.registry)
+
+
+class _GaugeFunction:
+    def __init__(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        self._name, self._documentation, self._read = name, documentation, read
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self._name, self._documentation, value=self._read())

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from prometheus_client.metrics import MetricWrapperBase
+
 from kvmigrate.exchange import Exchange
 from kvmigrate.proxy.metrics import ProxyMetrics
 
@@ -9,19 +13,29 @@ from kvmigrate.proxy.metrics import ProxyMetrics
 class MetricsAddon:
     def __init__(self, metrics: ProxyMetrics) -> None:
         self.metrics = metrics
+        # The labelled children, found once: `labels()` validates and locks on every call,
+        # seven times per exchange.
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def exchange_done(self, exchange: Exchange) -> None:
-        m = self.metrics
+        m, child = self.metrics, self._child
         backend, role = exchange.backend, exchange.role
         status = str(exchange.status) if exchange.status is not None else "none"
-        m.requests.labels(backend, role, exchange.route, status).inc()
+        child(m.requests, backend, role, exchange.route, status).inc()
         if exchange.error is not None:
-            m.errors.labels(backend, role, exchange.error).inc()
+            child(m.errors, backend, role, exchange.error).inc()
         elif exchange.status is not None and exchange.status >= 400:
-            m.errors.labels(backend, role, f"http_{exchange.status}").inc()
+            child(m.errors, backend, role, f"http_{exchange.status}").inc()
         if exchange.ttft is not None:
-            m.ttft.labels(backend, role).observe(exchange.ttft)
+            child(m.ttft, backend, role).observe(exchange.ttft)
         if exchange.duration is not None:
-            m.latency.labels(backend, role).observe(exchange.duration)
+            child(m.latency, backend, role).observe(exchange.duration)
         for kind, count in exchange.token_counts().items():
-            m.tokens.labels(backend, role, kind).inc(count)
+            child(m.tokens, backend, role, kind).inc(count)

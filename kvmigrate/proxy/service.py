@@ -58,6 +58,12 @@ def with_usage(call: Call, body: RequestBody) -> Call:
     options = body.data.get("stream_options")
     if not body.stream or (isinstance(options, dict) and options.get("include_usage")):
         return call
+    start = call.body.lstrip()
+    if "stream_options" not in body.data and start[:1] == b"{":
+        # Spliced in front, as `model` is: re-encoding the copy's whole body (an agent's
+        # context, often 100 KB) was a parse and a dump per shadow copy.
+        spliced = b'{"stream_options":{"include_usage":true},' + start[1:]
+        return Call(call.method, call.url, spliced, call.headers)
     data = orjson.loads(call.body)
     data["stream_options"] = {
         **(options if isinstance(options, dict) else {}),

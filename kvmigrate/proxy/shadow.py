@@ -61,7 +61,9 @@ class ShadowDispatcher:
 
     async def _run(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
-            await asyncio.wait_for(make_copy(), self.timeout)
+            # A deadline on this task, not wait_for's second task per copy.
+            async with asyncio.timeout(self.timeout):
+                await make_copy()
         except TimeoutError:
             self._metrics.shadow_dropped.labels("timeout").inc()
         except asyncio.CancelledError:

@@ -36,6 +36,11 @@ log = logging.getLogger("kvmigrate.identity")
 MAX_LOCAL_LINKS = 200_000
 MAX_UNSAVED = 10_000
 REMOTE_LINK_TIMEOUT = 0.05
+# Under load the links go to the store in one transaction per LINK_BATCH_S: one per answer
+# (a thread hop, a transaction and the WAL's sync) took as much CPU as the proxy's own
+# work on the answer. A link after a quiet spell still goes at once. Well under
+# REMOTE_RETRY_DELAY: another proxy's second read must find a link this one just made.
+LINK_BATCH_S = 0.005
 # Another proxy writes its link as soon as its answer is whole, but its client can be quicker
 # still: a miss on a shared store is read once more after this long before it counts.
 REMOTE_RETRY_DELAY = 0.01
@@ -80,6 +85,7 @@ class ContinuityResolver:
         self._local: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._unsaved: list[Link] = []
         self._wake: asyncio.Event | None = None
+        self._last_flush = -LINK_BATCH_S
         self._task: asyncio.Task[None] | None = None
         self._counter: Counter | None = None
         self.shared = store is not None and store.url.startswith(("redis://", "rediss://"))
@@ -212,9 +218,12 @@ class ContinuityResolver:
 
     async def _writer(self) -> None:
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
+            await asyncio.sleep(max(0.0, self._last_flush + LINK_BATCH_S - loop.time()))
             self._wake.clear()
+            self._last_flush = loop.time()
             try:
                 await self._flush()
             except StoreError as exc:

@@ -105,14 +105,19 @@ class LiveRollout:
                 "kvmigrate_rollout_percent",
                 "The candidate's share of conversations (0 in shadow mode).",
                 registry=registry,
+                multiprocess_mode="livemostrecent",
             ),
             Gauge(
-                "kvmigrate_rollout_split", "1 in split mode, 0 in shadow mode.", registry=registry
+                "kvmigrate_rollout_split",
+                "1 in split mode, 0 in shadow mode.",
+                registry=registry,
+                multiprocess_mode="livemostrecent",
             ),
             Gauge(
                 "kvmigrate_rollout_version",
                 "Version of the rollout state this proxy applies.",
                 registry=registry,
+                multiprocess_mode="livemin",
             ),
         )
         self._update_gauges()

@@ -28,7 +28,11 @@ CREATE TABLE IF NOT EXISTS rollout_pins (conversation TEXT PRIMARY KEY, backend 
 CREATE TABLE IF NOT EXISTS rollout_links (key TEXT PRIMARY KEY, conversation TEXT NOT NULL,
                                           turn INTEGER NOT NULL, expires_at REAL NOT NULL,
                                           detail TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS rollout_links_expiry ON rollout_links (expires_at);
+CREATE INDEX IF NOT EXISTS rollout_pins_expiry ON rollout_pins (expires_at);
 """
+# The expiry indexes: each batch of links (and each pin) first deletes what expired, which
+# without them scanned the whole table, one row per conversation turn of the last TTL.
 # Every table is created if missing, so a store written by an older version gains the new
 # ones in place the first time a newer proxy opens it.
 

@@ -1,0 +1,173 @@
+"""`kvmigrate proxy --workers N`: N proxy processes on one port, as uvicorn's and LiteLLM's
+`--workers` run.
+
+Each worker is a whole proxy (`runtime.build_app`): it listens with SO_REUSEPORT, so the
+kernel spreads connections among the workers; it follows the rollout store on its own (a
+change reaches every worker within the store's poll interval); it writes to the shared
+records store (SQLite in WAL mode with a busy timeout, or postgres); and its metrics go to a
+folder the parent creates, where a scrape of any worker sums them (`pool_metrics`). The
+parent serves nothing: it starts the workers, starts another when one dies, and on SIGTERM
+or Ctrl-C tells them to stop accepting and finish what they are serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from kvmigrate.background import WorkerGone, WorkerProcess
+from kvmigrate.config import Config
+from kvmigrate.proxy.pool_metrics import MULTIPROC_ENV, forget_worker, keep_snapshot
+from kvmigrate.serving import DRAIN_S, install_fast_event_loop, serve_until
+
+log = logging.getLogger("kvmigrate.proxy.pool")
+READY_TIMEOUT_S = 60.0
+WATCH_INTERVAL_S = 0.2
+_READY = "ready"
+
+
+def default_workers() -> int:
+    """The cores this process may use: its CPU affinity, bounded by a cgroup v2 CPU quota
+    (a container's CPU limit), which `os.cpu_count()` ignores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    return cores
+
+
+def serve_pool(
+    config: Config,
+    host: str,
+    port: int,
+    workers: int,
+    banner: str,
+    level: str,
+    drain_s: float = DRAIN_S,
+) -> None:
+    """Run `workers` proxy processes on `host:port` until SIGINT or SIGTERM."""
+    directory = tempfile.mkdtemp(prefix="kvmigrate-metrics-")
+    os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    pool = [
+        WorkerProcess(
+            f"kvmigrate-proxy-{index}",
+            "kvmigrate.proxy.pool:serve_worker",
+            lambda: (config, host, port, level, drain_s),
+            duplex=True,
+            background=False,
+        )
+        for index in range(workers)
+    ]
+    try:
+        for worker in pool:
+            worker.start()
+        for worker in pool:
+            _wait_ready(worker)
+        print(f"{banner}\n  {workers} worker processes (pids {_pids(pool)})", flush=True)
+        while not stop.wait(WATCH_INTERVAL_S):
+            for worker in pool:
+                if not worker.running:
+                    _replace(worker, directory)
+    finally:
+        _stop_all(pool, drain_s)
+        shutil.rmtree(directory, ignore_errors=True)
+        os.environ.pop(MULTIPROC_ENV, None)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _pids(pool: list[WorkerProcess]) -> str:
+    return ", ".join(str(worker.pid) for worker in pool)
+
+
+def _wait_ready(worker: WorkerProcess) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not worker.poll(0.1):
+        if not worker.running or time.monotonic() > deadline:
+            raise SystemExit(f"proxy worker {worker.name} failed to start (see its log above)")
+    with contextlib.suppress(WorkerGone):
+        worker.receive()
+
+
+def _replace(worker: WorkerProcess, directory: str) -> None:
+    pid = worker.pid
+    if pid is not None:
+        log.warning("proxy worker %s (pid %d) died; starting another", worker.name, pid)
+        forget_worker(directory, pid)
+    try:
+        worker.restart()  # at most once per RESPAWN_S: a crash loop must not take the CPU
+    except WorkerGone as exc:
+        log.error("%s", exc)
+
+
+def _stop_all(pool: list[WorkerProcess], drain_s: float) -> None:
+    """Every worker stops accepting and drains at once; whatever still runs after the drain
+    time (and a margin for writing its records) is killed."""
+    for worker in pool:
+        worker.finish()
+    deadline = time.monotonic() + drain_s + 10.0
+    for worker in pool:
+        worker.join(deadline - time.monotonic())
+    for worker in pool:
+        worker.close(0.0)
+
+
+# -- in each worker ---------------------------------------------------------------------------
+
+
+def serve_worker(
+    conn: Connection, config: Config, host: str, port: int, level: str, drain_s: float
+) -> None:
+    """A worker's main. Ctrl-C reaches the whole process group: the parent decides when its
+    workers stop, and tells them (a message, or its end of the pipe closing when it dies)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    install_fast_event_loop()
+    asyncio.run(_serve_worker(conn, config, host, port, drain_s))
+
+
+async def _serve_worker(
+    conn: Connection, config: Config, host: str, port: int, drain_s: float
+) -> None:
+    from kvmigrate.proxy.app import SERVICE_KEY
+    from kvmigrate.runtime import build_app
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    def parent_spoke() -> None:  # a stop message, or EOF: either way, drain and end
+        loop.remove_reader(conn.fileno())
+        stop.set()
+
+    loop.add_reader(conn.fileno(), parent_spoke)
+    app = build_app(config)
+    directory = os.environ[MULTIPROC_ENV]
+    live = app[SERVICE_KEY].metrics.registry.live
+    snapshots: list[asyncio.Task[None]] = []
+
+    def ready() -> None:
+        snapshots.append(loop.create_task(keep_snapshot(directory, live)))
+        conn.send(_READY)
+
+    try:
+        await serve_until(app, host, port, stop, ready, reuse_port=True, drain_s=drain_s)
+    finally:
+        for task in snapshots:
+            task.cancel()

@@ -1,0 +1,217 @@
+"""`kvmigrate proxy --workers N`: N processes on one port that act as one proxy.
+
+A real `kvmigrate proxy` process in front of emulated backends, the official SDK as client.
+Fresh connections are what the kernel spreads among SO_REUSEPORT listeners, so the checks
+that must reach every worker open one connection per request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from kvmigrate.embedded import emulated_backends
+from kvmigrate.serving import free_port
+
+MODEL = "gpt-4o-mini"
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+DEADLINE_S = 30.0  # generous: a loaded machine is slow, and these are not timings
+
+
+@dataclass
+class Pool:
+    proc: subprocess.Popen[bytes]
+    url: str
+    port: int
+    config: Path
+
+    def workers(self) -> list[psutil.Process]:
+        """The serving workers: the parent's direct children, without multiprocessing's
+        resource tracker (the recorder's own workers are the workers' children)."""
+        return [
+            child
+            for child in psutil.Process(self.proc.pid).children()
+            if "resource_tracker" not in " ".join(child.cmdline())
+        ]
+
+
+def _config(tmp: Path, port: int, hosted: str, vllm: str) -> Path:
+    path = tmp / "config.yaml"
+    path.write_text(f"""
+server: {{host: 127.0.0.1, port: {port}, admin_key: sk-admin}}
+backends:
+  hosted: {{api_base: "{hosted}"}}
+  vllm: {{api_base: "{vllm}"}}
+models:
+  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout: {{mode: shadow, shadow_sample: 0, state: "sqlite:///{tmp}/state.db"}}
+record: {{db: "sqlite:///{tmp}/records.db"}}
+""")
+    return path
+
+
+def _wait_listening(pool: Pool, count: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while sorted(_listeners(pool)) != sorted(w.pid for w in pool.workers()) or (
+        len(pool.workers()) != count
+    ):
+        assert pool.proc.poll() is None, "the proxy exited"
+        assert time.monotonic() < deadline, "the workers did not all listen"
+        time.sleep(0.1)
+
+
+def _listeners(pool: Pool) -> list[int]:
+    """The pids of the workers with a listening socket on the pool's port."""
+    return [
+        worker.pid
+        for worker in pool.workers()
+        if any(
+            c.status == psutil.CONN_LISTEN and c.laddr.port == pool.port
+            for c in worker.net_connections("tcp")
+        )
+    ]
+
+
+@pytest.fixture
+def pool(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Pool]:
+    """Fast emulators, unless a test asks for another time scale (indirect parameter)."""
+    with emulated_backends(time_scale=getattr(request, "param", 0.01)) as backends:
+        port = free_port()
+        config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
+        argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
+        with (tmp_path / "proxy.log").open("wb") as log:
+            proc = subprocess.Popen([*argv, "--workers", "2"], stdout=log, stderr=log)
+            running = Pool(proc, f"http://127.0.0.1:{port}", port, config)
+            try:
+                _wait_listening(running, 2)
+                yield running
+            finally:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(60)
+
+
+def _fresh_client(pool: Pool) -> openai.OpenAI:
+    """One connection per request: each lands on the worker the kernel picks."""
+    return openai.OpenAI(
+        base_url=pool.url + "/v1", api_key="sk-client", default_headers={"Connection": "close"}
+    )
+
+
+def _backends_of(pool: Pool, count: int) -> list[str]:
+    client = _fresh_client(pool)
+    return [
+        client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES).headers[
+            "x-kvmigrate-backend"
+        ]
+        for _ in range(count)
+    ]
+
+
+def _metric(pool: Pool, pattern: str) -> float:
+    with urllib.request.urlopen(pool.url + "/metrics", timeout=DEADLINE_S) as response:
+        text = response.read().decode()  # urllib opens a connection per request
+    values = [float(v) for v in re.findall(rf"^{pattern} (\S+)$", text, re.MULTILINE)]
+    return sum(values)
+
+
+ROLLOUT = [sys.executable, "-m", "kvmigrate", "rollout"]
+SERVED = r'kvmigrate_requests_total\{backend="hosted",role="serve"[^}]*\}'
+
+
+def test_workers_are_processes_listening_on_one_port(pool: Pool) -> None:
+    workers = pool.workers()
+    assert len(workers) == 2
+    assert sorted(_listeners(pool)) == sorted(w.pid for w in workers)
+    assert pool.proc.pid not in _listeners(pool)  # the parent serves nothing itself
+
+
+def test_metrics_are_summed_across_workers(pool: Pool) -> None:
+    # 40 requests on fresh connections: all on one worker by chance is a 2**-39 event.
+    assert _backends_of(pool, 40) == ["hosted"] * 40
+    # Each scrape lands on either worker; every one of them reports the whole pool.
+    assert {_metric(pool, SERVED) for _ in range(10)} == {40.0}
+
+
+def test_every_worker_records_to_the_one_records_store(pool: Pool) -> None:
+    assert _backends_of(pool, 30) == ["hosted"] * 30
+    db = pool.config.parent / "records.db"
+    deadline = time.monotonic() + DEADLINE_S
+    while _served_rows(db) < 30 or _metric(pool, "kvmigrate_records_written_total") < 30:
+        assert time.monotonic() < deadline, "the records did not all arrive"
+        time.sleep(0.1)
+    assert _served_rows(db) == 30
+    # Two writers' sources: each worker's recorder wrote its own share.
+    assert len(_sources(db)) == 2
+
+
+def _served_rows(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        return int(conn.execute("SELECT count(*) FROM records WHERE role = 'serve'").fetchone()[0])
+
+
+def _sources(db: Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        return {str(row[0]) for row in conn.execute("SELECT DISTINCT source FROM records")}
+
+
+def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
+    assert set(_backends_of(pool, 4)) == {"hosted"}
+    change = subprocess.run(
+        [*ROLLOUT, "--config", str(pool.config), "--mode", "split", "--percent", "100", "--force"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert change.returncode == 0, change.stdout + change.stderr
+    version = int(re.search(r"version (\d+)", change.stdout).group(1))  # type: ignore[union-attr]
+    # The gauge is the lowest version any live worker applies: every worker has it.
+    deadline = time.monotonic() + DEADLINE_S
+    while _metric(pool, "kvmigrate_rollout_version") < version:
+        assert time.monotonic() < deadline, "not every worker applied the change"
+        time.sleep(0.05)
+    assert set(_backends_of(pool, 20)) == {"vllm"}
+
+
+def test_a_killed_worker_is_replaced(pool: Pool) -> None:
+    assert _backends_of(pool, 10) == ["hosted"] * 10
+    victim = pool.workers()[0]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    _wait_listening(pool, 2)
+    assert victim.pid not in [w.pid for w in pool.workers()]
+    assert _backends_of(pool, 10) == ["hosted"] * 10
+    # The dead worker's counts stay in the pool's totals: counters never go backwards.
+    assert _metric(pool, SERVED) == 20.0
+
+
+@pytest.mark.parametrize("pool", [1.0], indirect=True)  # streams at the emulator's speed
+def test_sigterm_drains_streams_then_the_pool_exits(pool: Pool) -> None:
+    metrics_dir = Path(pool.workers()[0].environ()["PROMETHEUS_MULTIPROC_DIR"])
+    assert metrics_dir.is_dir()
+    client = openai.OpenAI(base_url=pool.url + "/v1", api_key="sk-client")
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, stream=True, max_tokens=100
+    )
+    chunks = iter(stream)
+    next(chunks)  # the stream is open, on one of the workers
+    pool.proc.send_signal(signal.SIGTERM)
+    rest = list(chunks)  # and it runs to its normal end after the signal
+    assert any(c.choices and c.choices[0].finish_reason for c in rest)
+    assert pool.proc.wait(60) == 0
+    assert not metrics_dir.exists()  # the parent removed the folder it made
