@@ -194,9 +194,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
-    req, echo = parse_responses(await _read_json(request))
+    req, echo, conversation = parse_responses(await _read_json(request), backend.responses.history)
     gen = backend.generate(req, chat=True)
     renderer = ResponseRenderer(gen, echo, backend.dialect)
+    if echo.get("store") is not False:
+        backend.responses.keep(renderer.id, conversation + renderer.as_messages())
     return await _deliver(
         request,
         req,

@@ -15,10 +15,24 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.policies import RolloutSnapshot, Route, route
+from kvmigrate.policies.chain import ChainRef, chain_ref, stick, unknown_chain
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
-from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
-from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
+from kvmigrate.proxy.body import (
+    RequestBody,
+    check_passthrough_body,
+    parse_body,
+    with_model,
+    with_previous_response,
+)
+from kvmigrate.proxy.errors import (
+    ProxyError,
+    body_too_large,
+    chain_not_served,
+    chain_stranded,
+    model_not_found,
+    unauthorized,
+)
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
@@ -44,6 +58,7 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.wire.errors import openai_error_body
@@ -52,11 +67,17 @@ if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
 
 
-def with_usage(call: Call, body: RequestBody) -> Call:
+RESPONSES = "responses"  # the Responses API's route below /v1: its requests form chains
+
+
+def with_usage(call: Call, body: RequestBody, path: str = "") -> Call:
     """A streamed copy asks for the usage chunk even when the client did not: nobody reads
-    the copy but us, and its token counts (cached tokens above all) are the evidence."""
+    the copy but us, and its token counts (cached tokens above all) are the evidence. A
+    Responses stream always ends with its usage, in `response.completed`."""
     options = body.data.get("stream_options")
     if not body.stream or (isinstance(options, dict) and options.get("include_usage")):
+        return call
+    if path == RESPONSES:
         return call
     data = orjson.loads(call.body)
     data["stream_options"] = {
@@ -107,6 +128,7 @@ class Routed:
     route: Route
     served: dict[str, str]
     identity: Identity
+    chain: ChainRef | None = None  # the stored response or conversation a request continues
 
 
 class ProxyService:
@@ -122,7 +144,8 @@ class ProxyService:
         self.metrics = ProxyMetrics()
         # Without a store, continuity holds within this process only.
         self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
-        self.addons = Addons([MetricsAddon(self.metrics), self.identity, *addons])
+        self.chains = ChainMap(self.identity)  # Responses API chains, in the same store
+        self.addons = Addons([MetricsAddon(self.metrics), self.identity, self.chains, *addons])
         self.addons.trigger("register_metrics", self.metrics.registry)
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
@@ -170,10 +193,28 @@ class ProxyService:
         model_route = self.config.route(body.model)
         if model_route is None:
             raise model_not_found(body.model)
-        identity = await self.identity.identify(request.headers, body.data, body.model, path)
         served = model_route.served
+        ref = chain_ref(body.data) if path == RESPONSES else None
+        if ref is None:
+            identity = await self.identity.identify(request.headers, body.data, body.model, path)
+            chosen = await self.rollout.route(identity.conversation, identity.turn, served)
+        else:
+            identity, chosen = await self._continue_chain(ref, body, served)
+        conversation, turn = identity.conversation, identity.turn
+        return Routed(path, body, conversation, turn, chosen, served, identity, ref)
+
+    async def _continue_chain(
+        self, ref: ChainRef, body: RequestBody, served: dict[str, str]
+    ) -> tuple[Identity, Route]:
+        """A request continuing a stored response goes where that response is stored,
+        whatever the split or a pin says, and nowhere else if that backend fails."""
+        identity, backend = await self.chains.identify(ref)
         chosen = await self.rollout.route(identity.conversation, identity.turn, served)
-        return Routed(path, body, identity.conversation, identity.turn, chosen, served, identity)
+        if backend is None:
+            return identity, unknown_chain(chosen, served)
+        if backend not in served:
+            raise chain_not_served(backend, body.model)
+        return identity, stick(chosen, backend)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -219,6 +260,8 @@ class ProxyService:
         self._finish(routed, failed, failure.kind)
         fallback = routed.route.fallback
         if fallback is None:
+            if routed.chain is not None:
+                raise chain_stranded(failure.error, failed.backend) from None
             raise failure.error from None
         self.metrics.fallbacks.labels(failure.kind).inc()
         return self._exchange(
@@ -248,7 +291,15 @@ class ProxyService:
         chosen = routed.route
         if not exchange.mirrored or chosen.shadow is None:
             return
-        self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
+        # The copy continues the candidate's own chain: the next turn's copy waits for its id.
+        mirrors = exchange.chain.response_id if isinstance(exchange.chain, ChainTurn) else None
+        if mirrors is not None:
+            self.chains.expect_mirror(mirrors)
+        sent = self._dispatch_copy(
+            request, routed, chosen.shadow, SHADOW, exchange.request_id, mirrors
+        )
+        if mirrors is not None and not sent:
+            self.chains.mirrored(mirrors, None)
         if chosen.noise and self.noise_budget.take():
             self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
@@ -385,20 +436,51 @@ class ProxyService:
             exchange.identity = routed.identity.source
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
+            if routed.path == RESPONSES and role != NOISE:
+                exchange.chain = ChainTurn(
+                    routed.conversation,
+                    routed.turn,
+                    stores=routed.body.data.get("store") is not False,
+                    conversation_id=routed.chain.conversation if routed.chain else None,
+                )
         return exchange
 
     def _dispatch_copy(
-        self, request: web.Request, routed: Routed, backend: str, role: Role, primary_id: str
-    ) -> None:
+        self,
+        request: web.Request,
+        routed: Routed,
+        backend: str,
+        role: Role,
+        primary_id: str,
+        mirrors: str | None = None,
+    ) -> bool:
         """A background copy of the request: to the candidate (shadow) or, for the noise
-        floor, once more to the primary. Never waited for, bounded, always accounted."""
+        floor, once more to the primary. Never waited for, bounded, always accounted.
+        `mirrors`: the primary's response id of the answer a shadow copy mirrors."""
         call = self._model_call(request, routed, backend)
 
         async def copy() -> None:
+            try:
+                await send_copy()
+            finally:
+                if mirrors is not None:
+                    self.chains.mirrored(mirrors, None)  # no-op once its id is known
+
+        async def send_copy() -> None:
             nonlocal call
-            call = with_usage(call, routed.body)  # in the task, after the client's answer
+            # In the task, after the client's answer.
+            call = with_usage(call, routed.body, routed.path)
+            if role == SHADOW and routed.chain is not None:
+                own = await self._own_chain(routed.chain)
+                if own is None:
+                    return
+                call = Call(
+                    call.method, call.url, with_previous_response(call.body, own), call.headers
+                )
             exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
+            if isinstance(exchange.chain, ChainTurn):
+                exchange.chain.mirrors = mirrors
             exchange.request_body = call.body
             upstream = self.upstreams[backend]
             try:
@@ -420,7 +502,16 @@ class ProxyService:
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 
-        self.shadow.dispatch(copy)
+        return self.shadow.dispatch(copy)
+
+    async def _own_chain(self, chain: ChainRef) -> str | None:
+        """The candidate's own id for the response a shadow copy continues; None (the copy
+        is skipped, and counted) when the candidate has no such turn: mirroring started
+        mid-chain, the previous copy failed, or the chain is a Conversations API one."""
+        own = await self.chains.mirror_of(chain.previous) if chain.previous else None
+        if own is None:
+            self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
+        return own
 
     # -- everything else --------------------------------------------------------------------
 
