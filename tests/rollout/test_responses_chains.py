@@ -1,0 +1,258 @@
+"""Responses API chains through the proxy (issue 17): a `previous_response_id` chain is one
+conversation, on the backend that stored it, with its turns counted; a shadow copy continues
+the candidate's own chain. Real proxies, real emulators (each with its own response store,
+which answers 404 for an id it never issued), real SQLite and redis-server, the official
+openai SDK.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from kvmigrate.config import Config, parse_config
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.recorder.store import open_store as open_record_store
+from kvmigrate.report.build import build_report
+from kvmigrate.runtime import build_app as build_runtime_app
+from kvmigrate.serving import BackgroundServer
+
+MODEL = "gpt-4o-mini"
+SERVED = "meta-llama/Llama-3.1-8B-Instruct"
+CHAINS = 8
+TURNS = 4
+INSTRUCTIONS = "You are a concise travel assistant."
+
+
+@pytest.fixture(scope="module")
+def emulators() -> Iterator[tuple[BackgroundServer, BackgroundServer]]:
+    hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0.02)))
+    vllm = BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0.02)))
+    with hosted, vllm:
+        yield hosted, vllm
+
+
+ConfigFor = Callable[..., Config]
+
+
+@pytest.fixture
+def config_for(
+    tmp_path: Path, emulators: tuple[BackgroundServer, BackgroundServer]
+) -> ConfigFor:
+    def make(rollout: str, state: str = "", vllm_url: str = "") -> Config:
+        hosted, vllm = emulators
+        state = state or f"sqlite:///{tmp_path}/state.db"
+        return parse_config(
+            f"""
+backends:
+  hosted: {{api_base: "{hosted.url}/v1"}}
+  vllm: {{api_base: "{vllm_url or vllm.url}/v1", connect_timeout: 1}}
+models:
+  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: {SERVED}}}
+rollout: {{{rollout}, state: "{state}"}}
+record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
+""",
+            env={},
+        )
+
+    return make
+
+
+def start(config: Config) -> BackgroundServer:
+    return BackgroundServer(lambda: build_runtime_app(config, poll_interval=0.1)).start()
+
+
+def client_for(proxy: BackgroundServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client", max_retries=0)
+
+
+def ask(client: openai.OpenAI, text: str, previous: str | None, stream: bool) -> str:
+    """One turn; the id of its answer, as an agent reads it."""
+    extra: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+    if not stream:
+        answer = client.responses.create(
+            model=MODEL, instructions=INSTRUCTIONS, input=text, max_output_tokens=64, **extra
+        )
+        assert answer.output_text
+        return answer.id
+    events = client.responses.create(
+        model=MODEL,
+        instructions=INSTRUCTIONS,
+        input=text,
+        max_output_tokens=64,
+        stream=True,
+        **extra,
+    )
+    done = [e for e in events if e.type in ("response.completed", "response.incomplete")]
+    assert len(done) == 1
+    return done[0].response.id
+
+
+def run_chains(clients: list[openai.OpenAI], stream: bool) -> None:
+    """CHAINS agents, TURNS turns each, every turn naming the previous answer; the turns of
+    one chain go to the clients in turn (two proxies: alternate proxies)."""
+    for number in range(CHAINS):
+        previous = None
+        for turn in range(1, TURNS + 1):
+            client = clients[(number + turn) % len(clients)]
+            previous = ask(client, f"Chain {number}: what about step {turn}?", previous, stream)
+
+
+Row = tuple[str, int, str, str, int, int | None, str | None]
+
+
+def record_rows(config: Config) -> list[Row]:
+    store = open_record_store(config.record.db)
+    try:
+        rows = store.query(
+            "SELECT conversation, turn, backend, role, status, cached_tokens, identity "
+            "FROM records WHERE route = 'responses'",
+            (),
+        )
+    finally:
+        store.close()
+    return [(str(r[0]), int(r[1]), str(r[2]), str(r[3]), int(r[4] or 0), r[5], r[6]) for r in rows]
+
+
+def by_conversation(rows: list[Row], role: str) -> dict[str, list[Row]]:
+    grouped: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row[3] == role:
+            grouped[row[0]].append(row)
+    return {key: sorted(value, key=lambda r: r[1]) for key, value in grouped.items()}
+
+
+def assert_whole_chains(rows: list[Row]) -> dict[str, list[Row]]:
+    """Every chain: turns 1..TURNS, all answered, all by one backend."""
+    served = by_conversation(rows, "serve")
+    assert len(served) == CHAINS
+    for conversation, turns in served.items():
+        assert [r[1] for r in turns] == list(range(1, TURNS + 1)), conversation
+        assert {r[4] for r in turns} == {200}
+        assert len({r[2] for r in turns}) == 1, f"chain {conversation} split: {turns}"
+        assert [r[6] for r in turns[1:]] == ["chain"] * (TURNS - 1)
+    return served
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_shadow_mode_mirrors_each_chain_on_the_candidates_own_chain(
+    config_for: ConfigFor, stream: bool
+) -> None:
+    config = config_for("mode: shadow")
+    proxy = start(config)
+    client = client_for(proxy)
+    run_chains([client], stream)
+    client.close()
+    proxy.stop()  # flushes the recorder
+
+    rows = record_rows(config)
+    served = assert_whole_chains(rows)
+    assert {turns[0][2] for turns in served.values()} == {"hosted"}
+    copies = by_conversation(rows, "shadow")
+    assert copies.keys() == served.keys()
+    for conversation, turns in copies.items():
+        # The candidate 404s an id it never issued: 200s at turns 2-4 mean each copy named
+        # the candidate's own answer of the turn before, which its prefix cache then reuses.
+        assert [(r[1], r[2], r[4]) for r in turns] == [(t, "vllm", 200) for t in (1, 2, 3, 4)]
+        cached = [r[5] or 0 for r in turns]
+        assert cached == sorted(cached) and cached[-1] > cached[0], (conversation, cached)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_split_keeps_every_chain_on_the_backend_that_stored_it(
+    config_for: ConfigFor, stream: bool
+) -> None:
+    config = config_for("mode: split, percent: 50, shadow_sample: 0")
+    proxy = start(config)
+    client = client_for(proxy)
+    run_chains([client], stream)
+    client.close()
+    proxy.stop()
+
+    served = assert_whole_chains(record_rows(config))
+    assert {turns[0][2] for turns in served.values()} == {"hosted", "vllm"}  # it did split
+    store = open_record_store(config.record.db)
+    report = build_report(store, since=0)
+    store.close()
+    assert report.identity.split == 0
+
+
+def test_two_proxies_sharing_redis_continue_each_others_chains(
+    config_for: ConfigFor, fresh_redis_url: str
+) -> None:
+    config = config_for("mode: split, percent: 50", state=fresh_redis_url)
+    proxies = [start(config), start(config)]
+    clients = [client_for(p) for p in proxies]
+    run_chains(clients, stream=True)
+    misses = sum(_metric(p, "kvmigrate_chain_misses_total") for p in proxies)
+    for client in clients:
+        client.close()
+    for proxy in proxies:
+        proxy.stop()
+    served = assert_whole_chains(record_rows(config))
+    assert {turns[0][2] for turns in served.values()} == {"hosted", "vllm"}
+    assert misses == 0
+
+
+def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
+    config_for: ConfigFor, emulators: tuple[BackgroundServer, BackgroundServer]
+) -> None:
+    """A chain begun at the hosted API before the proxy existed: its next turn is a miss,
+    answered by the primary; the candidate never saw the chain, so no copy is sent."""
+    hosted, _vllm = emulators
+    direct = openai.OpenAI(base_url=hosted.url + "/v1", api_key="sk", max_retries=0)
+    first = direct.responses.create(model=MODEL, input="Plan a day in Rome.")
+    direct.close()
+    proxy = start(config_for("mode: shadow"))
+    client = client_for(proxy)
+    answer = client.responses.with_raw_response.create(
+        model=MODEL, input="And the evening?", previous_response_id=first.id
+    )
+    assert answer.headers["x-kvmigrate-backend"] == "hosted"
+    assert answer.parse().output_text
+    # Its answer is known now: the chain continues as a chain, mirrored nowhere still.
+    client.responses.create(model=MODEL, input="And then?", previous_response_id=answer.parse().id)
+    misses = _metric(proxy, "kvmigrate_chain_misses_total")
+    skipped = _metric(proxy, "kvmigrate_shadow_dropped_total", 'reason="no_candidate_chain"')
+    client.close()
+    proxy.stop()
+    assert misses == 1
+    assert skipped == 2
+
+
+def test_a_chain_whose_backend_is_down_gets_a_clear_error_not_another_backend(
+    config_for: ConfigFor,
+) -> None:
+    vllm = BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0))).start()
+    config = config_for("mode: split, percent: 100", vllm_url=vllm.url)
+    proxy = start(config)
+    client = client_for(proxy)
+    first = client.responses.with_raw_response.create(model=MODEL, input="Plan a day in Rome.")
+    assert first.headers["x-kvmigrate-backend"] == "vllm"
+    vllm.stop()
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.responses.create(
+            model=MODEL, input="And the evening?", previous_response_id=first.parse().id
+        )
+    client.close()
+    proxy.stop()
+    assert caught.value.status_code == 502
+    assert "continues a response stored on `vllm`" in caught.value.message
+    rows = record_rows(config)
+    assert [(r[1], r[2]) for r in rows if r[3] == "serve"] == [(1, "vllm"), (2, "vllm")]
+
+
+def _metric(proxy: BackgroundServer, name: str, labels: str = "") -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(proxy.url + "/metrics", timeout=5).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and labels in line and not line.startswith("#"):
+            total += float(line.rpartition(" ")[2])
+    return total
