@@ -16,16 +16,20 @@ from kvmigrate.wire.sse import SSEDecoder
 
 def response_id(chunks: Iterable[bytes]) -> str | None:
     """The answer's response id; None when the body is no response (an error, garbage)."""
-    parts = iter(chunks)
-    first = next(parts, b"")
-    if not is_sse(first):
+    parts = list(chunks)
+    head = b""
+    for part in parts:  # what the body starts with, however it was cut
+        head += part[:64]
+        if len(head) >= 64:
+            break
+    if not is_sse(head):
         try:
-            data = orjson.loads(first + b"".join(parts))
+            data = orjson.loads(b"".join(parts))
         except orjson.JSONDecodeError:
             return None
         return _id_of(data if isinstance(data, dict) else None)
     decoder = SSEDecoder()
-    for chunk in (first, *parts):
+    for chunk in parts:
         for event in decoder.feed(chunk):
             try:
                 data = orjson.loads(event.data)

@@ -41,9 +41,7 @@ ConfigFor = Callable[..., Config]
 
 
 @pytest.fixture
-def config_for(
-    tmp_path: Path, emulators: tuple[BackgroundServer, BackgroundServer]
-) -> ConfigFor:
+def config_for(tmp_path: Path, emulators: tuple[BackgroundServer, BackgroundServer]) -> ConfigFor:
     def make(rollout: str, state: str = "", vllm_url: str = "") -> Config:
         hosted, vllm = emulators
         state = state or f"sqlite:///{tmp_path}/state.db"
@@ -160,7 +158,8 @@ def test_shadow_mode_mirrors_each_chain_on_the_candidates_own_chain(
         # the candidate's own answer of the turn before, which its prefix cache then reuses.
         assert [(r[1], r[2], r[4]) for r in turns] == [(t, "vllm", 200) for t in (1, 2, 3, 4)]
         cached = [r[5] or 0 for r in turns]
-        assert cached == sorted(cached) and cached[-1] > cached[0], (conversation, cached)
+        assert cached == sorted(cached), conversation
+        assert cached[-1] > cached[0], conversation
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
