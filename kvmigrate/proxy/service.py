@@ -18,6 +18,7 @@ from kvmigrate.policies import RolloutSnapshot, Route, route
 from kvmigrate.policies.chain import ChainRef, chain_ref, stick, unknown_chain
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
+from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import (
     RequestBody,
     check_passthrough_body,
@@ -321,7 +322,9 @@ class ProxyService:
             ("x-request-id", exchange.request_id),
             ("x-kvmigrate-backend", exchange.backend),
             ("x-kvmigrate-overhead-ms", f"{overhead * 1000:.3f}"),
+            ("x-kvmigrate-served-model", exchange.served_model),
         ]
+        rewrite = self._answer_model(exchange)
         client: web.StreamResponse
         try:
             if first is None:
@@ -330,9 +333,12 @@ class ProxyService:
                     # The client knows the primary's error shape; the record keeps the
                     # candidate's own bytes (exchange.chunks).
                     body = openai_error_body(response.status, body, routed.path) or body
+                body = rewrite(body) if rewrite else body
                 client = await send_buffered(request, response, body, extra)
             else:
-                client = await relay_stream(request, response, first, exchange, extra, check)
+                client = await relay_stream(
+                    request, response, first, exchange, extra, check, rewrite
+                )
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             # The client left while a whole answer was being written: still a record.
             self._finish(routed, exchange, ErrorKind.CLIENT_DISCONNECTED)
@@ -340,6 +346,12 @@ class ProxyService:
         self._finish(routed, exchange)
         self._mirror(request, routed, exchange)
         return client
+
+    def _answer_model(self, exchange: Exchange) -> Rewrite | None:
+        """With `server.answer_model: requested`, the answer names the client's model."""
+        if self.config.server.answer_model != "requested":
+            return None
+        return answer_model_rewrite(exchange.served_model, exchange.model)
 
     async def _open(
         self, request: web.Request, routed: Routed, exchange: Exchange
