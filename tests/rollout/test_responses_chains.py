@@ -7,6 +7,7 @@ openai SDK.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.report.build import build_report
+from kvmigrate.rollout.configured import open_controller
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
@@ -179,6 +181,43 @@ def test_a_split_keeps_every_chain_on_the_backend_that_stored_it(
     report = build_report(store, since=0)
     store.close()
     assert report.identity.split == 0
+
+
+def test_a_rollback_mid_chain_moves_new_chains_but_not_the_candidates_chains(
+    config_for: ConfigFor,
+) -> None:
+    """A chain stored on the candidate cannot move: after a rollback to 0% its next turns
+    still go there (the primary would answer 404), while new chains go to the primary."""
+    config = config_for("mode: split, percent: 50, shadow_sample: 0")
+    proxy = start(config)
+    client = client_for(proxy)
+    chains = {n: ask(client, f"Chain {n}: first step?", None, False) for n in range(CHAINS)}
+    controller = open_controller(config)
+    controller.rollback(reason="test")
+    controller.store.close()
+    deadline = time.monotonic() + 10
+    while (
+        _metric(proxy, "kvmigrate_rollout_percent") != 0
+        or _metric(proxy, "kvmigrate_rollout_version") < 1
+    ):
+        assert time.monotonic() < deadline, "the proxy did not pick up the rollback"
+        time.sleep(0.05)
+    for number, previous in chains.items():
+        for turn in (2, 3):
+            previous = ask(client, f"Chain {number}: step {turn}?", previous, False)
+    ask(client, "A new chain after the rollback", None, False)
+    client.close()
+    proxy.stop()
+
+    rows = record_rows(config)
+    served = by_conversation(rows, "serve")
+    old = {key: turns for key, turns in served.items() if len(turns) == 3}
+    assert len(old) == CHAINS
+    for conversation, turns in old.items():
+        assert len({r[2] for r in turns}) == 1, (conversation, turns)
+    assert {turns[0][2] for turns in old.values()} == {"hosted", "vllm"}
+    new = [turns for turns in served.values() if len(turns) == 1]
+    assert [turns[0][2] for turns in new] == ["hosted"]
 
 
 def test_two_proxies_sharing_redis_continue_each_others_chains(
