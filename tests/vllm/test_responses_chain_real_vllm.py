@@ -52,8 +52,12 @@ record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
     )
 
 
-def run_chain(client: openai.OpenAI, stream: bool) -> None:
-    # Long, unique instructions: many KV blocks to reuse, none cached by an earlier test.
+NAMES = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+
+
+def run_chain(client: openai.OpenAI, stream: bool, name: str = "alpha") -> None:
+    # Long, unique instructions: many KV blocks to reuse, none cached by an earlier test
+    # (the uuid; ids are masked out of conversation keys, so the name tells chains apart).
     instructions = f"Session {uuid.uuid4().hex}. " + " ".join(
         WORDS[i % len(WORDS)] for i in range(300)
     )
@@ -63,7 +67,7 @@ def run_chain(client: openai.OpenAI, stream: bool) -> None:
         request: dict[str, Any] = {
             "model": MODEL,
             "instructions": instructions,
-            "input": f"Next step {turn}?",
+            "input": f"Chain {name}: next step {turn}?",
             "max_output_tokens": 16,
             **extra,
         }
@@ -123,12 +127,12 @@ def test_a_split_keeps_each_chain_on_one_backend(
     config = config_for(tmp_path, hosted, real_vllm, "mode: split, percent: 50, shadow_sample: 0")
     proxy = BackgroundServer(lambda: build_runtime_app(config)).start()
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client", max_retries=0)
-    for _ in range(6):
-        run_chain(client, stream)
+    for name in NAMES:
+        run_chain(client, stream, name)
     client.close()
     proxy.stop()
     served = rows_by_role(config)["serve"]
-    assert len(served) == 6
+    assert len(served) == len(NAMES)
     for conversation, turns in served.items():
         assert [t for t, *_ in turns] == [1, 2, 3, 4], conversation
         assert {s for _, _, s, _ in turns} == {200}
