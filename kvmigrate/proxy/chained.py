@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainRef, stick, unknown_chain
-from kvmigrate.proxy.body import RequestBody
+from kvmigrate.proxy.body import RequestBody, with_previous_response
 from kvmigrate.proxy.errors import chain_not_served
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
@@ -49,14 +49,24 @@ class ChainRouting:
             conversation_id=ref.conversation if ref else None,
         )
 
-    async def own_chain(self, ref: ChainRef) -> str | None:
-        """The candidate's own id for the response a shadow copy continues; None (the copy
-        is skipped, and counted) when the candidate has no such turn: mirroring started
-        mid-chain, the previous copy failed, or the chain is a Conversations API one."""
+    def expect_mirror(self, chain: object) -> str | None:
+        """The primary's response id a shadow copy about to go out mirrors: the next turn's
+        copy will wait for the candidate's own id of this one."""
+        primary_id = chain.response_id if isinstance(chain, ChainTurn) else None
+        if primary_id is not None:
+            self.chains.expect_mirror(primary_id)
+        return primary_id
+
+    async def copy_body(self, body: bytes, ref: ChainRef) -> bytes | None:
+        """A shadow copy's body continuing the candidate's own chain (its id for the turn
+        the request continues, spliced in); None (the copy is skipped, and counted) when the
+        candidate has no such turn: mirroring started mid-chain, the previous copy failed,
+        or the chain is a Conversations API one."""
         own = await self.chains.mirror_of(ref.previous) if ref.previous else None
         if own is None:
             self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
-        return own
+            return None
+        return with_previous_response(body, own)
 
     async def stored_on(self, suffix: str, backends: Collection[str]) -> str | None:
         """For `GET /v1/responses/{id}` and its sub-resources: the backend that stored the

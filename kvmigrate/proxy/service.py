@@ -15,21 +15,15 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.policies import RolloutSnapshot, Route, route
-from kvmigrate.policies.chain import ChainRef, chain_ref, stick, unknown_chain
+from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
-from kvmigrate.proxy.body import (
-    RequestBody,
-    check_passthrough_body,
-    parse_body,
-    with_model,
-    with_previous_response,
-)
+from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
+from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.errors import (
     ProxyError,
     body_too_large,
-    chain_not_served,
     chain_stranded,
     model_not_found,
     unauthorized,
@@ -66,9 +60,6 @@ from kvmigrate.wire.errors import openai_error_body
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
-
-
-RESPONSES = "responses"  # the Responses API's route below /v1: its requests form chains
 
 
 def with_usage(call: Call, body: RequestBody, path: str = "") -> Call:
@@ -147,6 +138,7 @@ class ProxyService:
         self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
         self.chains = ChainMap(self.identity)  # Responses API chains, in the same store
         self.addons = Addons([MetricsAddon(self.metrics), self.identity, self.chains, *addons])
+        self.chained = ChainRouting(self.chains, self.metrics)
         self.addons.trigger("register_metrics", self.metrics.registry)
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
@@ -200,22 +192,9 @@ class ProxyService:
             identity = await self.identity.identify(request.headers, body.data, body.model, path)
             chosen = await self.rollout.route(identity.conversation, identity.turn, served)
         else:
-            identity, chosen = await self._continue_chain(ref, body, served)
+            identity, chosen = await self.chained.route(ref, body, served, self.rollout.route)
         conversation, turn = identity.conversation, identity.turn
         return Routed(path, body, conversation, turn, chosen, served, identity, ref)
-
-    async def _continue_chain(
-        self, ref: ChainRef, body: RequestBody, served: dict[str, str]
-    ) -> tuple[Identity, Route]:
-        """A request continuing a stored response goes where that response is stored,
-        whatever the split or a pin says, and nowhere else if that backend fails."""
-        identity, backend = await self.chains.identify(ref)
-        chosen = await self.rollout.route(identity.conversation, identity.turn, served)
-        if backend is None:
-            return identity, unknown_chain(chosen, served)
-        if backend not in served:
-            raise chain_not_served(backend, body.model)
-        return identity, stick(chosen, backend)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -292,10 +271,7 @@ class ProxyService:
         chosen = routed.route
         if not exchange.mirrored or chosen.shadow is None:
             return
-        # The copy continues the candidate's own chain: the next turn's copy waits for its id.
-        mirrors = exchange.chain.response_id if isinstance(exchange.chain, ChainTurn) else None
-        if mirrors is not None:
-            self.chains.expect_mirror(mirrors)
+        mirrors = self.chained.expect_mirror(exchange.chain)
         sent = self._dispatch_copy(
             request, routed, chosen.shadow, SHADOW, exchange.request_id, mirrors
         )
@@ -449,11 +425,8 @@ class ProxyService:
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
             if routed.path == RESPONSES and role != NOISE:
-                exchange.chain = ChainTurn(
-                    routed.conversation,
-                    routed.turn,
-                    stores=routed.body.data.get("store") is not False,
-                    conversation_id=routed.chain.conversation if routed.chain else None,
+                exchange.chain = self.chained.turn(
+                    routed.conversation, routed.turn, routed.body, routed.chain
                 )
         return exchange
 
@@ -483,12 +456,10 @@ class ProxyService:
             # In the task, after the client's answer.
             call = with_usage(call, routed.body, routed.path)
             if role == SHADOW and routed.chain is not None:
-                own = await self._own_chain(routed.chain)
-                if own is None:
+                body = await self.chained.copy_body(call.body, routed.chain)
+                if body is None:
                     return
-                call = Call(
-                    call.method, call.url, with_previous_response(call.body, own), call.headers
-                )
+                call = Call(call.method, call.url, body, call.headers)
             exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
             if isinstance(exchange.chain, ChainTurn):
@@ -515,15 +486,6 @@ class ProxyService:
             self.addons.exchange_done(exchange)
 
         return self.shadow.dispatch(copy)
-
-    async def _own_chain(self, chain: ChainRef) -> str | None:
-        """The candidate's own id for the response a shadow copy continues; None (the copy
-        is skipped, and counted) when the candidate has no such turn: mirroring started
-        mid-chain, the previous copy failed, or the chain is a Conversations API one."""
-        own = await self.chains.mirror_of(chain.previous) if chain.previous else None
-        if own is None:
-            self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
-        return own
 
     # -- everything else --------------------------------------------------------------------
 
@@ -555,19 +517,21 @@ class ProxyService:
             ) from None
 
     async def handle_passthrough(self, request: web.Request) -> web.StreamResponse:
-        """Any other /v1 path goes to the primary unchanged."""
+        """Any other /v1 path goes to the primary unchanged (a stored response, to the
+        backend that stored it)."""
         started = time.perf_counter()
         self.authorize(request)
         suffix = safe_suffix(request.match_info["suffix"])
         raw = await self.read_body(request)
         check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary
-        upstream = self.upstreams[primary]
-        call = self._call(request, primary, suffix, raw, primary=True)
-        exchange = self._exchange(None, primary, SERVE, started)
+        backend = await self.chained.stored_on(suffix, self.config.backends) or primary
+        upstream = self.upstreams[backend]
+        call = self._call(request, backend, suffix, raw, primary=backend == primary)
+        exchange = self._exchange(None, backend, SERVE, started)
         response = await open_response(upstream, call)
         exchange.status = response.status
-        extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", primary)]
+        extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", backend)]
         client: web.StreamResponse
         if should_stream(response):
             first = await read_first_chunk(upstream, response, exchange)

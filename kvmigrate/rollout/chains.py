@@ -97,7 +97,9 @@ class ChainMap:
         if self.links.store is None:
             return None
         links = await self.links.load([key])
-        for delay in REMOTE_RETRY_DELAYS if self.links.shared else ():
+        # Only a response id is worth waiting for: an unknown Conversations API id is new.
+        retry = self.links.shared and key.startswith(RESPONSE_PREFIX)
+        for delay in REMOTE_RETRY_DELAYS if retry else ():
             if links:
                 break
             await asyncio.sleep(delay)
