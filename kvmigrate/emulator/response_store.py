@@ -30,18 +30,25 @@ class ResponseStore:
     def __init__(self, enabled: bool = True, capacity: int = MAX_STORED) -> None:
         self.enabled = enabled
         self.capacity = capacity
-        self._messages: OrderedDict[str, list[JSON]] = OrderedDict()
+        self._messages: OrderedDict[str, tuple[list[JSON], JSON]] = OrderedDict()
 
     def history(self, response_id: str) -> list[JSON]:
         """The conversation up to and including `response_id`'s answer."""
-        messages = self._messages.get(response_id) if self.enabled else None
-        if messages is None:
-            raise not_found(response_id)
-        return messages
+        return self._stored(response_id)[0]
 
-    def keep(self, response_id: str, messages: list[JSON]) -> None:
+    def response(self, response_id: str) -> JSON:
+        """The response object, as `GET /v1/responses/{id}` returns it."""
+        return self._stored(response_id)[1]
+
+    def _stored(self, response_id: str) -> tuple[list[JSON], JSON]:
+        stored = self._messages.get(response_id) if self.enabled else None
+        if stored is None:
+            raise not_found(response_id)
+        return stored
+
+    def keep(self, response_id: str, messages: list[JSON], response: JSON) -> None:
         if not self.enabled:
             return
-        self._messages[response_id] = messages
+        self._messages[response_id] = (messages, response)
         if len(self._messages) > self.capacity:
             self._messages.popitem(last=False)

@@ -272,6 +272,10 @@ def test_a_chain_whose_backend_is_down_gets_a_clear_error_not_another_backend(
     client = client_for(proxy)
     first = client.responses.with_raw_response.create(model=MODEL, input="Plan a day in Rome.")
     assert first.headers["x-kvmigrate-backend"] == "vllm"
+    # Retrieving it goes where it is stored, not to the primary (which would 404).
+    stored = client.responses.with_raw_response.retrieve(first.parse().id)
+    assert stored.headers["x-kvmigrate-backend"] == "vllm"
+    assert stored.parse().output_text == first.parse().output_text
     vllm.stop()
     with pytest.raises(openai.APIStatusError) as caught:
         client.responses.create(
