@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import agents  # openai-agents, from the `test` extra
 import openai
 import pytest
 
-from kvmigrate.config import Config, parse_config
-from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.config import Config
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.report.build import build_report
 from kvmigrate.runtime import build_app as build_runtime_app
@@ -28,29 +26,9 @@ RUNS = 8
 USER_TURNS = 3
 
 
-@pytest.fixture(scope="module")
-def emulators() -> Iterator[tuple[BackgroundServer, BackgroundServer]]:
-    hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0.02)))
-    vllm = BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0.02)))
-    with hosted, vllm:
-        yield hosted, vllm
-
-
 @pytest.fixture
-def config(tmp_path: Path, emulators: tuple[BackgroundServer, BackgroundServer]) -> Config:
-    hosted, vllm = emulators
-    return parse_config(
-        f"""
-backends:
-  hosted: {{api_base: "{hosted.url}/v1"}}
-  vllm: {{api_base: "{vllm.url}/v1"}}
-models:
-  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: meta-llama/Llama-3.1-8B-Instruct}}
-rollout: {{mode: split, percent: 50, state: "sqlite:///{tmp_path}/state.db"}}
-record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
-""",
-        env={},
-    )
+def config(config_for: Callable[..., Config]) -> Config:
+    return config_for("mode: split, percent: 50")
 
 
 @agents.function_tool

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import openai
 import pytest
 
-from kvmigrate.config import Config, parse_config
+from kvmigrate.config import Config
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.report.build import build_report
@@ -25,42 +24,10 @@ from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
 MODEL = "gpt-4o-mini"
-SERVED = "meta-llama/Llama-3.1-8B-Instruct"
+ConfigFor = Callable[..., Config]  # tests/rollout/conftest.py's config_for
 CHAINS = 8
 TURNS = 4
 INSTRUCTIONS = "You are a concise travel assistant."
-
-
-@pytest.fixture(scope="module")
-def emulators() -> Iterator[tuple[BackgroundServer, BackgroundServer]]:
-    hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0.02)))
-    vllm = BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0.02)))
-    with hosted, vllm:
-        yield hosted, vllm
-
-
-ConfigFor = Callable[..., Config]
-
-
-@pytest.fixture
-def config_for(tmp_path: Path, emulators: tuple[BackgroundServer, BackgroundServer]) -> ConfigFor:
-    def make(rollout: str, state: str = "", vllm_url: str = "") -> Config:
-        hosted, vllm = emulators
-        state = state or f"sqlite:///{tmp_path}/state.db"
-        return parse_config(
-            f"""
-backends:
-  hosted: {{api_base: "{hosted.url}/v1"}}
-  vllm: {{api_base: "{vllm_url or vllm.url}/v1", connect_timeout: 1}}
-models:
-  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: {SERVED}}}
-rollout: {{{rollout}, state: "{state}"}}
-record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
-""",
-            env={},
-        )
-
-    return make
 
 
 def start(config: Config) -> BackgroundServer:
@@ -238,11 +205,11 @@ def test_two_proxies_sharing_redis_continue_each_others_chains(
 
 
 def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
-    config_for: ConfigFor, emulators: tuple[BackgroundServer, BackgroundServer]
+    config_for: ConfigFor, responses_emulators: tuple[BackgroundServer, BackgroundServer]
 ) -> None:
     """A chain begun at the hosted API before the proxy existed: its next turn is a miss,
     answered by the primary; the candidate never saw the chain, so no copy is sent."""
-    hosted, _vllm = emulators
+    hosted, _vllm = responses_emulators
     direct = openai.OpenAI(base_url=hosted.url + "/v1", api_key="sk", max_retries=0)
     first = direct.responses.create(model=MODEL, input="Plan a day in Rome.")
     direct.close()
