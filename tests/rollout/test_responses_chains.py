@@ -129,6 +129,15 @@ def test_shadow_mode_mirrors_each_chain_on_the_candidates_own_chain(
         cached = [r[5] or 0 for r in turns]
         assert cached == sorted(cached), conversation
         assert cached[-1] > cached[0], conversation
+    store = open_record_store(config.record.db)
+    report = build_report(store, since=0)
+    store.close()
+    # The report's by-turn tables count this traffic's turns: every chain at each of 1-4.
+    cache_turns = [row.turn for row in report.cache_by_turn]
+    assert cache_turns[:TURNS] == ["1", "2", "3", "4"], cache_turns
+    if stream:  # TTFT exists for streamed answers only
+        counts = [(r.turn, r.primary_n, r.candidate_n) for r in report.ttft_by_turn]
+        assert counts[:TURNS] == [(str(t), CHAINS, CHAINS) for t in range(1, TURNS + 1)]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -265,3 +274,26 @@ def _metric(proxy: BackgroundServer, name: str, labels: str = "") -> float:
         if line.startswith(name) and labels in line and not line.startswith("#"):
             total += float(line.rpartition(" ")[2])
     return total
+
+
+def test_a_conversations_api_conversation_is_one_conversation_on_the_primary(
+    config_for: ConfigFor,
+) -> None:
+    """Conversations live where `POST /v1/conversations` created them: the primary (a
+    pass-through route). Its turns stay there even at 100%, counted as turns of one key."""
+    config = config_for("mode: split, percent: 100")
+    proxy = start(config)
+    client = client_for(proxy)
+    for turn in (1, 2, 3):
+        answer = client.responses.with_raw_response.create(
+            model=MODEL, input=f"Step {turn}?", conversation="conv_trip"
+        )
+        assert answer.headers["x-kvmigrate-backend"] == "hosted"
+    client.close()
+    proxy.stop()
+    served = by_conversation(record_rows(config), "serve")
+    assert [(r[1], r[2], r[4]) for r in served["conv:conv_trip"]] == [
+        (1, "hosted", 200),
+        (2, "hosted", 200),
+        (3, "hosted", 200),
+    ]
