@@ -37,6 +37,10 @@ log = logging.getLogger("kvmigrate.identity")
 MAX_LOCAL_ENTRIES = 200_000
 # A next turn sent to another proxy can overtake the first proxy's write: read twice more.
 REMOTE_RETRY_DELAYS = (0.01, 0.05)
+# A shadow copy of a turn whose previous turn another proxy served waits this long, at most,
+# for that proxy's copy to bring the candidate's id (it runs in the background).
+MIRROR_WAIT = 2.0
+MIRROR_POLL = 0.05
 
 
 @dataclass(slots=True)
@@ -164,8 +168,25 @@ class ChainMap:
         future = self._mirrors.get(primary_id)
         if future is not None:
             return await asyncio.shield(future)
-        entry = await self.find(RESPONSE_PREFIX + primary_id)
-        return entry.mirror or None if entry is not None else None
+        key = RESPONSE_PREFIX + primary_id
+        entry = await self.find(key)
+        if entry is None or entry.mirror or not self.links.shared:
+            return entry.mirror if entry is not None and entry.mirror else None
+        return await self._mirror_from_store(key)
+
+    async def _mirror_from_store(self, key: str) -> str | None:
+        """Another proxy served the turn, and its copy may still be running: its id comes
+        into the shared store when the copy ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MIRROR_WAIT
+        while loop.time() < deadline:
+            await asyncio.sleep(MIRROR_POLL)
+            links = await self.links.load([key])
+            entry = _entry(links[0]) if links else None
+            if entry is not None and entry.mirror:
+                self._put(key, entry)
+                return entry.mirror
+        return None
 
     # -- addon hooks --------------------------------------------------------------------------
 

@@ -213,6 +213,31 @@ def test_two_proxies_sharing_redis_continue_each_others_chains(
     assert misses == 0
 
 
+def test_two_proxies_sharing_redis_mirror_each_others_chains(
+    config_for: ConfigFor, fresh_redis_url: str
+) -> None:
+    """In shadow mode a turn's copy may go out from the other proxy than the turn before:
+    it still continues the candidate's own chain, with the id the first proxy stored."""
+    config = config_for("mode: shadow", state=fresh_redis_url)
+    proxies = [start(config), start(config)]
+    clients = [client_for(p) for p in proxies]
+    run_chains(clients, stream=False)
+    skipped = sum(
+        _metric(p, "kvmigrate_shadow_dropped_total", 'reason="no_candidate_chain"') for p in proxies
+    )
+    for client in clients:
+        client.close()
+    for proxy in proxies:
+        proxy.stop()
+    rows = record_rows(config)
+    assert_whole_chains(rows)
+    copies = by_conversation(rows, "shadow")
+    assert len(copies) == CHAINS
+    for conversation, turns in copies.items():
+        assert [(r[1], r[4]) for r in turns] == [(t, 200) for t in (1, 2, 3, 4)], conversation
+    assert skipped == 0
+
+
 def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
     config_for: ConfigFor, responses_emulators: tuple[BackgroundServer, BackgroundServer]
 ) -> None:
