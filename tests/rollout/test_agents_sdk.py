@@ -106,3 +106,5 @@ def test_agent_runs_stay_on_one_backend_with_their_turns_counted(
     assert {turns[0][1] for turns in runs.values()} == {"hosted", "vllm"}
     assert report.identity.split == 0
     assert report.identity.conversations == RUNS
+    # The by-turn table has a row for each of the runs' turns (not all of them at turn 1).
+    assert [row.turn for row in report.cache_by_turn] == [str(t) for t in range(1, requests + 1)]
