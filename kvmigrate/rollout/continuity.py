@@ -200,7 +200,8 @@ class ContinuityResolver:
             "kvmigrate_conversation_identity",
             "Requests by how their conversation was identified: header, user, continuity "
             "(an earlier answer resent), opening (a first turn), guess (a later turn keyed by "
-            "its masked opening only), body (no messages).",
+            "its masked opening only), body (no messages), chain (a Responses request "
+            "continuing a stored response).",
             ["source"],
             registry=registry,
         )
