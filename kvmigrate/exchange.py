@@ -55,6 +55,7 @@ class Exchange:
     mirrored: bool = False  # an answer a shadow copy will be compared with
     identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
     continuity: Any = None  # what conversation identity remembers once the answer is whole
+    chain: Any = None  # a Responses request's place in its chain (kvmigrate.rollout.chains)
     chunks: list[bytes] = field(default_factory=ChunkLog)
     _usage: dict[str, Any] | None = None
     _usage_parsed: bool = False
@@ -100,7 +101,7 @@ class Exchange:
 # An exchange's state, what a worker process gets of it: its fields in their order, less
 # what stays in the proxy's process (the usage parsed on demand, what conversation identity
 # keeps for later). The scalars lead, so `Exchange(*scalars)` takes them; `chunks` is last.
-_LOCAL = frozenset({"continuity"})
+_LOCAL = frozenset({"continuity", "chain"})
 STATE_FIELDS = tuple(
     f.name for f in fields(Exchange) if not f.name.startswith("_") and f.name not in _LOCAL
 )

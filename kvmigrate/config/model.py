@@ -75,6 +75,9 @@ class ServerConfig(ConfigSection, frozen=True):
     # Open client connections at most; 0: a third of the process's file-descriptor limit
     # (each request can hold a client, an upstream and a shadow connection).
     max_connections: Annotated[int, Meta(ge=0)] = 0
+    # The `model` an answer names: `served`, the backend's own (as relayed); `requested`, the
+    # name the client sent, spliced into every chunk (costs a scan of each chunk).
+    answer_model: Literal["served", "requested"] = "served"
 
 
 class BackendConfig(ConfigSection, frozen=True):

@@ -309,5 +309,10 @@ async def diagnose(endpoint: Endpoint, want: Expectations) -> Diagnosis:
         )
         result.checks.append(await _guarded("tool calling", True, check_tools(endpoint, facts)))
         result.checks.append(await _guarded("json mode", False, check_json_mode(endpoint, facts)))
+        # Imported here: that module builds on this one's CheckResult.
+        from kvmigrate.doctor.responses_chain import NAME, check_responses_chain
+
+        chain = check_responses_chain(endpoint, facts.model)
+        result.checks.append(await _guarded(NAME, False, chain))
     result.checks.append(check_context(want, facts))
     return result

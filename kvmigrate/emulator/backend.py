@@ -11,6 +11,7 @@ from kvmigrate.emulator.latency import LatencyModel, PrefillEngine
 from kvmigrate.emulator.outputs import Choice, Generation, ToolCall
 from kvmigrate.emulator.parsing import GenerationRequest
 from kvmigrate.emulator.prefix_cache import PrefixCache
+from kvmigrate.emulator.response_store import ResponseStore
 from kvmigrate.emulator.settings import EmulatorSettings
 from kvmigrate.emulator.textgen import Sampling, answer_text, cut, json_text
 from kvmigrate.emulator.tokens import tokenize
@@ -26,6 +27,7 @@ class Backend:
         latency = settings.latency_settings
         self.latency = LatencyModel(latency, settings.time_scale, self.rng)
         self.engine = PrefillEngine(latency.engine_concurrency)
+        self.responses = ResponseStore(settings.responses_store)
         if settings.profile == "vllm":
             self.cache = PrefixCache.vllm(settings.block_size, settings.cache_capacity_tokens)
         else:

@@ -1,13 +1,13 @@
 """The OpenAI Responses API (`POST /v1/responses`): requests mapped onto the chat pipeline,
 answers as `response` objects, and streams as typed events with sequence numbers (no
 `[DONE]`). Minimal but correct in shape: text and function-call output items, usage with
-cached tokens, `incomplete` when `max_output_tokens` cuts the answer. No stored state:
-`previous_response_id` is echoed, not resolved.
+cached tokens, `incomplete` when `max_output_tokens` cuts the answer. `previous_response_id`
+continues a response this backend stored (kvmigrate.emulator.response_store).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kvmigrate.emulator.errors import bad_request
@@ -39,10 +39,13 @@ def _item_message(item: JSON) -> JSON:
     raise bad_request(f"Invalid input item type {kind!r}.", "input")
 
 
-def to_messages(body: JSON) -> list[JSON]:
+def to_messages(body: JSON, previous: Sequence[JSON] = ()) -> list[JSON]:
+    """The request as chat messages: its instructions (which a continued response does not
+    inherit), the stored conversation it continues, then its own input."""
     messages: list[JSON] = []
     if isinstance(body.get("instructions"), str):
         messages.append({"role": "system", "content": body["instructions"]})
+    messages.extend(previous)
     raw = body.get("input")
     if isinstance(raw, str):
         messages.append({"role": "user", "content": raw})
@@ -62,11 +65,16 @@ def _temperature(body: JSON) -> float | None:
     return None
 
 
-def parse_responses(raw: Any) -> tuple[GenerationRequest, JSON]:
-    """The generation request and the request fields a response object echoes."""
+def parse_responses(
+    raw: Any, stored: Callable[[str], list[JSON]] | None = None
+) -> tuple[GenerationRequest, JSON, list[JSON]]:
+    """The generation request, the request fields a response object echoes, and the
+    conversation so far (less instructions) that the answer's stored copy extends."""
     body = require_object(raw)
     model = require_model(body)
-    messages = to_messages(body)
+    previous = body.get("previous_response_id")
+    history = stored(previous) if stored is not None and isinstance(previous, str) else []
+    messages = to_messages(body, history)
     tools = parse_tools(body.get("tools"), flat=True)
     text = body.get("text")
     json_mode, schema = response_format(text.get("format") if isinstance(text, dict) else None)
@@ -99,7 +107,8 @@ def parse_responses(raw: Any) -> tuple[GenerationRequest, JSON]:
         store=body.get("store", True),
         metadata=body.get("metadata") or {},
     )
-    return request, echo
+    conversation = messages[1:] if isinstance(body.get("instructions"), str) else messages
+    return request, echo, conversation
 
 
 class ResponseRenderer:
@@ -140,6 +149,15 @@ class ResponseRenderer:
             "call_id": call.id,
             "name": call.name,
         }
+
+    def as_messages(self) -> list[JSON]:
+        """The answer as the chat messages a continued response resends."""
+        if not self.choice.tool_calls:
+            return [{"role": "assistant", "content": self.choice.text}]
+        calls = [
+            {"function": {"name": c.name, "arguments": c.arguments}} for c in self.choice.tool_calls
+        ]
+        return [{"role": "assistant", "content": None, "tool_calls": calls}]
 
     def output(self) -> list[JSON]:
         if self.choice.tool_calls:

@@ -194,9 +194,12 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
-    req, echo = parse_responses(await _read_json(request))
+    req, echo, conversation = parse_responses(await _read_json(request), backend.responses.history)
     gen = backend.generate(req, chat=True)
     renderer = ResponseRenderer(gen, echo, backend.dialect)
+    if echo.get("store") is not False:
+        final = renderer.response(renderer.final_status())
+        backend.responses.keep(renderer.id, conversation + renderer.as_messages(), final)
     return await _deliver(
         request,
         req,
@@ -206,6 +209,11 @@ async def responses(request: web.Request) -> web.StreamResponse:
         frame=event_frame,
         done=False,
     )
+
+
+async def get_response(request: web.Request) -> web.StreamResponse:
+    stored = request.app[BACKEND].responses.response(request.match_info["id"])
+    return await send_json(request, stored)
 
 
 def _embedding_inputs(body: JSON) -> list[str]:
@@ -278,6 +286,7 @@ def build_app(settings: EmulatorSettings) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/responses", responses)
+    app.router.add_get("/v1/responses/{id}", get_response)
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)

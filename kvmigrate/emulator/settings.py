@@ -127,6 +127,8 @@ class EmulatorSettings:
     broken_tool_calls: 0..1, the share of tool-calling answers whose calls come out broken
         (a wrong tool name, arguments cut mid-JSON), as from a misconfigured tool parser.
     fault_seed: seeds the random draws of faults and latency jitter; 0 draws from the OS.
+    responses_store: keep Responses API answers so `previous_response_id` continues them
+        (OpenAI always does; vLLM only with `VLLM_ENABLE_RESPONSES_API_STORE=1`).
     """
 
     profile: Profile = "vllm"
@@ -150,6 +152,7 @@ class EmulatorSettings:
     answer_family: str = ""
     azure: bool = False
     fault_seed: int = 0
+    responses_store: bool = True
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:

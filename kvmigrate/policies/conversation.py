@@ -69,7 +69,14 @@ def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
         messages = body.get("input") if isinstance(body.get("input"), list) else None
     if not messages:
         instructions = body.get("instructions")
-        return None if instructions is None else [instructions]
+        if instructions is None:
+            return None
+        text = body.get("input")
+        if isinstance(text, str):
+            # A Responses request with string `input`: keyed by the instructions alone,
+            # every conversation sharing them would be one conversation (issue 17).
+            return [["instructions", masked(instructions)], ["user", masked(text)]]
+        return [instructions]
     prefix: list[Any] = []
     for message in messages:
         if not isinstance(message, dict):
@@ -104,6 +111,27 @@ def turn_index(body: Mapping[str, Any]) -> int:
     """1 for the first request of a conversation; each earlier answer resent adds one."""
     messages = body.get("messages")
     if not isinstance(messages, list):
-        return 1
+        items = body.get("input")
+        return _resent_answers(items) + 1 if isinstance(items, list) else 1
     answers = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
     return answers + 1
+
+
+# Responses API output items a stateless client resends as its history.
+_OUTPUT_ITEMS = frozenset({"function_call", "reasoning", "web_search_call", "file_search_call"})
+
+
+def _resent_answers(items: list[Any]) -> int:
+    """The answers a Responses `input` list resends: a run of assistant messages and output
+    items (an answer's reasoning, text and tool calls) is one answer."""
+    answers = 0
+    previous = False
+    for item in items:
+        if not isinstance(item, dict):
+            previous = False
+            continue
+        kind = item.get("type", "message")
+        output = item.get("role") == "assistant" if kind == "message" else kind in _OUTPUT_ITEMS
+        answers += output and not previous
+        previous = output
+    return answers

@@ -68,6 +68,8 @@ def build_proxy_app(
     for route in MODEL_ROUTES:
         app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, path=route))
     app.router.add_get("/v1/models", partial(list_models, config))
+    # Named `suffix`: a name that is no alias is the primary's to answer (pass-through).
+    app.router.add_get("/v1/{suffix:models/.+}", partial(get_model, config))
     app.router.add_get("/health", health)
     app.router.add_get("/ready", partial(ready, service, Readiness()))
     app.router.add_get("/metrics", partial(metrics, service))
@@ -94,11 +96,23 @@ def _connection_limits(config: Config, service: ProxyService) -> ConnectionLimit
 async def list_models(config: Config, request: web.Request) -> web.Response:
     request.app[SERVICE_KEY].authorize(request)
     created = int(time.time())
-    data = [
-        {"id": route.model_name, "object": "model", "created": created, "owned_by": "kvmigrate"}
-        for route in config.models
-    ]
+    data = [_model_card(route.model_name, created) for route in config.models]
     return _json({"object": "list", "data": data})
+
+
+async def get_model(config: Config, request: web.Request) -> web.StreamResponse:
+    """`GET /v1/models/{name}`: a `model_name` alias is answered here, as the listing
+    answers it (upstream it would be unknown); any other name goes to the primary."""
+    service = request.app[SERVICE_KEY]
+    name = request.match_info["suffix"].removeprefix("models/")
+    if config.route(name) is None:
+        return await service.handle_passthrough(request)
+    service.authorize(request)
+    return _json(_model_card(name, int(time.time())))
+
+
+def _model_card(name: str, created: int) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "kvmigrate"}
 
 
 async def health(_request: web.Request) -> web.Response:

@@ -122,3 +122,21 @@ def with_model(body: RequestBody, served_model: str) -> bytes:
 
 def _splice(raw: bytes, match: re.Match[bytes], replacement: bytes) -> bytes:
     return raw[: match.start(1)] + replacement + raw[match.end(1) :]
+
+
+_PREVIOUS_KEY = re.compile(rb'"previous_response_id"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def with_previous_response(raw: bytes, response_id: str) -> bytes:
+    """A Responses request's bytes naming `response_id` as the response it continues: a
+    shadow copy continues the candidate's own chain (issue 17). Spliced, as `with_model` is;
+    only a body where the key also occurs nested is checked by parsing, or re-encoded."""
+    replacement = orjson.dumps(response_id)
+    matches = list(_PREVIOUS_KEY.finditer(raw))
+    if len(matches) == 1 and b"\\u" not in raw:
+        return _splice(raw, matches[0], replacement)
+    for match in matches:
+        candidate = _splice(raw, match, replacement)
+        if orjson.loads(candidate).get("previous_response_id") == response_id:
+            return candidate
+    return orjson.dumps({**orjson.loads(raw), "previous_response_id": response_id})

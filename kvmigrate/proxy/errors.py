@@ -89,3 +89,26 @@ def upstream_timeout(backend: str) -> ProxyError:
     return ProxyError(
         504, f"Backend `{backend}` did not answer in time.", "server_error", "upstream_timeout"
     )
+
+
+def chain_stranded(failure: ProxyError, backend: str) -> ProxyError:
+    """A continued Responses chain whose backend failed: no other backend holds its state,
+    so it is not retried elsewhere, where it would get a 404 or an answer without history."""
+    return ProxyError(
+        failure.status,
+        f"{failure.message} This request continues a response stored on `{backend}`, and no "
+        "other backend holds it, so it was not sent elsewhere; retry later.",
+        failure.error_type,
+        failure.code,
+    )
+
+
+def chain_not_served(backend: str, model: str) -> ProxyError:
+    return ProxyError(
+        400,
+        f"The response this request continues is stored on backend `{backend}`, which does "
+        f"not serve the model `{model}`: continue it with the model that started it.",
+        "invalid_request_error",
+        "previous_response_not_served",
+        "previous_response_id",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -142,6 +142,7 @@ async def relay_stream(
     exchange: Exchange,
     extra_headers: list[tuple[str, str]],
     check: SseCheck | None = None,
+    rewrite: Callable[[bytes], bytes] | None = None,
 ) -> web.StreamResponse:
     """Relay the rest of a stream chunk by chunk. A break after bytes went out, or a
     candidate's malformed event, ends an event stream with an SSE error event and any other
@@ -154,7 +155,7 @@ async def relay_stream(
     await client.prepare(request)
     try:
         if first_chunk:
-            await client.write(first_chunk)
+            await client.write(rewrite(first_chunk) if rewrite else first_chunk)
         async for chunk in response.content.iter_any():
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
@@ -164,7 +165,7 @@ async def relay_stream(
                     sse_error_event("The backend sent a malformed stream event.", exchange.error),
                 )
                 break
-            await client.write(chunk)
+            await client.write(rewrite(chunk) if rewrite else chunk)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = ErrorKind.CLIENT_DISCONNECTED
     except TRANSPORT_ERRORS as exc:

@@ -73,7 +73,14 @@ CREDENTIAL_QUERY_PARAMS = frozenset(
 )
 # Set by the proxy itself on every answer.
 OWN_RESPONSE_HEADERS = frozenset(
-    {"x-request-id", "x-kvmigrate-backend", "x-kvmigrate-overhead-ms", "date", "server"}
+    {
+        "x-request-id",
+        "x-kvmigrate-backend",
+        "x-kvmigrate-overhead-ms",
+        "x-kvmigrate-served-model",
+        "date",
+        "server",
+    }
 )
 
 

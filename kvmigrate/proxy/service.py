@@ -15,10 +15,19 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.policies import RolloutSnapshot, Route, route
+from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
+from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
-from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
+from kvmigrate.proxy.chained import RESPONSES, ChainRouting
+from kvmigrate.proxy.errors import (
+    ProxyError,
+    body_too_large,
+    chain_stranded,
+    model_not_found,
+    unauthorized,
+)
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
@@ -44,6 +53,7 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.wire.errors import openai_error_body
@@ -52,11 +62,14 @@ if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
 
 
-def with_usage(call: Call, body: RequestBody) -> Call:
+def with_usage(call: Call, body: RequestBody, path: str = "") -> Call:
     """A streamed copy asks for the usage chunk even when the client did not: nobody reads
-    the copy but us, and its token counts (cached tokens above all) are the evidence."""
+    the copy but us, and its token counts (cached tokens above all) are the evidence. A
+    Responses stream always ends with its usage, in `response.completed`."""
     options = body.data.get("stream_options")
     if not body.stream or (isinstance(options, dict) and options.get("include_usage")):
+        return call
+    if path == RESPONSES:
         return call
     start = call.body.lstrip()
     if "stream_options" not in body.data and start[:1] == b"{":
@@ -113,6 +126,7 @@ class Routed:
     route: Route
     served: dict[str, str]
     identity: Identity
+    chain: ChainRef | None = None  # the stored response or conversation a request continues
 
 
 class ProxyService:
@@ -128,7 +142,9 @@ class ProxyService:
         self.metrics = ProxyMetrics()
         # Without a store, continuity holds within this process only.
         self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
-        self.addons = Addons([MetricsAddon(self.metrics), self.identity, *addons])
+        self.chains = ChainMap(self.identity)  # Responses API chains, in the same store
+        self.addons = Addons([MetricsAddon(self.metrics), self.identity, self.chains, *addons])
+        self.chained = ChainRouting(self.chains, self.metrics)
         self.addons.trigger("register_metrics", self.metrics.registry)
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
@@ -176,10 +192,15 @@ class ProxyService:
         model_route = self.config.route(body.model)
         if model_route is None:
             raise model_not_found(body.model)
-        identity = await self.identity.identify(request.headers, body.data, body.model, path)
         served = model_route.served
-        chosen = await self.rollout.route(identity.conversation, identity.turn, served)
-        return Routed(path, body, identity.conversation, identity.turn, chosen, served, identity)
+        ref = chain_ref(body.data) if path == RESPONSES else None
+        if ref is None:
+            identity = await self.identity.identify(request.headers, body.data, body.model, path)
+            chosen = await self.rollout.route(identity.conversation, identity.turn, served)
+        else:
+            identity, chosen = await self.chained.route(ref, body, served, self.rollout.route)
+        conversation, turn = identity.conversation, identity.turn
+        return Routed(path, body, conversation, turn, chosen, served, identity, ref)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -225,6 +246,8 @@ class ProxyService:
         self._finish(routed, failed, failure.kind)
         fallback = routed.route.fallback
         if fallback is None:
+            if routed.chain is not None:
+                raise chain_stranded(failure.error, failed.backend) from None
             raise failure.error from None
         self.metrics.fallbacks.labels(failure.kind).inc()
         return self._exchange(
@@ -254,7 +277,12 @@ class ProxyService:
         chosen = routed.route
         if not exchange.mirrored or chosen.shadow is None:
             return
-        self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
+        mirrors = self.chained.expect_mirror(exchange.chain)
+        sent = self._dispatch_copy(
+            request, routed, chosen.shadow, SHADOW, exchange.request_id, mirrors
+        )
+        if mirrors is not None and not sent:
+            self.chains.mirrored(mirrors, None)
         if chosen.noise and self.noise_budget.take():
             self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
@@ -276,7 +304,9 @@ class ProxyService:
             ("x-request-id", exchange.request_id),
             ("x-kvmigrate-backend", exchange.backend),
             ("x-kvmigrate-overhead-ms", f"{overhead * 1000:.3f}"),
+            ("x-kvmigrate-served-model", exchange.served_model),
         ]
+        rewrite = self._answer_model(exchange)
         client: web.StreamResponse
         try:
             if first is None:
@@ -285,9 +315,12 @@ class ProxyService:
                     # The client knows the primary's error shape; the record keeps the
                     # candidate's own bytes (exchange.chunks).
                     body = openai_error_body(response.status, body, routed.path) or body
+                body = rewrite(body) if rewrite else body
                 client = await send_buffered(request, response, body, extra)
             else:
-                client = await relay_stream(request, response, first, exchange, extra, check)
+                client = await relay_stream(
+                    request, response, first, exchange, extra, check, rewrite
+                )
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             # The client left while a whole answer was being written: still a record.
             self._finish(routed, exchange, ErrorKind.CLIENT_DISCONNECTED)
@@ -295,6 +328,12 @@ class ProxyService:
         self._finish(routed, exchange)
         self._mirror(request, routed, exchange)
         return client
+
+    def _answer_model(self, exchange: Exchange) -> Rewrite | None:
+        """With `server.answer_model: requested`, the answer names the client's model."""
+        if self.config.server.answer_model != "requested":
+            return None
+        return answer_model_rewrite(exchange.served_model, exchange.model)
 
     async def _open(
         self, request: web.Request, routed: Routed, exchange: Exchange
@@ -391,20 +430,46 @@ class ProxyService:
             exchange.identity = routed.identity.source
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
+            if routed.path == RESPONSES and role != NOISE:
+                exchange.chain = self.chained.turn(
+                    routed.conversation, routed.turn, routed.body, routed.chain
+                )
         return exchange
 
     def _dispatch_copy(
-        self, request: web.Request, routed: Routed, backend: str, role: Role, primary_id: str
-    ) -> None:
+        self,
+        request: web.Request,
+        routed: Routed,
+        backend: str,
+        role: Role,
+        primary_id: str,
+        mirrors: str | None = None,
+    ) -> bool:
         """A background copy of the request: to the candidate (shadow) or, for the noise
-        floor, once more to the primary. Never waited for, bounded, always accounted."""
+        floor, once more to the primary. Never waited for, bounded, always accounted.
+        `mirrors`: the primary's response id of the answer a shadow copy mirrors."""
         call = self._model_call(request, routed, backend)
 
         async def copy() -> None:
+            try:
+                await send_copy()
+            finally:
+                if mirrors is not None:
+                    self.chains.mirrored(mirrors, None)  # no-op once its id is known
+
+        async def send_copy() -> None:
             nonlocal call
-            call = with_usage(call, routed.body)  # in the task, after the client's answer
+            # In the task, after the client's answer.
+            call = with_usage(call, routed.body, routed.path)
+            if role == SHADOW and routed.chain is not None:
+                body = await self.chained.copy_body(call.body, routed.chain)
+                if body is None:
+                    return
+                call = Call(call.method, call.url, body, call.headers)
             exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
+            if isinstance(exchange.chain, ChainTurn):
+                exchange.chain.mirrors = mirrors
             exchange.request_body = call.body
             upstream = self.upstreams[backend]
             try:
@@ -426,7 +491,7 @@ class ProxyService:
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 
-        self.shadow.dispatch(copy)
+        return self.shadow.dispatch(copy)
 
     # -- everything else --------------------------------------------------------------------
 
@@ -458,19 +523,21 @@ class ProxyService:
             ) from None
 
     async def handle_passthrough(self, request: web.Request) -> web.StreamResponse:
-        """Any other /v1 path goes to the primary unchanged."""
+        """Any other /v1 path goes to the primary unchanged (a stored response, to the
+        backend that stored it)."""
         started = time.perf_counter()
         self.authorize(request)
         suffix = safe_suffix(request.match_info["suffix"])
         raw = await self.read_body(request)
         check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary
-        upstream = self.upstreams[primary]
-        call = self._call(request, primary, suffix, raw, primary=True)
-        exchange = self._exchange(None, primary, SERVE, started)
+        backend = await self.chained.stored_on(suffix, self.config.backends) or primary
+        upstream = self.upstreams[backend]
+        call = self._call(request, backend, suffix, raw, primary=backend == primary)
+        exchange = self._exchange(None, backend, SERVE, started)
         response = await open_response(upstream, call)
         exchange.status = response.status
-        extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", primary)]
+        extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", backend)]
         client: web.StreamResponse
         if should_stream(response):
             first = await read_first_chunk(upstream, response, exchange)

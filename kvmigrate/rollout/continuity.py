@@ -47,7 +47,8 @@ REMOTE_RETRY_DELAY = 0.01
 
 # How a request's conversation was known. `guess`: a later turn (it resends answers) that
 # matched no remembered answer, keyed by its masked opening; `body`: no messages at all.
-SOURCES = ("header", "user", "continuity", "opening", "guess", "body")
+# `chain`: a Responses API request continuing a stored response (kvmigrate.rollout.chains).
+SOURCES = ("header", "user", "continuity", "opening", "guess", "body", "chain")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +136,10 @@ class ContinuityResolver:
 
     async def _remote(self, history: History) -> tuple[str, int] | None:
         keys = [k for k in (history.lookup, history.asked) if k is not None]
-        links = await self._load(keys)
+        links = await self.load(keys)
         if not links and self.shared:
             await asyncio.sleep(REMOTE_RETRY_DELAY)
-            links = await self._load(keys)
+            links = await self.load(keys)
         if not links:
             return None
         best = min(links, key=lambda link: keys.index(link.key))  # the answer link first
@@ -146,8 +147,10 @@ class ContinuityResolver:
         self._put(best.key, found)
         return found
 
-    async def _load(self, keys: list[str]) -> list[Link]:
-        assert self.store is not None
+    async def load(self, keys: list[str]) -> list[Link]:
+        """The store's links of `keys`, or none when it does not answer in time."""
+        if self.store is None:
+            return []
         try:
             return await asyncio.wait_for(
                 asyncio.to_thread(self.store.load_links, keys), self.remote_timeout
@@ -170,8 +173,12 @@ class ContinuityResolver:
         """Known here at once; in the store as soon as the writer's next batch lands."""
         self._put(link, (conversation, turn))
         if self.store is not None:
-            expires = time.time() + self.ttl_seconds
-            self._unsaved.append(Link(link, conversation, turn, expires))
+            self.save(Link(link, conversation, turn, time.time() + self.ttl_seconds))
+
+    def save(self, link: Link) -> None:
+        """Queue a link for the writer's next batch (response ids use it too, issue 17)."""
+        if self.store is not None:
+            self._unsaved.append(link)
             del self._unsaved[:-MAX_UNSAVED]
             if self._wake is not None:
                 self._wake.set()
@@ -199,7 +206,8 @@ class ContinuityResolver:
             "kvmigrate_conversation_identity",
             "Requests by how their conversation was identified: header, user, continuity "
             "(an earlier answer resent), opening (a first turn), guess (a later turn keyed by "
-            "its masked opening only), body (no messages).",
+            "its masked opening only), body (no messages), chain (a Responses request "
+            "continuing a stored response).",
             ["source"],
             registry=registry,
         )

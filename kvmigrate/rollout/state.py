@@ -132,8 +132,9 @@ class Link:
     """Something a later request will name, mapped to the conversation and turn it belongs to.
 
     `key` is namespaced by kind: `c:<digest>` for a history and its answer (continuity, issue
-    25); response ids for Responses API chains can live beside them. `detail` is free text
-    for what a kind needs besides (a backend, the candidate's own response id).
+    25); `r:<response id>` and `v:<conversation id>` for Responses API chains (issue 17,
+    kvmigrate.rollout.chains). `detail` is free text for what a kind needs besides (a chain's
+    backend and the candidate's own response id, as a JSON pair).
     """
 
     key: str

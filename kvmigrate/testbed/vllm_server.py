@@ -114,6 +114,8 @@ class VllmServer:
         self.log_path = log_path
         env = dict(os.environ, TMPDIR=str(self._tmpdir), HF_HUB_OFFLINE="1")
         env.update(VLLM_NO_USAGE_STATS="1", TRANSFORMERS_OFFLINE="1")
+        # Responses API chains (previous_response_id) need vLLM's response store.
+        env.update(VLLM_ENABLE_RESPONSES_API_STORE="1")
         self._log = log_path.open("ab")
         started = time.monotonic()
         self._process = subprocess.Popen(

@@ -54,6 +54,7 @@ def test_a_well_configured_vllm_passes(healthy: BackgroundServer) -> None:
         "prefix caching": "pass",
         "tool calling": "pass",
         "json mode": "pass",
+        "responses chains": "pass",
         "max model len": "pass",
     }
     assert "cached" in found["prefix caching"]["detail"]
@@ -72,6 +73,19 @@ def test_prompt_token_details_off_fails_with_the_flag() -> None:
     # the cache itself is still proven, from /metrics
     assert "ok    prefix caching" in result.stdout
     assert "1 required check(s) failed: prompt-token details" in result.stdout
+
+
+def test_a_vllm_without_its_response_store_fails_the_chain_check_with_the_env_var() -> None:
+    server = _emulator(responses_store=False)
+    try:
+        result = doctor("--base-url", server.url + "/v1", "--json")
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output  # optional: chat-only agents need no store
+    check = checks(result)["responses chains"]
+    assert check["status"] == "fail"
+    assert "404" in check["detail"]
+    assert check["fix"].startswith("start vLLM with VLLM_ENABLE_RESPONSES_API_STORE=1")
 
 
 def test_a_cache_that_never_hits_fails_with_the_flag() -> None:

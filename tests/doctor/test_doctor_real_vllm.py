@@ -21,7 +21,7 @@ def test_the_test_bed_vllm_passes_the_required_checks(real_vllm: VllmServer) -> 
     assert result.exit_code == 0, result.output
     assert report["model"] == "tiny"
     for name in ("reachable", "chat template", "prompt-token details", "prefix caching",
-                 "tool calling"):  # fmt: skip
+                 "tool calling", "responses chains"):  # fmt: skip
         assert statuses[name] == "pass", (name, report)
     prefix = next(c for c in report["checks"] if c["name"] == "prefix caching")
     # both sources of evidence: usage and the Prometheus counter

@@ -9,7 +9,17 @@ import re
 import struct
 from typing import Any
 
-from emulator_support import chat_body, client, model_of, profile_of, raw, sse_data
+import openai
+import pytest
+from emulator_support import (
+    StartEmulator,
+    chat_body,
+    client,
+    model_of,
+    profile_of,
+    raw,
+    sse_data,
+)
 
 from kvmigrate.serving import BackgroundServer
 
@@ -214,3 +224,55 @@ def test_responses_incomplete_on_max_output_tokens(hosted_server: BackgroundServ
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
     assert response["usage"]["output_tokens"] == 16
+
+
+def test_responses_api_continues_a_stored_chain(any_server: BackgroundServer) -> None:
+    """previous_response_id continues the stored conversation: each turn's prompt extends
+    the last, so the prefix cache reuses it; the instructions are not inherited."""
+    with client(any_server) as sdk:
+        ids: list[str] = []
+        inputs: list[int] = []
+        cached: list[int] = []
+        for turn in range(1, 5):
+            response = sdk.responses.create(
+                model=model_of(any_server),
+                instructions="You are a travel assistant. " * 300,  # hosted caches from 1024
+                input=f"Tell me about glaciers, part {turn}",
+                previous_response_id=ids[-1] if ids else None,
+            )
+            ids.append(response.id)
+            assert response.previous_response_id == (ids[-2] if turn > 1 else None)
+            assert response.usage is not None
+            inputs.append(response.usage.input_tokens)
+            cached.append(response.usage.input_tokens_details.cached_tokens)
+    assert inputs == sorted(inputs)
+    assert len(set(inputs)) == 4  # the history grows
+    assert cached[1:] == sorted(cached[1:])
+    assert cached[1] > 0
+
+
+def test_responses_api_unknown_previous_response_is_a_404(any_server: BackgroundServer) -> None:
+    status, _, body = raw(
+        any_server,
+        "POST",
+        "/v1/responses",
+        {"model": model_of(any_server), "input": "hi", "previous_response_id": "resp_elsewhere"},
+    )
+    error = json.loads(body)["error"]
+    assert status == 404
+    assert error["type"] == "invalid_request_error"
+    assert "resp_elsewhere" in error["message"]
+
+
+def test_responses_api_store_false_or_disabled_keeps_nothing(
+    start_emulator: StartEmulator,
+) -> None:
+    """`store: false` answers are not kept; a vLLM without its response store keeps none."""
+    stateless = start_emulator("vllm", responses_store=False)
+    for server, store in ((stateless, True), (start_emulator("hosted"), False)):
+        with client(server) as sdk:
+            first = sdk.responses.create(model=model_of(server), input="hi", store=store)
+            with pytest.raises(openai.NotFoundError):
+                sdk.responses.create(
+                    model=model_of(server), input="more", previous_response_id=first.id
+                )

@@ -6,12 +6,17 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from kvmigrate.serving import free_port
+from kvmigrate.config import Config, parse_config
+from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.serving import BackgroundServer, free_port
+
+MODEL = "gpt-4o-mini"
+SERVED = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +74,39 @@ def fresh_redis_url(redis_url: str) -> str:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/state.db"
+
+
+ConfigFor = Callable[..., Config]
+
+
+@pytest.fixture(scope="module")
+def responses_emulators() -> Iterator[tuple[BackgroundServer, BackgroundServer]]:
+    hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0.02)))
+    vllm = BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0.02)))
+    with hosted, vllm:
+        yield hosted, vllm
+
+
+@pytest.fixture
+def config_for(
+    tmp_path: Path, responses_emulators: tuple[BackgroundServer, BackgroundServer]
+) -> ConfigFor:
+    """A config for a proxy in front of `responses_emulators`, recording in full."""
+
+    def make(rollout: str, state: str = "", vllm_url: str = "") -> Config:
+        hosted, vllm = responses_emulators
+        state = state or f"sqlite:///{tmp_path}/state.db"
+        return parse_config(
+            f"""
+backends:
+  hosted: {{api_base: "{hosted.url}/v1"}}
+  vllm: {{api_base: "{vllm_url or vllm.url}/v1", connect_timeout: 1}}
+models:
+  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: {SERVED}}}
+rollout: {{{rollout}, state: "{state}"}}
+record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
+""",
+            env={},
+        )
+
+    return make

@@ -35,7 +35,7 @@ class VllmDialect(Dialect):
         return {
             "error": {
                 "message": error.vllm_message or error.message,
-                "type": f"{phrase}Error",
+                "type": error.error_type or f"{phrase}Error",
                 "param": None,
                 "code": error.status,
             }

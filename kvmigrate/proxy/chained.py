@@ -1,0 +1,78 @@
+"""Responses API chains in the proxy: where a continued chain goes, what its exchanges carry
+for the response-id map, and the candidate's own id a shadow copy continues.
+
+The map is `kvmigrate.rollout.chains.ChainMap`; the routing rules are `policies.chain`. This
+is the glue `ProxyService` calls, kept apart so the service stays about serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+
+from kvmigrate.policies import Route
+from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainRef, stick, unknown_chain
+from kvmigrate.proxy.body import RequestBody, with_previous_response
+from kvmigrate.proxy.errors import chain_not_served
+from kvmigrate.proxy.metrics import ProxyMetrics
+from kvmigrate.rollout.chains import ChainMap, ChainTurn
+from kvmigrate.rollout.continuity import Identity
+
+RESPONSES = "responses"  # the Responses API's route below /v1: its requests form chains
+RouteFor = Callable[[str, int, Collection[str]], Awaitable[Route]]
+
+
+class ChainRouting:
+    def __init__(self, chains: ChainMap, metrics: ProxyMetrics) -> None:
+        self.chains = chains
+        self.metrics = metrics
+
+    async def route(
+        self, ref: ChainRef, body: RequestBody, served: Collection[str], route_for: RouteFor
+    ) -> tuple[Identity, Route]:
+        """A request continuing a stored response goes where that response is stored,
+        whatever the split or a pin says, and nowhere else if that backend fails."""
+        identity, backend = await self.chains.identify(ref)
+        chosen = await route_for(identity.conversation, identity.turn, served)
+        if backend is None:
+            return identity, unknown_chain(chosen, served)
+        if backend not in served:
+            raise chain_not_served(backend, body.model)
+        return identity, stick(chosen, backend)
+
+    @staticmethod
+    def turn(conversation: str, turn: int, body: RequestBody, ref: ChainRef | None) -> ChainTurn:
+        """What an exchange on the Responses route carries for the map."""
+        return ChainTurn(
+            conversation,
+            turn,
+            stores=body.data.get("store") is not False,
+            conversation_id=ref.conversation if ref else None,
+        )
+
+    def expect_mirror(self, chain: object) -> str | None:
+        """The primary's response id a shadow copy about to go out mirrors: the next turn's
+        copy will wait for the candidate's own id of this one."""
+        primary_id = chain.response_id if isinstance(chain, ChainTurn) else None
+        if primary_id is not None:
+            self.chains.expect_mirror(primary_id)
+        return primary_id
+
+    async def copy_body(self, body: bytes, ref: ChainRef) -> bytes | None:
+        """A shadow copy's body continuing the candidate's own chain (its id for the turn
+        the request continues, spliced in); None (the copy is skipped, and counted) when the
+        candidate has no such turn: mirroring started mid-chain, the previous copy failed,
+        or the chain is a Conversations API one."""
+        own = await self.chains.mirror_of(ref.previous) if ref.previous else None
+        if own is None:
+            self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
+            return None
+        return with_previous_response(body, own)
+
+    async def stored_on(self, suffix: str, backends: Collection[str]) -> str | None:
+        """For `GET /v1/responses/{id}` and its sub-resources: the backend that stored the
+        response, when the map knows it (the primary answers the rest)."""
+        if not suffix.startswith(RESPONSES + "/"):
+            return None
+        response_id = suffix.split("/")[1]
+        entry = await self.chains.find(RESPONSE_PREFIX + response_id) if response_id else None
+        return entry.backend if entry is not None and entry.backend in backends else None

@@ -1,0 +1,207 @@
+"""The response-id map: which conversation, turn and backend each Responses API answer
+belongs to, so a request naming it (`previous_response_id`) continues that conversation, on
+the backend that stored it, one turn later.
+
+An answer's id is read when its exchange ends (a stream's from its `response.created`
+event), kept in an in-process LRU at once, before the client can name it, and queued for the
+rollout store through the conversation links' writer (`r:<id>` links, same TTL as pins), so
+every proxy sharing the store (Redis) continues a chain another one started.
+
+Mirrored chains: the shadow copy of turn N must name the candidate's own id of turn N-1.
+While that copy runs, a future stands for its id in this process; once it is known it goes
+into the map as the primary entry's `mirror`.
+
+Proxy addon: `exchange_done` reads ids, `register_metrics` adds the miss counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+
+from kvmigrate.exchange import Role
+from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
+from kvmigrate.rollout.continuity import ContinuityResolver, Identity
+from kvmigrate.rollout.state import Link
+from kvmigrate.wire.response_id import response_id
+
+log = logging.getLogger("kvmigrate.identity")
+
+MAX_LOCAL_ENTRIES = 200_000
+# A next turn sent to another proxy can overtake the first proxy's write: read twice more.
+REMOTE_RETRY_DELAYS = (0.01, 0.05)
+# A shadow copy of a turn whose previous turn another proxy served waits this long, at most,
+# for that proxy's copy to bring the candidate's id (it runs in the background).
+MIRROR_WAIT = 2.0
+MIRROR_POLL = 0.05
+
+
+@dataclass(slots=True)
+class ChainTurn:
+    """A Responses request's place in its chain, carried by its exchange; the answer's id is
+    filled in once seen."""
+
+    conversation: str
+    turn: int
+    stores: bool  # `store` was not false: the answer can be continued
+    conversation_id: str | None = None  # a Conversations API id the request named
+    mirrors: str | None = None  # a shadow copy: the primary's response id it mirrors
+    response_id: str | None = None
+
+
+class ChainMap:
+    def __init__(self, links: ContinuityResolver, max_local: int = MAX_LOCAL_ENTRIES) -> None:
+        # The conversation links' store, TTL and writer: one batch for both kinds of link.
+        self.links = links
+        self.max_local = max_local
+        self._local: OrderedDict[str, ChainEntry] = OrderedDict()
+        self._mirrors: dict[str, asyncio.Future[str | None]] = {}
+        self._misses: Counter | None = None
+        self.misses = 0
+
+    # -- resolving ----------------------------------------------------------------------------
+
+    async def identify(self, ref: ChainRef) -> tuple[Identity, str | None]:
+        """The request's conversation and turn, and the backend that holds its chain (None:
+        an id nobody remembers, counted and logged once)."""
+        entry = await self.find(ref.key)
+        if entry is not None:
+            return Identity(entry.conversation, entry.turn + 1, "chain"), entry.backend
+        if ref.previous is None:
+            # A Conversations API id seen for the first time: its first turn. Conversations
+            # are created through the primary (a pass-through route), so they live there.
+            key = ref.conversation_key or ""
+            return Identity(key, 1, "chain"), None
+        self.misses += 1
+        if self._misses is not None:
+            self._misses.inc()
+        if self.misses == 1:
+            log.warning(
+                "a Responses request continues response %s, which no proxy remembers (expired, "
+                "or stored by a proxy without shared state): sent to the primary; "
+                "kvmigrate_chain_misses_total counts these",
+                ref.previous,
+            )
+        conversation = ref.conversation_key or "resp:" + ref.previous
+        return Identity(conversation, 2, "guess"), None
+
+    async def find(self, key: str) -> ChainEntry | None:
+        """The entry of `key`: this process's first, else the store's (then kept here)."""
+        entry = self._local.get(key)
+        if entry is not None:
+            self._local.move_to_end(key)
+            return entry
+        if self.links.store is None:
+            return None
+        links = await self.links.load([key])
+        # Only a response id is worth waiting for: an unknown Conversations API id is new.
+        retry = self.links.shared and key.startswith(RESPONSE_PREFIX)
+        for delay in REMOTE_RETRY_DELAYS if retry else ():
+            if links:
+                break
+            await asyncio.sleep(delay)
+            links = await self.links.load([key])
+        if not links:
+            return None
+        entry = _entry(links[0])
+        self._put(key, entry)
+        return entry
+
+    # -- remembering --------------------------------------------------------------------------
+
+    def exchange_done(self, exchange: Any) -> None:
+        """An answer, whole: its id goes into the map before the client can send it back."""
+        turn = exchange.chain
+        if not isinstance(turn, ChainTurn):
+            return
+        if exchange.status == 200 and exchange.ok:
+            turn.response_id = response_id(exchange.chunks)
+        if exchange.role == Role.SHADOW:
+            if turn.mirrors is not None:
+                self.mirrored(turn.mirrors, turn.response_id)
+            return
+        if exchange.role != Role.SERVE or turn.response_id is None or not turn.stores:
+            return
+        entry = ChainEntry(turn.conversation, turn.turn, exchange.backend)
+        self.keep(RESPONSE_PREFIX + turn.response_id, entry)
+        if turn.conversation_id is not None:
+            self.keep(CONVERSATION_PREFIX + turn.conversation_id, entry)
+
+    def keep(self, key: str, entry: ChainEntry) -> None:
+        self._put(key, entry)
+        detail = orjson.dumps([entry.backend, entry.mirror]).decode()
+        expires = time.time() + self.links.ttl_seconds
+        self.links.save(Link(key, entry.conversation, entry.turn, expires, detail))
+
+    def _put(self, key: str, entry: ChainEntry) -> None:
+        self._local[key] = entry
+        self._local.move_to_end(key)
+        if len(self._local) > self.max_local:
+            self._local.popitem(last=False)
+
+    # -- mirrored chains ----------------------------------------------------------------------
+
+    def expect_mirror(self, primary_id: str) -> None:
+        """A shadow copy of the turn that answered `primary_id` is on its way."""
+        self._mirrors[primary_id] = asyncio.get_running_loop().create_future()
+
+    def mirrored(self, primary_id: str, candidate_id: str | None) -> None:
+        """The copy of `primary_id`'s turn ended: with the candidate's own id, or without one
+        (it failed, or was never sent). Safe to call more than once."""
+        future = self._mirrors.pop(primary_id, None)
+        if future is not None and not future.done():
+            future.set_result(candidate_id)
+        entry = self._local.get(RESPONSE_PREFIX + primary_id)
+        if candidate_id is not None and entry is not None:
+            self.keep(RESPONSE_PREFIX + primary_id, replace(entry, mirror=candidate_id))
+
+    async def mirror_of(self, primary_id: str) -> str | None:
+        """The candidate's own id for the turn that answered `primary_id`, waiting for its
+        copy if it is still running; None when the candidate has no such turn."""
+        future = self._mirrors.get(primary_id)
+        if future is not None:
+            return await asyncio.shield(future)
+        key = RESPONSE_PREFIX + primary_id
+        entry = await self.find(key)
+        if entry is None or entry.mirror or not self.links.shared:
+            return entry.mirror if entry is not None and entry.mirror else None
+        return await self._mirror_from_store(key)
+
+    async def _mirror_from_store(self, key: str) -> str | None:
+        """Another proxy served the turn, and its copy may still be running: its id comes
+        into the shared store when the copy ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MIRROR_WAIT
+        while loop.time() < deadline:
+            await asyncio.sleep(MIRROR_POLL)
+            links = await self.links.load([key])
+            entry = _entry(links[0]) if links else None
+            if entry is not None and entry.mirror:
+                self._put(key, entry)
+                return entry.mirror
+        return None
+
+    # -- addon hooks --------------------------------------------------------------------------
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self._misses = Counter(
+            "kvmigrate_chain_misses",
+            "Responses API requests continuing a response id no proxy remembers (expired, or "
+            "stored by a proxy without shared state); they go to the primary.",
+            registry=registry,
+        )
+
+
+def _entry(link: Link) -> ChainEntry:
+    try:
+        backend, mirror = orjson.loads(link.detail)
+    except (orjson.JSONDecodeError, ValueError, TypeError):
+        backend, mirror = "", ""
+    return ChainEntry(link.conversation, link.turn, str(backend), str(mirror or ""))
