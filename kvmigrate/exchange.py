@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.anthropic_stream import assemble_messages
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects
 
@@ -82,12 +83,25 @@ class Exchange:
     def usage(self) -> dict[str, Any] | None:
         if not self._usage_parsed:
             self._usage_parsed = True
-            self._usage = _stream_usage(self.chunks) if self.stream else _body_usage(self.body())
+            if self.stream and self.route == "messages":
+                # Anthropic's counts are split: input and cache in message_start, output
+                # (and, on some servers, all of them again) in message_delta.
+                message = assemble_messages(self.body())
+                usage = message.get("usage") if message is not None else None
+                self._usage = usage if isinstance(usage, dict) else None
+            elif self.stream:
+                self._usage = _stream_usage(self.chunks)
+            else:
+                self._usage = _body_usage(self.body())
         return self._usage
 
     def token_counts(self) -> dict[str, int]:
-        """prompt, completion and cached tokens from OpenAI- or Responses-style usage."""
+        """prompt, completion and cached tokens from OpenAI-, Responses- or Anthropic-style
+        usage. Anthropic's `input_tokens` leaves out the cache reads and writes, so its
+        prompt is their sum and its cached tokens the reads."""
         usage = self.usage or {}
+        if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+            usage = _anthropic_as_openai(usage)
         details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
         counts = {
             "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
@@ -95,6 +109,17 @@ class Exchange:
             "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
         }
         return {k: v for k, v in counts.items() if isinstance(v, int) and v >= 0}
+
+
+def _anthropic_as_openai(usage: dict[str, Any]) -> dict[str, Any]:
+    parts = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens")]
+    parts.append(usage.get("cache_creation_input_tokens"))
+    read = usage.get("cache_read_input_tokens")
+    return {
+        "prompt_tokens": sum(p for p in parts if isinstance(p, int)),
+        "completion_tokens": usage.get("output_tokens"),
+        "prompt_tokens_details": {"cached_tokens": read if isinstance(read, int) else 0},
+    }
 
 
 # An exchange's state, what a worker process gets of it: its fields in their order, less

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.logtext import printable
+from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
@@ -23,14 +24,22 @@ from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_c
 
 log = logging.getLogger("kvmigrate.proxy")
 
-MODEL_ROUTES = ("chat/completions", "completions", "embeddings", "responses")
+MODEL_ROUTES = (
+    "chat/completions",
+    "completions",
+    "embeddings",
+    "responses",
+    "messages",  # Anthropic's Messages API (wire.anthropic)
+    "messages/count_tokens",
+)
 SERVICE_KEY = web.AppKey("kvmigrate_proxy", ProxyService)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @web.middleware
 async def error_boundary(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure leaves as an OpenAI error envelope; nothing raised here crashes a worker."""
+    """Every failure leaves as an error envelope, in the shape the route's clients know
+    (proxy.envelopes); nothing raised here crashes a worker."""
     service = request.app[SERVICE_KEY]
     try:
         return await handler(request)
@@ -50,7 +59,7 @@ async def error_boundary(request: web.Request, handler: Handler) -> web.StreamRe
         )
         error = ProxyError(500, "The proxy failed to handle this request.", "server_error")
     service.metrics.client_errors.labels(str(error.status)).inc()
-    return error.response()
+    return error.response(body=envelope_for_path(request.path).body(error))
 
 
 def build_proxy_app(

@@ -18,7 +18,14 @@ from kvmigrate.policies import RolloutSnapshot, Route, route
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
-from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
+from kvmigrate.proxy.envelopes import envelope_for
+from kvmigrate.proxy.errors import (
+    ProxyError,
+    body_too_large,
+    model_not_found,
+    route_not_served,
+    unauthorized,
+)
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
@@ -46,7 +53,6 @@ from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.state import RolloutState
-from kvmigrate.wire.errors import openai_error_body
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
@@ -133,6 +139,8 @@ class ProxyService:
             self.gateways = open_gateways(config)
             upstreams = through_gateways(config, self.gateways)
         self.upstreams = Upstreams(upstreams)
+        # As configured: a litellm backend's gateway speaks OpenAI's wire, whatever it wraps.
+        self.kinds = {name: kind_of(b) for name, b in config.backends.items()}
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         # Relays that outlive a cancelled handler (see _answer), held until they end.
@@ -170,8 +178,11 @@ class ProxyService:
         model_route = self.config.route(body.model)
         if model_route is None:
             raise model_not_found(body.model)
-        identity = await self.identity.identify(request.headers, body.data, body.model, path)
         served = model_route.served
+        for backend in served:
+            if not self.kinds[backend].serves(path):
+                raise route_not_served(path, body.model, backend)
+        identity = await self.identity.identify(request.headers, body.data, body.model, path)
         chosen = await self.rollout.route(identity.conversation, identity.turn, served)
         return Routed(path, body, identity.conversation, identity.turn, chosen, served, identity)
 
@@ -278,7 +289,8 @@ class ProxyService:
                 if response.status >= 400 and routed.route.is_candidate(exchange.backend):
                     # The client knows the primary's error shape; the record keeps the
                     # candidate's own bytes (exchange.chunks).
-                    body = openai_error_body(response.status, body, routed.path) or body
+                    envelope = envelope_for(routed.path)
+                    body = envelope.backend_error(response.status, body, routed.path) or body
                 client = await send_buffered(request, response, body, extra)
             else:
                 client = await relay_stream(request, response, first, exchange, extra, check)
@@ -430,7 +442,9 @@ class ProxyService:
             return
         token = bearer_token(request.headers)
         if token is None:
-            raise unauthorized("Missing API key: send it as `Authorization: Bearer <key>`.")
+            raise unauthorized(
+                "Missing API key: send it as `Authorization: Bearer <key>` or `x-api-key`."
+            )
         if not master.matches(token):
             raise unauthorized("Incorrect API key provided.")
 

@@ -1,0 +1,75 @@
+"""Anthropic's Messages API on the wire: its routes, its error envelope and error event.
+
+Errors: `{"type": "error", "error": {"type": ..., "message": ...}}`, the type fixed by the
+HTTP status (docs.claude.com/en/api/errors). The anthropic SDKs pick their exception class
+by status alone (`anthropic._error_classes.make_status_error`), so the status is what must be
+right; the type is what agents log and branch on. A stream that fails after its 200 ends
+with an `event: error` carrying the same object, which the SDKs raise as an APIStatusError.
+See docs/wire-anthropic.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+# Routes below /v1 that speak the Messages API.
+MESSAGES_ROUTES = frozenset({"messages", "messages/count_tokens"})
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+KNOWN_TYPES = frozenset(ERROR_TYPES.values())
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error type for an HTTP status; other 4xx are invalid_request_error (as
+    the API reference says), other 5xx api_error."""
+    found = ERROR_TYPES.get(status)
+    if found is not None:
+        return found
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(status: int, message: str) -> bytes:
+    error = {"type": error_type(status), "message": message}
+    return orjson.dumps({"type": "error", "error": error})
+
+
+def error_event(kind: str, message: str) -> bytes:
+    """The SSE event that ends a Messages stream which broke after its first bytes."""
+    data = orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return b"event: error\ndata: " + data + b"\n\n"
+
+
+def anthropic_error_body(status: int, body: bytes) -> bytes | None:
+    """A backend's error answer (status >= 400) in Anthropic's envelope, or None when it is
+    already in it or carries no message we can read (then it is relayed as it came).
+
+    vLLM's /v1/messages answers `{"type": "error", "error": {"type": "BadRequestError", ...}}`
+    (its exception class name), its auth middleware `{"error": "Unauthorized"}`, and FastAPI
+    `{"detail": ...}`; OpenAI-style backends `{"error": {"message": ...}}`."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    fields: dict[str, Any] = error if isinstance(error, dict) else data
+    message = error if isinstance(error, str) else fields.get("message", data.get("detail"))
+    if not isinstance(message, str):
+        return None
+    if data.get("type") == "error" and fields.get("type") == error_type(status):
+        return None
+    return error_body(status, message)
