@@ -224,8 +224,9 @@ def emulate(
 
     Endpoints: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,
     /v1/messages (Anthropic's Messages API, as vLLM serves it too), /v1/models, /health,
-    /metrics; the anthropic profile serves /v1/messages (and count_tokens) and /v1/models. Answers are deterministic for a prompt and seed, relate to
-    the prompt, and vary with --noise between unseeded calls.
+    /metrics; the anthropic profile serves /v1/messages (and count_tokens) and /v1/models.
+    Answers are deterministic for a prompt and seed, relate to the prompt, and vary with
+    --noise between unseeded calls.
 
     \b
     Latency: TTFT = base + jitter + (uncached + cached-cost * cached) / prefill-rate,
