@@ -3,6 +3,8 @@
 One run measures, against the same upstream stub:
   direct        the stub itself (the baseline every figure is relative to)
   kvmigrate     the proxy in shadow mode with shadow_sample 0 (nothing mirrored)
+  ...:messages  direct and kvmigrate on Anthropic's /v1/messages, the same prompt and answer
+                in that API's wire format: `messages_minus_chat` is its added p50 less chat's
   kv+shadow     the proxy mirroring every request to the candidate (same stub)
   kv+full       kv+shadow plus the recorder and the cache-buster detector, as deployed
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
@@ -23,6 +25,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,15 @@ BODY = {
     ],
     "max_tokens": 64,
 }
+# Anthropic's Messages API on the same model and prompt: its cell differs from chat's only
+# in the route (and so in the identity adapter and error envelope it selects).
+MESSAGES_BODY = {
+    "model": "gpt-4o-mini",
+    "system": BODY["messages"][0]["content"],  # type: ignore[index]
+    "messages": [BODY["messages"][1]],  # type: ignore[index]
+    "max_tokens": 64,
+}
+ROUTES = {"chat": ("/v1/chat/completions", BODY), "messages": ("/v1/messages", MESSAGES_BODY)}
 
 
 @dataclass
@@ -55,6 +67,9 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     wall: float = 0.0
+    # What the proxy reports it added itself (x-kvmigrate-overhead-ms): the client's clock
+    # also counts the load generator's scheduling, which swamps 0.1 ms on a busy machine.
+    reported: list[float] = field(default_factory=list)
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -158,12 +173,20 @@ def ensure_litellm() -> Path:
 
 
 async def one(
-    session: aiohttp.ClientSession, url: str, body: bytes, stream: bool, headers: dict[str, str]
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    stream: bool,
+    headers: dict[str, str],
+    reported: list[float] | None = None,
 ) -> float:
     start = time.perf_counter()
     async with session.post(url, data=body, headers=headers) as response:
         if response.status != 200:
             raise RuntimeError(f"status {response.status}")
+        overhead = response.headers.get("x-kvmigrate-overhead-ms")
+        if reported is not None and overhead is not None:
+            reported.append(float(overhead))
         if not stream:
             await response.read()
             return time.perf_counter() - start
@@ -177,12 +200,23 @@ async def one(
 
 
 async def load(
-    target: str, base: str, stream: bool, concurrency: int, total: int, key: str
+    target: str,
+    base: str,
+    stream: bool,
+    concurrency: int,
+    total: int,
+    key: str,
+    route: str = "chat",
 ) -> Result:
-    body = json.dumps({**BODY, "stream": stream}).encode()
+    path, template = ROUTES[route]
+    body = json.dumps({**template, "stream": stream}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    result = Result(target, "stream" if stream else "plain", concurrency)
-    url = base + "/v1/chat/completions"
+    result = Result(
+        target if route == "chat" else f"{target}:{route}",
+        "stream" if stream else "plain",
+        concurrency,
+    )
+    url = base + path
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(min(50, total)):  # warm the pools
@@ -191,7 +225,8 @@ async def load(
         async def worker(n: int) -> None:
             for _ in range(n):
                 try:
-                    result.latencies.append(await one(session, url, body, stream, headers))
+                    elapsed = await one(session, url, body, stream, headers, result.reported)
+                    result.latencies.append(elapsed)
                 except (TimeoutError, aiohttp.ClientError, RuntimeError):
                     result.errors += 1
 
@@ -231,17 +266,20 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def run_target(name: str, base: str, key: str, args: argparse.Namespace) -> list[Result]:
+def run_target(
+    name: str, base: str, key: str, args: argparse.Namespace, route: str = "chat"
+) -> list[Result]:
     results = []
     for stream in (False, True):
         for concurrency in args.concurrency:
             total = max(args.requests, concurrency * 10)
             if name == "litellm":
                 total = min(total, args.litellm_requests)
-            result = asyncio.run(load(name, base, stream, concurrency, total, key))
+            result = asyncio.run(load(name, base, stream, concurrency, total, key, route))
             results.append(result)
             print(
-                f"  {name:10} {result.mode:6} c={concurrency:<3} p50 {result.pct(0.5):7.2f} ms"
+                f"  {result.target:18} {result.mode:6} c={concurrency:<3}"
+                f" p50 {result.pct(0.5):7.2f} ms"
                 f"  p99 {result.pct(0.99):7.2f} ms  {result.rps:8.0f} req/s"
                 f"  errors {result.errors}",
                 flush=True,
@@ -270,6 +308,19 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                 kv, lite = get(target, mode, c), get("litellm", mode, c)
                 if kv and lite and lite.rps:
                     figures[f"throughput_ratio.{target}.{mode}.c{c}"] = kv.rps / lite.rps
+    for mode in ("plain", "stream"):
+        for c in (1, 16, 64):
+            chat = figures.get(f"kvmigrate.{mode}.c{c}.added_p50_ms")
+            base, res = get("direct:messages", mode, c), get("kvmigrate:messages", mode, c)
+            if chat is not None and base and res and res.latencies:
+                added = res.pct(0.5) - base.pct(0.5)
+                figures[f"kvmigrate:messages.{mode}.c{c}.added_p50_ms"] = added
+                # The target: within 0.1 ms of chat's added p50.
+                figures[f"messages_minus_chat.{mode}.c{c}.added_p50_ms"] = added - chat
+            chat_res = get("kvmigrate", mode, c)
+            if chat_res and chat_res.reported and res and res.reported:
+                own = statistics.median(res.reported) - statistics.median(chat_res.reported)
+                figures[f"messages_minus_chat.{mode}.c{c}.reported_p50_ms"] = own
     kv1, sh1 = get("kvmigrate", "plain", 1), get("kv+shadow", "plain", 1)
     if kv1 and sh1:
         figures["shadow_extra_p50_ms"] = sh1.pct(0.5) - kv1.pct(0.5)
@@ -287,6 +338,12 @@ def main() -> None:
         "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64]
     )
     parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
+    parser.add_argument(
+        "--no-messages",
+        dest="messages",
+        action="store_false",
+        help="skip the Anthropic /v1/messages cells (direct and kvmigrate, beside chat's)",
+    )
     parser.add_argument("--litellm-requests", type=int, default=600)
     parser.add_argument("--streams", type=int, default=1000, help="open streams for the RSS test")
     parser.add_argument("--json", type=Path, help="write all figures here")
@@ -306,6 +363,8 @@ def main() -> None:
     ):
         print("direct (stub)", flush=True)
         results += run_target("direct", stub, "sk-stub", args)
+        if args.messages:
+            results += run_target("direct", stub, "sk-stub", args, route="messages")
         for name, port, sample, full in (
             ("kvmigrate", kv_port, 0.0, False),
             ("kv+shadow", shadow_port, 1.0, False),
@@ -317,6 +376,9 @@ def main() -> None:
             with process(argv, port) as proc:
                 print(name, flush=True)
                 results += run_target(name, f"http://127.0.0.1:{port}", "sk-client", args)
+                if name == "kvmigrate" and args.messages:
+                    url = f"http://127.0.0.1:{port}"
+                    results += run_target(name, url, "sk-client", args, route="messages")
                 if name == "kvmigrate" and args.streams:
                     memory = asyncio.run(
                         open_streams(
