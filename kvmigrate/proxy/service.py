@@ -53,6 +53,7 @@ from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.state import RolloutState
+from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
@@ -408,7 +409,8 @@ class ProxyService:
 
         async def copy() -> None:
             nonlocal call
-            call = with_usage(call, routed.body)  # in the task, after the client's answer
+            if routed.path not in MESSAGES_ROUTES:  # Anthropic streams always carry usage
+                call = with_usage(call, routed.body)  # in the task, after the client's answer
             exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
             exchange.request_body = call.body

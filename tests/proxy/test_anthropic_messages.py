@@ -106,6 +106,9 @@ def test_streamed_events_relay_and_the_copy_streams_too(make_proxy: MessagesProx
     assert final.content[0].text
     assert final.usage.output_tokens > 0
     shadow = next(e for e in proxy.exchanges.wait(2) if e.role == "shadow")
+    # Not a chat body: no `stream_options` added to the copy, and its usage comes anyway.
+    assert "stream_options" not in json.loads(shadow.request_body)
+    assert shadow.token_counts()["completion"] > 0
     assembled = assemble_messages(shadow.body())
     assert shadow.stream
     assert assembled is not None
