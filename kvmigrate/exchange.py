@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.anthropic import openai_usage
 from kvmigrate.wire.anthropic_stream import assemble_messages
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects
@@ -100,8 +101,7 @@ class Exchange:
         usage. Anthropic's `input_tokens` leaves out the cache reads and writes, so its
         prompt is their sum and its cached tokens the reads."""
         usage = self.usage or {}
-        if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
-            usage = _anthropic_as_openai(usage)
+        usage = openai_usage(usage)
         details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
         counts = {
             "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
@@ -109,17 +109,6 @@ class Exchange:
             "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
         }
         return {k: v for k, v in counts.items() if isinstance(v, int) and v >= 0}
-
-
-def _anthropic_as_openai(usage: dict[str, Any]) -> dict[str, Any]:
-    parts = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens")]
-    parts.append(usage.get("cache_creation_input_tokens"))
-    read = usage.get("cache_read_input_tokens")
-    return {
-        "prompt_tokens": sum(p for p in parts if isinstance(p, int)),
-        "completion_tokens": usage.get("output_tokens"),
-        "prompt_tokens_details": {"cached_tokens": read if isinstance(read, int) else 0},
-    }
 
 
 # An exchange's state, what a worker process gets of it: its fields in their order, less

@@ -84,7 +84,7 @@ async def run_conversation(
                 {
                     "role": "tool",
                     "tool_call_id": call["id"],
-                    "content": _tool_result(call["function"]["name"], turn),
+                    "content": tool_result(call["function"]["name"], turn),
                 }
             )
         if not message.get("tool_calls"):
@@ -131,7 +131,7 @@ async def _ask(
     return message
 
 
-def _tool_result(name: str, turn: int) -> str:
+def tool_result(name: str, turn: int) -> str:
     if name == "run_tests":
         return json.dumps({"passed": 212 + turn, "failed": max(0, 3 - turn)})
     return "def handler(request):\n    return service.process(request, timeout=30)\n" * 12
