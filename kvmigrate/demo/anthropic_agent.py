@@ -5,11 +5,10 @@ every answer streamed. Same tasks, prompt and tool results as `demo.agent`."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kvmigrate.demo.agent import SYSTEM_PROMPT, TASKS, TOOLS, tool_result
+from kvmigrate.demo.agent import SYSTEM_PROMPT, TASKS, TOOLS, run_agents, tool_result
 
 CACHE = {"type": "ephemeral"}
 # The chat tools in the Messages API's shape.
@@ -80,16 +79,12 @@ async def drive(
     `base_url` is the proxy's root, as ANTHROPIC_BASE_URL is."""
     import anthropic
 
-    semaphore = asyncio.Semaphore(concurrency)
     async with anthropic.AsyncAnthropic(
         base_url=base_url, api_key="sk-ant-demo", max_retries=0
     ) as client:
-
-        async def one(index: int) -> int:
-            async with semaphore:
-                failed = await run_conversation(client, model, index, turns)
-            progress(1)
-            return failed
-
-        results = await asyncio.gather(*(one(first_index + i) for i in range(conversations)))
-    return sum(results)
+        return await run_agents(
+            lambda index: run_conversation(client, model, index, turns),
+            range(first_index, first_index + conversations),
+            concurrency,
+            progress,
+        )

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.errors import read_error
+
 # Routes below /v1 that speak the Messages API.
 MESSAGES_ROUTES = frozenset({"messages", "messages/count_tokens"})
 
@@ -74,15 +76,11 @@ def anthropic_error_body(status: int, body: bytes) -> bytes | None:
     vLLM's /v1/messages answers `{"type": "error", "error": {"type": "BadRequestError", ...}}`
     (its exception class name), its auth middleware `{"error": "Unauthorized"}`, and FastAPI
     `{"detail": ...}`; OpenAI-style backends `{"error": {"message": ...}}`."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    found = read_error(body)
+    if found is None:
         return None
-    if not isinstance(data, dict):
-        return None
-    error = data.get("error")
-    fields: dict[str, Any] = error if isinstance(error, dict) else data
-    message = error if isinstance(error, str) else fields.get("message", data.get("detail"))
+    data, fields, message = found
+    message = data.get("detail") if message is None else message
     if not isinstance(message, str):
         return None
     if data.get("type") == "error" and fields.get("type") == error_type(status):
