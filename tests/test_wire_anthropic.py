@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from kvmigrate.policies.conversation import conversation_key, declared_key
+from kvmigrate.proxy.envelopes import ANTHROPIC, envelope_for_path
 from kvmigrate.wire.anthropic import anthropic_error_body, error_body, error_event
 from kvmigrate.wire.anthropic_stream import assemble_messages
 
@@ -64,6 +65,21 @@ def test_error_event_is_a_named_sse_event() -> None:
         "type": "api_error",
         "message": "broke",
     }
+
+
+@pytest.mark.parametrize(
+    ("path", "anthropic"),
+    [
+        ("/v1/messages", True),
+        ("/v1/messages/count_tokens", True),
+        ("/v1/messages/batches/msgbatch_1", True),  # passes through, errors still Anthropic's
+        ("/v1/messagesx", False),
+        ("/v1/chat/completions", False),
+        ("/health", False),
+    ],
+)
+def test_the_envelope_follows_the_path(path: str, anthropic: bool) -> None:
+    assert (envelope_for_path(path) is ANTHROPIC) is anthropic
 
 
 def _sse(*events: dict[str, object]) -> bytes:

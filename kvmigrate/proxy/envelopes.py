@@ -15,8 +15,6 @@ from kvmigrate.proxy.errors import ProxyError, sse_error_event
 from kvmigrate.wire import anthropic
 from kvmigrate.wire.errors import openai_error_body
 
-_API_PREFIX = "/v1/"
-
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -45,7 +43,8 @@ def envelope_for(route: str) -> Envelope:
 
 
 def envelope_for_path(path: str) -> Envelope:
-    """By request path (`/v1/messages`); anything outside /v1 answers OpenAI's shape."""
-    if not path.startswith(_API_PREFIX):
-        return OPENAI
-    return envelope_for(path[len(_API_PREFIX) :].rstrip("/"))
+    """By request path: Anthropic's below /v1/messages (its batches too, which pass
+    through to the primary); OpenAI's anywhere else."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return ANTHROPIC
+    return OPENAI
