@@ -342,3 +342,42 @@ rollout: {{primary: vllm, candidate: az}}
         with pytest.raises(anthropic.BadRequestError, match="never translates"):
             client.messages.create(**ask("x"))
         client.close()
+
+
+def test_an_anthropic_backend_gets_its_own_key_in_x_api_key(
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    """The backend's key replaces the client's, in the header Anthropic reads; the
+    client's anthropic-version and anthropic-beta pass through."""
+    upstream, seen = recording_upstream
+    config = messages_config(upstream.url, upstream.url, primary_extra=", api_key: sk-ant-org-key")
+    with BackgroundServer(lambda: build_proxy_app(config)) as server:
+        client = anthropic.Anthropic(
+            base_url=server.url,
+            api_key=CLIENT_KEY,
+            max_retries=0,
+            default_headers={"anthropic-beta": "tools-2024"},
+        )
+        raw = client.messages.with_raw_response.create(**ask("hello"))
+        assert raw.status_code == 200
+        client.close()
+    primary = next(r for r in seen if json.loads(r.body)["model"] == CLAUDE)
+    headers = {k.lower(): v for k, v in primary.headers.items()}
+    assert headers["x-api-key"] == "sk-ant-org-key"
+    assert "authorization" not in headers
+    assert headers["anthropic-beta"] == "tools-2024"
+    assert headers["anthropic-version"]
+
+
+def test_a_chat_request_for_a_model_on_an_anthropic_backend_is_refused(
+    make_proxy: MessagesProxyFactory,
+) -> None:
+    import openai
+
+    proxy = make_proxy()
+    with (
+        openai.OpenAI(base_url=proxy.server.url + "/v1", api_key="k", max_retries=0) as client,
+        pytest.raises(openai.BadRequestError) as caught,
+    ):
+        client.chat.completions.create(model=CLAUDE, messages=[{"role": "user", "content": "x"}])
+    assert caught.value.code == "unsupported_route"
