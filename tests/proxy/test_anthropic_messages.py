@@ -381,3 +381,21 @@ def test_a_chat_request_for_a_model_on_an_anthropic_backend_is_refused(
     ):
         client.chat.completions.create(model=CLAUDE, messages=[{"role": "user", "content": "x"}])
     assert caught.value.code == "unsupported_route"
+
+
+def test_metrics_count_messages_by_route_with_anthropic_token_counts(
+    make_proxy: MessagesProxyFactory,
+) -> None:
+    import urllib.request
+
+    proxy = make_proxy()
+    proxy.client().messages.create(**ask("hello", system="Be brief."))
+    proxy.exchanges.wait(2)
+    text = urllib.request.urlopen(proxy.server.url + "/metrics", timeout=5).read().decode()
+    assert (
+        'kvmigrate_requests_total{backend="hosted",role="serve",route="messages",status="200"} 1.0'
+        in text
+    )
+    assert 'kvmigrate_requests_total{backend="vllm",role="shadow",route="messages"' in text
+    # Anthropic's usage read as prompt (input + cache reads + writes) and completion tokens.
+    assert 'kvmigrate_tokens_total{backend="hosted",kind="prompt",role="serve"}' in text
