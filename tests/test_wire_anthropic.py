@@ -151,7 +151,9 @@ def test_a_moved_cache_breakpoint_keeps_the_opening() -> None:
     )
 
 
-def test_metadata_user_id_declares_the_conversation() -> None:
-    declared = declared_key({}, {"metadata": {"user_id": "u-1"}})
+def test_metadata_user_id_declares_a_messages_conversation_only() -> None:
+    body = {"metadata": {"user_id": "u-1"}}
+    declared = declared_key({}, body, "messages")
     assert declared is not None
     assert (declared.value, declared.source) == ("user:u-1", "user")
+    assert declared_key({}, body, "chat/completions") is None  # chat's metadata is free-form

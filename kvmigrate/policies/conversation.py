@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.policies.volatile import mask_volatile
+from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 SESSION_HEADER = "x-session-id"
 
@@ -51,16 +52,19 @@ def _as_text(value: str) -> str:
     return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def declared_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> ConversationKey | None:
+def declared_key(
+    headers: Mapping[str, str], body: Mapping[str, Any], route: str = ""
+) -> ConversationKey | None:
     """The key the client states: the X-Session-ID header, else the request's `user`, else
-    Anthropic's `metadata.user_id` (the Messages API has no `user`)."""
+    on Anthropic's Messages API (which has no `user`) its `metadata.user_id`. Chat's
+    `metadata` is the client's free-form tags, and keys nothing."""
     session = headers.get(SESSION_HEADER)
     if session:
         return ConversationKey(session if session.isascii() else _as_text(session), "header")
     user = body.get("user")
     if isinstance(user, str) and user:
         return ConversationKey("user:" + user, "user")
-    metadata = body.get("metadata")
+    metadata = body.get("metadata") if route in MESSAGES_ROUTES else None
     user = metadata.get("user_id") if isinstance(metadata, dict) else None
     if isinstance(user, str) and user:
         return ConversationKey("user:" + user, "user")
