@@ -98,6 +98,9 @@ def test_a_streamed_answer_reassembles_into_the_whole_message() -> None:
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi "}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "you"}},
         {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "thinking_delta", "thinking": "hmm"}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "signature_delta", "signature": "s1"}},
         {
             "type": "content_block_start",
             "index": 1,
@@ -119,6 +122,7 @@ def test_a_streamed_answer_reassembles_into_the_whole_message() -> None:
         "content": [
             {"type": "text", "text": "Hi you"},
             {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+            {"type": "thinking", "thinking": "hmm", "signature": "s1"},
         ],
         "usage": {"input_tokens": 5, "cache_read_input_tokens": 90, "output_tokens": 12},
         "stop_reason": "tool_use",

@@ -21,6 +21,7 @@ from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.service import ProxyService, RolloutSource
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
+from kvmigrate.wire.anthropic import anthropic_model_list
 
 log = logging.getLogger("kvmigrate.proxy")
 
@@ -100,6 +101,8 @@ def _connection_limits(config: Config, service: ProxyService) -> ConnectionLimit
 
 async def list_models(config: Config, request: web.Request) -> web.Response:
     request.app[SERVICE_KEY].authorize(request)
+    if "anthropic-version" in request.headers:  # the anthropic SDKs' models.list()
+        return _json(anthropic_model_list([route.model_name for route in config.models]))
     created = int(time.time())
     data = [
         {"id": route.model_name, "object": "model", "created": created, "owned_by": "kvmigrate"}

@@ -49,6 +49,16 @@ def openai_usage(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def anthropic_model_list(models: list[str]) -> dict[str, Any]:
+    """GET /v1/models as Anthropic's API answers it (one page, no pagination)."""
+    data = [
+        {"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"}
+        for m in models
+    ]
+    first, last = (models[0], models[-1]) if models else (None, None)
+    return {"data": data, "has_more": False, "first_id": first, "last_id": last}
+
+
 def error_type(status: int) -> str:
     """Anthropic's error type for an HTTP status; other 4xx are invalid_request_error (as
     the API reference says), other 5xx api_error."""

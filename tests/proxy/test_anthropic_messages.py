@@ -399,3 +399,9 @@ def test_metrics_count_messages_by_route_with_anthropic_token_counts(
     assert 'kvmigrate_requests_total{backend="vllm",role="shadow",route="messages"' in text
     # Anthropic's usage read as prompt (input + cache reads + writes) and completion tokens.
     assert 'kvmigrate_tokens_total{backend="hosted",kind="prompt",role="serve"}' in text
+
+
+def test_the_anthropic_sdk_lists_the_proxys_models(make_proxy: MessagesProxyFactory) -> None:
+    models = make_proxy().client().models.list()
+    assert [m.id for m in models.data] == [CLAUDE]
+    assert models.data[0].type == "model"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kvmigrate.emulator.errors import EmulatorError
 from kvmigrate.emulator.wire.base import JSON
 from kvmigrate.emulator.wire.hosted import HostedDialect
-from kvmigrate.wire.anthropic import error_type
+from kvmigrate.wire.anthropic import anthropic_model_list, error_type
 
 
 class AnthropicDialect(HostedDialect):
@@ -28,19 +28,4 @@ class AnthropicDialect(HostedDialect):
         }
 
     def model_list(self) -> JSON:
-        models = self.settings.served_models
-        data = [
-            {
-                "type": "model",
-                "id": model,
-                "display_name": model,
-                "created_at": "2025-09-29T00:00:00Z",
-            }
-            for model in models
-        ]
-        return {
-            "data": data,
-            "has_more": False,
-            "first_id": models[0] if models else None,
-            "last_id": models[-1] if models else None,
-        }
+        return anthropic_model_list(list(self.settings.served_models))
