@@ -14,10 +14,11 @@ from typing import Any
 import yaml
 
 from kvmigrate.config import Config, parse_config
-from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.emulator import EmulatorSettings, Profile, build_app
 from kvmigrate.serving import BackgroundServer
 
 HOSTED_MODEL = "gpt-4o-mini"
+CLAUDE_MODEL = "claude-sonnet-4-5"  # the hosted model with `api="anthropic"`
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EMBEDDING_MODEL = "text-embedding-3-small"
 # Only ever used on loopback by the emulated setup, so a user can try the admin API.
@@ -32,13 +33,15 @@ class EmulatedBackends:
 
 @contextmanager
 def emulated_backends(
-    time_scale: float = 1.0, broken_tool_calls: float = 0.0
+    time_scale: float = 1.0, broken_tool_calls: float = 0.0, api: str = "openai"
 ) -> Iterator[EmulatedBackends]:
     """Start both emulators on free loopback ports for as long as the block runs. They
     answer alike (one answer family) up to sampling noise, as a good candidate would;
-    `broken_tool_calls` makes the candidate's tool calls come out broken."""
+    `broken_tool_calls` makes the candidate's tool calls come out broken. `api="anthropic"`:
+    the hosted side is Anthropic's API (the vLLM side serves its /v1/messages anyway)."""
+    profile: Profile = "anthropic" if api == "anthropic" else "hosted"
     settings = [
-        EmulatorSettings(profile="hosted", time_scale=time_scale, answer_family="embedded"),
+        EmulatorSettings(profile=profile, time_scale=time_scale, answer_family="embedded"),
         EmulatorSettings(
             profile="vllm",
             time_scale=time_scale,
@@ -62,19 +65,23 @@ def embedded_config(
     state_dir: str = ".kvmigrate",
     candidate_model: str = VLLM_MODEL,
     rollout: dict[str, Any] | None = None,
+    api: str = "openai",
 ) -> Config:
     """The config the embedded default runs with: shadow everything to the emulated vLLM.
-    `rollout` overrides keys of the rollout section (gates for a demo, say)."""
+    `rollout` overrides keys of the rollout section (gates for a demo, say); `api` as for
+    `emulated_backends`."""
+    hosted: dict[str, Any] = {"api_base": backends.hosted_url}
+    models: list[dict[str, Any]] = [
+        {"model_name": HOSTED_MODEL, "hosted": HOSTED_MODEL, "vllm": candidate_model},
+        {"model_name": EMBEDDING_MODEL, "hosted": EMBEDDING_MODEL},
+    ]
+    if api == "anthropic":
+        hosted["type"] = "anthropic"
+        models = [{"model_name": CLAUDE_MODEL, "hosted": CLAUDE_MODEL, "vllm": candidate_model}]
     data: dict[str, Any] = {
         "server": {"host": host, "port": port, "admin_key": EMBEDDED_ADMIN_KEY},
-        "backends": {
-            "hosted": {"api_base": backends.hosted_url},
-            "vllm": {"api_base": backends.vllm_url},
-        },
-        "models": [
-            {"model_name": HOSTED_MODEL, "hosted": HOSTED_MODEL, "vllm": candidate_model},
-            {"model_name": EMBEDDING_MODEL, "hosted": EMBEDDING_MODEL},
-        ],
+        "backends": {"hosted": hosted, "vllm": {"api_base": backends.vllm_url}},
+        "models": models,
         "rollout": {
             "mode": mode,
             "percent": percent,

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.anthropic import openai_usage
+from kvmigrate.wire.anthropic_stream import assemble_messages
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects
 
@@ -83,12 +85,24 @@ class Exchange:
     def usage(self) -> dict[str, Any] | None:
         if not self._usage_parsed:
             self._usage_parsed = True
-            self._usage = _stream_usage(self.chunks) if self.stream else _body_usage(self.body())
+            if self.stream and self.route == "messages":
+                # Anthropic's counts are split: input and cache in message_start, output
+                # (and, on some servers, all of them again) in message_delta.
+                message = assemble_messages(self.body())
+                usage = message.get("usage") if message is not None else None
+                self._usage = usage if isinstance(usage, dict) else None
+            elif self.stream:
+                self._usage = _stream_usage(self.chunks)
+            else:
+                self._usage = _body_usage(self.body())
         return self._usage
 
     def token_counts(self) -> dict[str, int]:
-        """prompt, completion and cached tokens from OpenAI- or Responses-style usage."""
+        """prompt, completion and cached tokens from OpenAI-, Responses- or Anthropic-style
+        usage. Anthropic's `input_tokens` leaves out the cache reads and writes, so its
+        prompt is their sum and its cached tokens the reads."""
         usage = self.usage or {}
+        usage = openai_usage(usage)
         details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
         counts = {
             "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),

@@ -34,6 +34,14 @@ from kvmigrate.demo import DemoSettings, run_demo
     help="Use a real vLLM (CPU build, tiny model) as the candidate.",
 )
 @click.option(
+    "--api",
+    type=click.Choice(["openai", "anthropic"]),
+    default="openai",
+    show_default=True,
+    help="The API the agents speak: OpenAI's chat completions, or Anthropic's Messages API "
+    "(the anthropic SDK, pip install anthropic) against an emulated Anthropic API.",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("report.html"),
@@ -57,6 +65,7 @@ def demo(
     time_scale: float,
     bad_candidate: bool,
     real_vllm: bool,
+    api: str,
     out: Path,
     workdir: Path | None,
     keep: bool,
@@ -67,8 +76,15 @@ def demo(
         workdir = Path(tempfile.mkdtemp(prefix="kvmigrate-demo-"))
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
+    if api == "anthropic":
+        try:
+            import anthropic  # noqa: F401
+        except ImportError:
+            raise click.ClickException(
+                "--api anthropic drives the agents with the anthropic SDK: pip install anthropic"
+            ) from None
     settings = DemoSettings(
-        conversations, turns, concurrency, time_scale, bad_candidate, real_vllm, out, workdir
+        conversations, turns, concurrency, time_scale, bad_candidate, real_vllm, out, workdir, api
     )
     ok = run_demo(settings, click.echo)
     if workdir is not None:

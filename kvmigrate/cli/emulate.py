@@ -107,7 +107,14 @@ _SECONDS = click.FloatRange(min=0.0)
     "--hosted-cache-ttl",
     type=_SECONDS,
     default=600.0,
-    help="hosted: seconds an unused cached prefix survives.",
+    help="hosted, anthropic: seconds an unused cached prefix survives.",
+)
+@click.option(
+    "--cache-min-tokens",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="anthropic: the shortest prefix a cache_control breakpoint caches.",
 )
 @click.option(
     "--no-prompt-tokens-details",
@@ -198,6 +205,7 @@ def emulate(
     block_size: int,
     cache_capacity: int,
     hosted_cache_ttl: float,
+    cache_min_tokens: int,
     no_prompt_tokens_details: bool,
     noise: float,
     azure: bool,
@@ -212,11 +220,13 @@ def emulate(
     malformed_rate: float,
     slow_first_byte: float,
 ) -> None:
-    """Serve an emulated OpenAI-compatible backend (hosted API or vLLM).
+    """Serve an emulated backend: OpenAI's hosted API, vLLM, or Anthropic's API.
 
     Endpoints: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,
-    /v1/models, /health, /metrics. Answers are deterministic for a prompt and seed, relate to
-    the prompt, and vary with --noise between unseeded calls.
+    /v1/messages (Anthropic's Messages API, as vLLM serves it too), /v1/models, /health,
+    /metrics; the anthropic profile serves /v1/messages (and count_tokens) and /v1/models.
+    Answers are deterministic for a prompt and seed, relate to the prompt, and vary with
+    --noise between unseeded calls.
 
     \b
     Latency: TTFT = base + jitter + (uncached + cached-cost * cached) / prefill-rate,
@@ -259,6 +269,7 @@ def emulate(
         block_size=block_size,
         cache_capacity_tokens=cache_capacity,
         hosted_cache_ttl_s=hosted_cache_ttl,
+        cache_min_tokens=cache_min_tokens,
         prompt_tokens_details=not no_prompt_tokens_details,
         noise=noise,
         broken_tool_calls=broken_tool_calls,

@@ -11,6 +11,7 @@ import yaml
 
 from kvmigrate.config.errors import ConfigError
 from kvmigrate.config.model import (
+    NO_MESSAGES_TYPES,
     BackendConfig,
     CacheCheckConfig,
     Config,
@@ -197,7 +198,28 @@ def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
         served[key] = s.string(key)
     if not served:
         raise s.error("model_name", "names no backend model; add e.g. `hosted: <model>`")
+    _check_messages_capable(s, backends, served)
     return ModelRoute(model_name=model_name, served=served)
+
+
+def _check_messages_capable(
+    s: Section, backends: dict[str, BackendConfig], served: dict[str, str]
+) -> None:
+    """A model on an `anthropic` backend is reached with Anthropic's Messages API, which
+    Azure OpenAI and the litellm gateway do not serve: routing it there is refused now,
+    not at its first request."""
+    types = {name: backends[name].type for name in served}
+    anthropic = next((n for n, t in types.items() if t == "anthropic"), None)
+    if anthropic is None:
+        return
+    for name, kind in types.items():
+        if kind in NO_MESSAGES_TYPES:
+            raise s.error(
+                name,
+                f"backend {name!r} (type {kind}) cannot serve Anthropic's Messages API, which "
+                f"this model is served with on backend {anthropic!r} (type anthropic); "
+                "kvmigrate does not translate between the two APIs",
+            )
 
 
 def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:

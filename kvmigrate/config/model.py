@@ -18,8 +18,12 @@ from kvmigrate.policies.gates import GateConfig, RollbackConfig
 
 RolloutMode = Literal["shadow", "split"]
 # "openai": any OpenAI-compatible API; "azure": Azure OpenAI; "litellm": called through
-# litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's.
-BackendType = Literal["openai", "azure", "litellm"]
+# litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's;
+# "anthropic": Anthropic's Messages API (only /v1/messages, key in `x-api-key`).
+BackendType = Literal["openai", "azure", "litellm", "anthropic"]
+# Types whose API has no Messages routes: a model served on an `anthropic` backend cannot
+# also be routed to one of them (kvmigrate never translates Messages to chat completions).
+NO_MESSAGES_TYPES = frozenset({"azure", "litellm"})
 ContentPolicy = Literal["none", "redacted", "full"]
 
 # policies.gates owns the gates' fields and defaults (it is pure and knows no config file);

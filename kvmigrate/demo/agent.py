@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import openai
@@ -84,7 +84,7 @@ async def run_conversation(
                 {
                     "role": "tool",
                     "tool_call_id": call["id"],
-                    "content": _tool_result(call["function"]["name"], turn),
+                    "content": tool_result(call["function"]["name"], turn),
                 }
             )
         if not message.get("tool_calls"):
@@ -131,7 +131,7 @@ async def _ask(
     return message
 
 
-def _tool_result(name: str, turn: int) -> str:
+def tool_result(name: str, turn: int) -> str:
     if name == "run_tests":
         return json.dumps({"passed": 212 + turn, "failed": max(0, 3 - turn)})
     return "def handler(request):\n    return service.process(request, timeout=30)\n" * 12
@@ -147,14 +147,28 @@ async def drive(
     first_index: int = 0,
 ) -> int:
     """Run `conversations` agents, `concurrency` at a time; returns the failed calls."""
-    semaphore = asyncio.Semaphore(concurrency)
     async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-demo", max_retries=0) as client:
+        return await run_agents(
+            lambda index: run_conversation(client, model, index, turns),
+            range(first_index, first_index + conversations),
+            concurrency,
+            progress,
+        )
 
-        async def one(index: int) -> int:
-            async with semaphore:
-                failed = await run_conversation(client, model, index, turns)
-            progress(1)
-            return failed
 
-        results = await asyncio.gather(*(one(first_index + i) for i in range(conversations)))
-    return sum(results)
+async def run_agents(
+    conversation: Callable[[int], Awaitable[int]],
+    indexes: range,
+    concurrency: int,
+    progress: Callable[[int], None],
+) -> int:
+    """Run one `conversation` per index, `concurrency` at a time; the failed calls in all."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(index: int) -> int:
+        async with semaphore:
+            failed = await conversation(index)
+        progress(1)
+        return failed
+
+    return sum(await asyncio.gather(*(one(i) for i in indexes)))

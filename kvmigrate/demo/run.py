@@ -21,8 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from kvmigrate.config import Config
-from kvmigrate.demo.agent import drive
-from kvmigrate.embedded import HOSTED_MODEL, EmulatedBackends, embedded_config, emulated_backends
+from kvmigrate.demo import agent, anthropic_agent
+from kvmigrate.embedded import (
+    CLAUDE_MODEL,
+    HOSTED_MODEL,
+    EmulatedBackends,
+    embedded_config,
+    emulated_backends,
+)
 from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.progress import progress
 from kvmigrate.recorder.store import open_store as open_records
@@ -60,6 +66,7 @@ class DemoSettings:
     real_vllm: bool = False
     out: Path = Path("report.html")
     workdir: Path | None = None
+    api: str = "openai"  # or "anthropic": the agents speak Anthropic's Messages API
 
 
 def run_demo(settings: DemoSettings, echo: Echo) -> bool:
@@ -73,7 +80,7 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         proxy = stack.enter_context(BackgroundServer(lambda: build_app(config, poll_interval=0.1)))
         controller = open_controller(config)
         stack.callback(controller.store.close)
-        base_url = proxy.url + "/v1"
+        base_url = proxy.url if settings.api == "anthropic" else proxy.url + "/v1"
         started = time.time()
         where = (
             f"state and records in {workdir}"
@@ -100,9 +107,10 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
 @contextmanager
 def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> Iterator[Config]:
     broken = 1.0 if settings.bad_candidate else 0.0
-    with emulated_backends(settings.time_scale, broken_tool_calls=broken) as emulated:
+    api = settings.api
+    with emulated_backends(settings.time_scale, broken_tool_calls=broken, api=api) as emulated:
         if not settings.real_vllm:
-            yield embedded_config(emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT)
+            yield embedded_config(emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT, api=api)
             return
         from kvmigrate.testbed.tiny_model import ensure_tiny_model
         from kvmigrate.testbed.vllm_server import VllmServer
@@ -115,18 +123,24 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
         ) as vllm:
             backends = EmulatedBackends(emulated.hosted_url, vllm.base_url)
             yield embedded_config(
-                backends, state_dir=str(workdir), candidate_model="tiny", rollout=DEMO_ROLLOUT
+                backends,
+                state_dir=str(workdir),
+                candidate_model="tiny",
+                rollout=DEMO_ROLLOUT,
+                api=api,
             )
 
 
 def _traffic(
     base_url: str, settings: DemoSettings, conversations: int, first: int, echo: Echo
 ) -> None:
+    anthropic = settings.api == "anthropic"
+    drive = anthropic_agent.drive if anthropic else agent.drive
     with progress(conversations, "  conversations") as bar:
         failed = asyncio.run(
             drive(
                 base_url,
-                HOSTED_MODEL,
+                CLAUDE_MODEL if anthropic else HOSTED_MODEL,
                 conversations,
                 settings.turns,
                 settings.concurrency,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import time
 
+from kvmigrate.emulator.breakpoint_cache import BreakpointCache, Breakpoints
 from kvmigrate.emulator.errors import EmulatorError, bad_request, model_not_found
 from kvmigrate.emulator.latency import LatencyModel, PrefillEngine
 from kvmigrate.emulator.outputs import Choice, Generation, ToolCall
@@ -28,6 +29,9 @@ class Backend:
         self.latency = LatencyModel(latency, settings.time_scale, self.rng)
         self.engine = PrefillEngine(latency.engine_concurrency)
         self.responses = ResponseStore(settings.responses_store)
+        self.breakpoint_cache = BreakpointCache(
+            settings.cache_min_tokens, settings.cache_capacity_tokens, settings.hosted_cache_ttl_s
+        )
         if settings.profile == "vllm":
             self.cache = PrefixCache.vllm(settings.block_size, settings.cache_capacity_tokens)
         else:
@@ -41,6 +45,9 @@ class Backend:
 
     def _check_length(self, req: GenerationRequest) -> None:
         limit, prompt = self.settings.context_limit, len(req.prompt)
+        if self.settings.profile == "anthropic":
+            _check_anthropic_length(req, limit, self.settings.max_output_tokens)
+            return
         if self.settings.profile == "hosted":
             if req.max_tokens is not None and req.max_tokens > self.settings.max_output_tokens:
                 raise bad_request(
@@ -69,10 +76,20 @@ class Backend:
                 code="context_length_exceeded",
             )
 
-    def generate(self, req: GenerationRequest, *, chat: bool = True) -> Generation:
+    def generate(
+        self, req: GenerationRequest, *, chat: bool = True, breakpoints: Breakpoints | None = None
+    ) -> Generation:
+        """`breakpoints`: a Messages request's; on the anthropic profile only they cache."""
         self.check_model(req.model)
         self._check_length(req)
-        cached = self.cache.lookup_and_insert(req.prompt, salt=req.model).cached_tokens
+        written = 0
+        if self.settings.profile == "anthropic":
+            use = self.breakpoint_cache.lookup_and_insert(
+                req.prompt, breakpoints or Breakpoints(), salt=req.model
+            )
+            cached, written = use.read, use.written
+        else:
+            cached = self.cache.lookup_and_insert(req.prompt, salt=req.model).cached_tokens
         family = self.settings.answer_family or f"{self.settings.profile}|{req.model}"
         key = f"{family}|{req.prompt_key}"
         choices = tuple(self._choice(req, key, index) for index in range(req.n))
@@ -83,6 +100,7 @@ class Backend:
             prompt_tokens=len(req.prompt),
             cached_tokens=cached,
             choices=choices,
+            cache_written=written,
         )
 
     def _choice(self, req: GenerationRequest, key: str, index: int) -> Choice:
@@ -109,6 +127,17 @@ class Backend:
             calls = tuple(_broken(call) for call in calls)
         pieces = tuple(tuple(tokenize(c.arguments)) for c in calls)
         return Choice(index, (), "tool_calls", None, calls, pieces)
+
+
+def _check_anthropic_length(req: GenerationRequest, limit: int, max_output: int) -> None:
+    """Anthropic's 400s, worded as its API words them."""
+    if req.max_tokens is not None and req.max_tokens > max_output:
+        raise bad_request(
+            f"max_tokens: {req.max_tokens} > {max_output}, which is the maximum allowed "
+            f"number of output tokens for {req.model}"
+        )
+    if len(req.prompt) + (req.max_tokens or 0) > limit:
+        raise bad_request(f"prompt is too long: {len(req.prompt)} tokens > {limit} maximum")
 
 
 def _broken(call: ToolCall) -> ToolCall:

@@ -42,6 +42,7 @@ class Generation:
     prompt_tokens: int
     cached_tokens: int
     choices: tuple[Choice, ...]
+    cache_written: int = 0  # Anthropic's cache_creation_input_tokens (emulator.breakpoint_cache)
 
     @property
     def completion_tokens(self) -> int:

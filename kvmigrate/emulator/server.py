@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +20,8 @@ from kvmigrate.emulator.backend import Backend
 from kvmigrate.emulator.embeddings import embed, encode
 from kvmigrate.emulator.errors import EmulatorError, bad_request, model_not_found, unauthorized
 from kvmigrate.emulator.faults import FAULT_HEADER, combine, draw_faults, parse_fault_header
+from kvmigrate.emulator.messages_api import Flavor, MessagesRenderer, count_tokens_body
+from kvmigrate.emulator.messages_request import parse_messages
 from kvmigrate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
 from kvmigrate.emulator.outputs import Generation
 from kvmigrate.emulator.parsing import (
@@ -85,6 +88,8 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Azure OpenAI authenticates with the `api-key` header.
         if key and request.headers.get("api-key", "") != key:
             raise unauthorized(request.headers.get("api-key") or None)
+    elif settings.profile == "anthropic" and request.path.startswith("/v1"):
+        _anthropic_auth(request, key)
     elif key and request.path.startswith("/v1"):
         supplied = request.headers.get("Authorization", "")
         token = supplied[7:] if supplied.lower().startswith("bearer ") else ""
@@ -92,6 +97,21 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise unauthorized(token or None)
     response: web.StreamResponse = await handler(request)
     return response
+
+
+def _anthropic_auth(request: web.Request, key: str | None) -> None:
+    """Anthropic's API reads the key from `x-api-key`, or as a Bearer token (what the
+    anthropic SDK sends for `api_key` since 2.x), and wants `anthropic-version`."""
+    supplied = request.headers.get("x-api-key", "")
+    bearer = request.headers.get("Authorization", "")
+    if bearer.lower().startswith("bearer "):
+        supplied = supplied or bearer[7:]
+    if key and supplied != key:
+        raise EmulatorError(
+            401, "invalid x-api-key" if supplied else "x-api-key header is required"
+        )
+    if not request.headers.get("anthropic-version"):
+        raise bad_request("anthropic-version: header is required")
 
 
 @web.middleware
@@ -216,6 +236,42 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     return await send_json(request, stored)
 
 
+async def messages(request: web.Request) -> web.StreamResponse:
+    """Anthropic's Messages API: the anthropic profile's one route, and vLLM's too."""
+    backend = request.app[BACKEND]
+    try:
+        req, breakpoints = parse_messages(await _read_json(request))
+        gen = backend.generate(req, chat=True, breakpoints=breakpoints)
+    except EmulatorError as error:
+        return await _messages_error(request, error)
+    renderer = MessagesRenderer(gen, backend.settings)
+    return await _deliver(
+        request, req, gen, renderer.message, renderer.events, frame=event_frame, done=False
+    )
+
+
+async def count_message_tokens(request: web.Request) -> web.StreamResponse:
+    backend = request.app[BACKEND]
+    try:
+        req, _ = parse_messages(await _read_json(request), count_only=True)
+        backend.check_model(req.model)
+    except EmulatorError as error:
+        return await _messages_error(request, error)
+    flavor: Flavor = "anthropic" if backend.settings.profile == "anthropic" else "vllm"
+    return await send_json(request, count_tokens_body(len(req.prompt), flavor))
+
+
+async def _messages_error(request: web.Request, error: EmulatorError) -> web.StreamResponse:
+    """vLLM answers a Messages request's errors in Anthropic's envelope, its exception class
+    name for the type (vllm/entrypoints/anthropic/api_router.py translate_error_response)."""
+    backend = request.app[BACKEND]
+    if backend.settings.profile == "anthropic":
+        raise error
+    phrase = HTTPStatus(error.status).phrase.replace(" ", "").replace("-", "")
+    inner = {"type": f"{phrase}Error", "message": error.vllm_message or error.message}
+    return await send_json(request, {"type": "error", "error": inner}, error.status)
+
+
 def _embedding_inputs(body: JSON) -> list[str]:
     raw = body.get("input")
     if isinstance(raw, str):
@@ -283,11 +339,14 @@ def build_app(settings: EmulatorSettings) -> web.Application:
     app[METRICS] = EmulatorMetrics(settings, backend.engine)
     app[SHUTDOWN] = asyncio.Event()
     app.on_shutdown.append(_wake_sleepers)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/v1/responses", responses)
-    app.router.add_get("/v1/responses/{id}", get_response)
-    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/messages/count_tokens", count_message_tokens)
+    if settings.profile != "anthropic":
+        app.router.add_post("/v1/chat/completions", chat_completions)
+        app.router.add_post("/v1/completions", completions)
+        app.router.add_post("/v1/responses", responses)
+        app.router.add_get("/v1/responses/{id}", get_response)
+        app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/health", health)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Profile = Literal["hosted", "vllm"]
-PROFILES: tuple[Profile, ...] = ("hosted", "vllm")
+Profile = Literal["hosted", "vllm", "anthropic"]
+PROFILES: tuple[Profile, ...] = ("hosted", "vllm", "anthropic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class LatencySettings:
 
     @classmethod
     def for_profile(cls, profile: Profile) -> LatencySettings:
-        return cls.hosted() if profile == "hosted" else cls.vllm()
+        return cls.vllm() if profile == "vllm" else cls.hosted()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,8 @@ class FaultRates:
 def _default_models(profile: Profile) -> tuple[str, ...]:
     if profile == "hosted":
         return ("gpt-4o-mini", "text-embedding-3-small")
+    if profile == "anthropic":
+        return ("claude-sonnet-4-5",)
     return ("meta-llama/Llama-3.1-8B-Instruct",)
 
 
@@ -96,20 +98,24 @@ def _default_models(profile: Profile) -> tuple[str, ...]:
 class EmulatorSettings:
     """Everything one emulated backend does differently; zero or empty means the profile's default.
 
-    profile: `hosted` (OpenAI's wire format and prompt-caching rule) or `vllm` (vLLM's wire
-        format, a block prefix cache and Prometheus metrics).
+    profile: `hosted` (OpenAI's wire format and prompt-caching rule), `vllm` (vLLM's wire
+        format, a block prefix cache and Prometheus metrics; also its /v1/messages), or
+        `anthropic` (Anthropic's Messages API only, with `cache_control` breakpoints).
     name: this instance's name, which `x-emulator-fault` targets select; default the profile.
     models: served model names; default `gpt-4o-mini` and `text-embedding-3-small` (hosted)
         or `meta-llama/Llama-3.1-8B-Instruct` (vllm). Other names get a 404.
     api_key: when set, requests need `Authorization: Bearer <api_key>`, else 401.
     max_model_len: context window; prompt plus requested output beyond it is a 400.
-        Default 128,000 (hosted) or 131,072 (vllm).
+        Default 128,000 (hosted), 131,072 (vllm) or 200,000 (anthropic).
     max_output_tokens: hosted only: the largest `max_tokens` accepted (OpenAI's 16,384).
     time_scale: multiplies every delay; 0 answers at once, 1 is real time.
     latency: the timing model; default `LatencySettings.for_profile(profile)`.
     block_size: vllm prefix cache block size in tokens; only whole blocks are cached.
     cache_capacity_tokens: prefix cache capacity in tokens, evicted least recently used.
-    hosted_cache_ttl_s: hosted only: how long an unused cached prefix survives.
+    hosted_cache_ttl_s: hosted and anthropic: how long an unused cached prefix survives
+        (Anthropic's default is 5 minutes, refreshed on each hit).
+    cache_min_tokens: anthropic only: the shortest prefix a breakpoint caches (1,024 for
+        the Sonnet models).
     prompt_tokens_details: vllm only: report `usage.prompt_tokens_details` (as vLLM with
         `--enable-prompt-tokens-details`); otherwise it is null.
     noise: 0..1, the share of word choices that vary between two unseeded calls (scaled by
@@ -142,6 +148,7 @@ class EmulatorSettings:
     block_size: int = 16
     cache_capacity_tokens: int = 2_000_000
     hosted_cache_ttl_s: float = 600.0
+    cache_min_tokens: int = 1024
     prompt_tokens_details: bool = True
     noise: float = 0.15
     min_output_tokens: int = 20
@@ -178,7 +185,7 @@ class EmulatorSettings:
     def context_limit(self) -> int:
         if self.max_model_len:
             return self.max_model_len
-        return 128_000 if self.profile == "hosted" else 131_072
+        return {"hosted": 128_000, "anthropic": 200_000}.get(self.profile, 131_072)
 
     @property
     def latency_settings(self) -> LatencySettings:

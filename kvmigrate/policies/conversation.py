@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.policies.volatile import mask_volatile
+from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 SESSION_HEADER = "x-session-id"
 
@@ -51,19 +52,28 @@ def _as_text(value: str) -> str:
     return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def declared_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> ConversationKey | None:
-    """The key the client states: the X-Session-ID header, else the request's `user`."""
+def declared_key(
+    headers: Mapping[str, str], body: Mapping[str, Any], route: str = ""
+) -> ConversationKey | None:
+    """The key the client states: the X-Session-ID header, else the request's `user`, else
+    on Anthropic's Messages API (which has no `user`) its `metadata.user_id`. Chat's
+    `metadata` is the client's free-form tags, and keys nothing."""
     session = headers.get(SESSION_HEADER)
     if session:
         return ConversationKey(session if session.isascii() else _as_text(session), "header")
     user = body.get("user")
     if isinstance(user, str) and user:
         return ConversationKey("user:" + user, "user")
+    metadata = body.get("metadata") if route in MESSAGES_ROUTES else None
+    user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if isinstance(user, str) and user:
+        return ConversationKey("user:" + user, "user")
     return None
 
 
 def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
-    """System messages plus the first user message: what every later turn resends unchanged."""
+    """System messages plus the first user message: what every later turn resends unchanged.
+    Anthropic's Messages API has its system prompt in a top-level `system`."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         messages = body.get("input") if isinstance(body.get("input"), list) else None
@@ -78,6 +88,8 @@ def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
             return [["instructions", masked(instructions)], ["user", masked(text)]]
         return [instructions]
     prefix: list[Any] = []
+    if "system" in body:
+        prefix.append(["system", masked(body.get("system"))])
     for message in messages:
         if not isinstance(message, dict):
             continue
@@ -98,13 +110,20 @@ def masked(content: Any) -> Any:
     if isinstance(content, str):
         return mask_volatile(content)
     if isinstance(content, list):
-        return [
-            {**part, "text": mask_volatile(part["text"])}
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-            else part
-            for part in content
-        ]
+        return [_masked_part(part) for part in content]
     return content
+
+
+def _masked_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    if "cache_control" in part:
+        # Anthropic's cache breakpoint is a marker, not content: agents move it to their
+        # newest message each turn, off the opening that turn 1 carried it on.
+        part = {k: v for k, v in part.items() if k != "cache_control"}
+    if isinstance(part.get("text"), str):
+        return {**part, "text": mask_volatile(part["text"])}
+    return part
 
 
 def turn_index(body: Mapping[str, Any]) -> int:

@@ -14,23 +14,33 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.logtext import printable
+from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.service import ProxyService, RolloutSource
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
+from kvmigrate.wire.anthropic import anthropic_model_list
 
 log = logging.getLogger("kvmigrate.proxy")
 
-MODEL_ROUTES = ("chat/completions", "completions", "embeddings", "responses")
+MODEL_ROUTES = (
+    "chat/completions",
+    "completions",
+    "embeddings",
+    "responses",
+    "messages",  # Anthropic's Messages API (wire.anthropic)
+    "messages/count_tokens",
+)
 SERVICE_KEY = web.AppKey("kvmigrate_proxy", ProxyService)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @web.middleware
 async def error_boundary(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure leaves as an OpenAI error envelope; nothing raised here crashes a worker."""
+    """Every failure leaves as an error envelope, in the shape the route's clients know
+    (proxy.envelopes); nothing raised here crashes a worker."""
     service = request.app[SERVICE_KEY]
     try:
         return await handler(request)
@@ -50,7 +60,7 @@ async def error_boundary(request: web.Request, handler: Handler) -> web.StreamRe
         )
         error = ProxyError(500, "The proxy failed to handle this request.", "server_error")
     service.metrics.client_errors.labels(str(error.status)).inc()
-    return error.response()
+    return error.response(body=envelope_for_path(request.path).body(error))
 
 
 def build_proxy_app(
@@ -95,6 +105,8 @@ def _connection_limits(config: Config, service: ProxyService) -> ConnectionLimit
 
 async def list_models(config: Config, request: web.Request) -> web.Response:
     request.app[SERVICE_KEY].authorize(request)
+    if "anthropic-version" in request.headers:  # the anthropic SDKs' models.list()
+        return _json(anthropic_model_list([route.model_name for route in config.models]))
     created = int(time.time())
     data = [_model_card(route.model_name, created) for route in config.models]
     return _json({"object": "list", "data": data})

@@ -29,9 +29,15 @@ class ProxyError(Exception):
     def body(self) -> bytes:
         return error_body(self.message, self.error_type, self.code, self.param)
 
-    def response(self, headers: dict[str, str] | None = None) -> web.Response:
+    def response(
+        self, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> web.Response:
+        """`body`: the error in another envelope than OpenAI's (see proxy.envelopes)."""
         return web.Response(
-            status=self.status, body=self.body(), content_type=JSON_CONTENT_TYPE, headers=headers
+            status=self.status,
+            body=self.body() if body is None else body,
+            content_type=JSON_CONTENT_TYPE,
+            headers=headers,
         )
 
 
@@ -67,6 +73,20 @@ def model_not_found(model: str) -> ProxyError:
         "invalid_request_error",
         "model_not_found",
         "model",
+    )
+
+
+def route_not_served(route: str, model: str, backend: str) -> ProxyError:
+    """A model mapped to a backend whose API has no such route: an Anthropic Messages
+    request to Azure, a chat request to Anthropic. Refused whichever backend the request
+    would be routed to, so a conversation does not work at 0% and fail at 50%."""
+    return ProxyError(
+        400,
+        f"The model `{model}` is also served by backend `{backend}`, whose API has no "
+        f"/v1/{route}; kvmigrate relays each API as it is and never translates one into "
+        "another.",
+        "invalid_request_error",
+        "unsupported_route",
     )
 
 

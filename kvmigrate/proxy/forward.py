@@ -12,12 +12,8 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.policies.outcome import ErrorKind
-from kvmigrate.proxy.errors import (
-    ProxyError,
-    sse_error_event,
-    upstream_timeout,
-    upstream_unreachable,
-)
+from kvmigrate.proxy.envelopes import envelope_for
+from kvmigrate.proxy.errors import ProxyError, upstream_timeout, upstream_unreachable
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.proxy.headers import relayed_response_headers
 from kvmigrate.proxy.stream_check import SseCheck
@@ -152,6 +148,7 @@ async def relay_stream(
         headers=relayed_response_headers(response.headers, extra_headers),
     )
     is_sse = is_event_stream(response)
+    error_event = envelope_for(exchange.route).stream_event
     await client.prepare(request)
     try:
         if first_chunk:
@@ -162,7 +159,7 @@ async def relay_stream(
                 exchange.error = ErrorKind.MALFORMED_STREAM
                 await _write_quietly(
                     client,
-                    sse_error_event("The backend sent a malformed stream event.", exchange.error),
+                    error_event("The backend sent a malformed stream event.", exchange.error),
                 )
                 break
             await client.write(rewrite(chunk) if rewrite else chunk)
@@ -173,9 +170,7 @@ async def relay_stream(
         if is_sse:
             await _write_quietly(
                 client,
-                sse_error_event(
-                    f"The backend stream broke off ({exchange.error}).", exchange.error
-                ),
+                error_event(f"The backend stream broke off ({exchange.error}).", exchange.error),
             )
         else:
             _abort(request)

@@ -46,6 +46,9 @@ CANDIDATE_HEADERS = frozenset(
         "x-session-id",
         "x-request-id",
         "openai-beta",
+        # Anthropic's API version and feature flags: vLLM's /v1/messages may read them.
+        "anthropic-version",
+        "anthropic-beta",
         # W3C trace context: ids, no secrets.
         "traceparent",
         "tracestate",
@@ -53,7 +56,7 @@ CANDIDATE_HEADERS = frozenset(
         "x-emulator-fault",
     }
 )
-CANDIDATE_HEADER_PREFIXES = ("x-stainless-",)  # the OpenAI SDKs' client description
+CANDIDATE_HEADER_PREFIXES = ("x-stainless-",)  # the OpenAI and Anthropic SDKs' client description
 # Query parameters some APIs accept a key in (Azure's `api-key`, Google's `key`, ...).
 CREDENTIAL_QUERY_PARAMS = frozenset(
     {

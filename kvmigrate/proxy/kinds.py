@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from kvmigrate.config import BackendConfig, Secret
+from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 
 class BackendKind:
@@ -35,6 +36,12 @@ class BackendKind:
         """A cheap call that proves the backend is up: its model list."""
         return base + "/models"
 
+    def serves(self, route: str) -> bool:
+        """Whether this API answers the model `route` (below /v1). An OpenAI-compatible
+        server may serve Anthropic's Messages routes too (vLLM does); whether it does is
+        known only when it answers."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class AzureKind(BackendKind):
@@ -57,6 +64,9 @@ class AzureKind(BackendKind):
     def probe_url(self, base: str) -> str:
         return f"{base}/openai/models?api-version={quote(self.api_version, safe='')}"
 
+    def serves(self, route: str) -> bool:
+        return route not in MESSAGES_ROUTES
+
 
 class LiteLLMKind(BackendKind):
     """A provider called through litellm: served to the proxy by a loopback gateway in
@@ -64,11 +74,28 @@ class LiteLLMKind(BackendKind):
 
     via_gateway = True
 
+    def serves(self, route: str) -> bool:
+        # The gateway speaks OpenAI's wire: a Messages request would be translated.
+        return route not in MESSAGES_ROUTES
+
+
+class AnthropicKind(BackendKind):
+    """Anthropic's API: the key in `x-api-key`; `anthropic-version` and `anthropic-beta`
+    come from the client and pass through (headers.upstream_headers). It serves only the
+    Messages routes: a chat request is never translated into one."""
+
+    def auth_headers(self, key: Secret) -> dict[str, str]:
+        return {"x-api-key": key.reveal()}
+
+    def serves(self, route: str) -> bool:
+        return route in MESSAGES_ROUTES
+
 
 _KINDS: dict[str, Callable[[BackendConfig], BackendKind]] = {
     "openai": lambda _backend: BackendKind(),
     "azure": lambda backend: AzureKind(backend.api_version or ""),
     "litellm": lambda _backend: LiteLLMKind(),
+    "anthropic": lambda _backend: AnthropicKind(),
 }
 
 

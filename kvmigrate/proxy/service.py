@@ -21,11 +21,13 @@ from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
+from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import (
     ProxyError,
     body_too_large,
     chain_stranded,
     model_not_found,
+    route_not_served,
     unauthorized,
 )
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
@@ -56,7 +58,7 @@ from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.state import RolloutState
-from kvmigrate.wire.errors import openai_error_body
+from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
@@ -155,6 +157,8 @@ class ProxyService:
             self.gateways = open_gateways(config)
             upstreams = through_gateways(config, self.gateways)
         self.upstreams = Upstreams(upstreams)
+        # As configured: a litellm backend's gateway speaks OpenAI's wire, whatever it wraps.
+        self.kinds = {name: kind_of(b) for name, b in config.backends.items()}
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         # Relays that outlive a cancelled handler (see _answer), held until they end.
@@ -193,6 +197,9 @@ class ProxyService:
         if model_route is None:
             raise model_not_found(body.model)
         served = model_route.served
+        for backend in served:
+            if not self.kinds[backend].serves(path):
+                raise route_not_served(path, body.model, backend)
         ref = chain_ref(body.data) if path == RESPONSES else None
         if ref is None:
             identity = await self.identity.identify(request.headers, body.data, body.model, path)
@@ -314,7 +321,8 @@ class ProxyService:
                 if response.status >= 400 and routed.route.is_candidate(exchange.backend):
                     # The client knows the primary's error shape; the record keeps the
                     # candidate's own bytes (exchange.chunks).
-                    body = openai_error_body(response.status, body, routed.path) or body
+                    envelope = envelope_for(routed.path)
+                    body = envelope.backend_error(response.status, body, routed.path) or body
                 body = rewrite(body) if rewrite else body
                 client = await send_buffered(request, response, body, extra)
             else:
@@ -459,8 +467,9 @@ class ProxyService:
 
         async def send_copy() -> None:
             nonlocal call
-            # In the task, after the client's answer.
-            call = with_usage(call, routed.body, routed.path)
+            # In the task, after the client's answer. Anthropic streams always carry usage.
+            if routed.path not in MESSAGES_ROUTES:
+                call = with_usage(call, routed.body, routed.path)
             if role == SHADOW and routed.chain is not None:
                 body = await self.chained.copy_body(call.body, routed.chain)
                 if body is None:
@@ -501,7 +510,9 @@ class ProxyService:
             return
         token = bearer_token(request.headers)
         if token is None:
-            raise unauthorized("Missing API key: send it as `Authorization: Bearer <key>`.")
+            raise unauthorized(
+                "Missing API key: send it as `Authorization: Bearer <key>` or `x-api-key`."
+            )
         if not master.matches(token):
             raise unauthorized("Incorrect API key provided.")
 

@@ -15,6 +15,7 @@ from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
 from kvmigrate.redaction import Redactor
+from kvmigrate.wire.anthropic import openai_usage
 from kvmigrate.wire.assemble import assemble, is_sse
 from kvmigrate.wire.sse import sse_payloads
 
@@ -187,7 +188,7 @@ def _answer(route: str, body: bytes, metrics_only: bool) -> dict[str, Any] | Non
     """The answer as one object. For `metrics_only`, a streamed chat answer without tool
     calls is read from its last events alone: usage and finish reason are all a metrics-
     only record needs, and reassembling every chunk was most of its cost."""
-    if route not in TEXT_ROUTES:
+    if route not in TEXT_ROUTES and route != "messages":  # Messages: usage is in its events
         return _json_object(body)
     tail_will_do = metrics_only and route == "chat/completions" and is_sse(body)
     if tail_will_do and not any(marker in body for marker in _NEEDS_ALL_CHUNKS):
@@ -271,7 +272,8 @@ def _usage(response: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def token_counts(usage: dict[str, Any]) -> dict[str, int]:
-    """prompt, completion and cached tokens from Chat- or Responses-style usage."""
+    """prompt, completion and cached tokens from Chat-, Responses- or Anthropic-style usage."""
+    usage = openai_usage(usage)
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
     counts = {
         "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),

@@ -98,7 +98,7 @@ class ContinuityResolver:
     async def identify(
         self, headers: Mapping[str, str], body: Mapping[str, Any], model: str, route: str
     ) -> Identity:
-        declared = declared_key(headers, body)
+        declared = declared_key(headers, body, route)
         if declared is not None:
             return self._count(Identity(declared.value, turn_index(body), declared.source))
         history = request_history(route, body)

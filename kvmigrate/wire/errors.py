@@ -24,9 +24,9 @@ _PROMPT_PARAM = {"chat/completions": "messages", "responses": "input", "completi
 _TYPE_BY_STATUS = {401: "invalid_request_error", 403: "invalid_request_error", 429: "requests"}
 
 
-def openai_error_body(status: int, body: bytes, route: str) -> bytes | None:
-    """The error answer `body` (status >= 400) in OpenAI's envelope, or None when it is
-    already in it, or is not a JSON error we can read (then it is relayed as it came)."""
+def read_error(body: bytes) -> tuple[dict[str, Any], dict[str, Any], object] | None:
+    """(the JSON object, the object that holds the error's fields, the message if any) of
+    an error answer, nested under `error` or flat; None when the body is no JSON object."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -36,9 +36,19 @@ def openai_error_body(status: int, body: bytes, route: str) -> bytes | None:
     error = data.get("error")
     fields: dict[str, Any] = error if isinstance(error, dict) else data
     # vLLM's authentication middleware answers a bare {"error": "Unauthorized"}.
-    message = error if isinstance(error, str) else fields.get("message")
+    return data, fields, error if isinstance(error, str) else fields.get("message")
+
+
+def openai_error_body(status: int, body: bytes, route: str) -> bytes | None:
+    """The error answer `body` (status >= 400) in OpenAI's envelope, or None when it is
+    already in it, or is not a JSON error we can read (then it is relayed as it came)."""
+    found = read_error(body)
+    if found is None:
+        return None
+    data, fields, message = found
     if not isinstance(message, str):
         return None
+    error = data.get("error")
     code, kind, param = fields.get("code"), fields.get("type"), fields.get("param")
     if isinstance(error, dict) and _is_openai_type(kind) and not isinstance(code, int):
         return None

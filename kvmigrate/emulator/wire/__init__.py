@@ -17,14 +17,25 @@ from __future__ import annotations
 import random
 
 from kvmigrate.emulator.settings import EmulatorSettings
+from kvmigrate.emulator.wire.anthropic import AnthropicDialect
 from kvmigrate.emulator.wire.base import JSON, Dialect, Step
 from kvmigrate.emulator.wire.hosted import HostedDialect
 from kvmigrate.emulator.wire.vllm import VllmDialect
 
-__all__ = ["JSON", "Dialect", "HostedDialect", "Step", "VllmDialect", "make_dialect"]
+__all__ = [
+    "JSON",
+    "AnthropicDialect",
+    "Dialect",
+    "HostedDialect",
+    "Step",
+    "VllmDialect",
+    "make_dialect",
+]
 
 
 def make_dialect(settings: EmulatorSettings, rng: random.Random) -> Dialect:
     if settings.profile == "hosted":
         return HostedDialect(settings, rng)
+    if settings.profile == "anthropic":
+        return AnthropicDialect(settings, rng)
     return VllmDialect(settings, rng)

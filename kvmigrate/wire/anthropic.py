@@ -1,0 +1,98 @@
+"""Anthropic's Messages API on the wire: its routes, its error envelope and error event.
+
+Errors: `{"type": "error", "error": {"type": ..., "message": ...}}`, the type fixed by the
+HTTP status (docs.claude.com/en/api/errors). The anthropic SDKs pick their exception class
+by status alone (`anthropic._error_classes.make_status_error`), so the status is what must be
+right; the type is what agents log and branch on. A stream that fails after its 200 ends
+with an `event: error` carrying the same object, which the SDKs raise as an APIStatusError.
+See docs/wire-anthropic.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from kvmigrate.wire.errors import read_error
+
+# Routes below /v1 that speak the Messages API.
+MESSAGES_ROUTES = frozenset({"messages", "messages/count_tokens"})
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+KNOWN_TYPES = frozenset(ERROR_TYPES.values())
+
+
+def openai_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic usage in OpenAI's terms, for the counts records and metrics keep; any
+    other usage as it is. Anthropic's `input_tokens` leaves out the cache reads and writes:
+    the prompt is the three together, and the cached tokens are the reads."""
+    read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+    if read is None and written is None:
+        return usage
+    parts = (usage.get("input_tokens"), read, written)
+    return {
+        "prompt_tokens": sum(p for p in parts if isinstance(p, int)),
+        "completion_tokens": usage.get("output_tokens"),
+        "prompt_tokens_details": {"cached_tokens": read if isinstance(read, int) else 0},
+    }
+
+
+def anthropic_model_list(models: list[str]) -> dict[str, Any]:
+    """GET /v1/models as Anthropic's API answers it (one page, no pagination)."""
+    data = [
+        {"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"}
+        for m in models
+    ]
+    first, last = (models[0], models[-1]) if models else (None, None)
+    return {"data": data, "has_more": False, "first_id": first, "last_id": last}
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error type for an HTTP status; other 4xx are invalid_request_error (as
+    the API reference says), other 5xx api_error."""
+    found = ERROR_TYPES.get(status)
+    if found is not None:
+        return found
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(status: int, message: str) -> bytes:
+    error = {"type": error_type(status), "message": message}
+    return orjson.dumps({"type": "error", "error": error})
+
+
+def error_event(kind: str, message: str) -> bytes:
+    """The SSE event that ends a Messages stream which broke after its first bytes."""
+    data = orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return b"event: error\ndata: " + data + b"\n\n"
+
+
+def anthropic_error_body(status: int, body: bytes) -> bytes | None:
+    """A backend's error answer (status >= 400) in Anthropic's envelope, or None when it is
+    already in it or carries no message we can read (then it is relayed as it came).
+
+    vLLM's /v1/messages answers `{"type": "error", "error": {"type": "BadRequestError", ...}}`
+    (its exception class name), its auth middleware `{"error": "Unauthorized"}`, and FastAPI
+    `{"detail": ...}`; OpenAI-style backends `{"error": {"message": ...}}`."""
+    found = read_error(body)
+    if found is None:
+        return None
+    data, fields, message = found
+    message = data.get("detail") if message is None else message
+    if not isinstance(message, str):
+        return None
+    if data.get("type") == "error" and fields.get("type") == error_type(status):
+        return None
+    return error_body(status, message)
