@@ -14,8 +14,10 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire import messages
 from kvmigrate.wire.chunk_log import ChunkLog
-from kvmigrate.wire.sse import decode_all, json_objects
+from kvmigrate.wire.sse import decode_all, json_objects, sse_payloads
+from kvmigrate.wire.usage import token_counts
 
 
 class Role(StrEnum):
@@ -82,19 +84,17 @@ class Exchange:
     def usage(self) -> dict[str, Any] | None:
         if not self._usage_parsed:
             self._usage_parsed = True
-            self._usage = _stream_usage(self.chunks) if self.stream else _body_usage(self.body())
+            if not self.stream:
+                self._usage = _body_usage(self.body())
+            elif self.route == messages.ROUTE:
+                self._usage = _messages_stream_usage(self.body())
+            else:
+                self._usage = _stream_usage(self.chunks)
         return self._usage
 
     def token_counts(self) -> dict[str, int]:
-        """prompt, completion and cached tokens from OpenAI- or Responses-style usage."""
-        usage = self.usage or {}
-        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-        counts = {
-            "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
-            "completion": usage.get("completion_tokens", usage.get("output_tokens")),
-            "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
-        }
-        return {k: v for k, v in counts.items() if isinstance(v, int) and v >= 0}
+        """prompt, completion, cached (and for Messages, cache_write) tokens from usage."""
+        return token_counts(self.usage or {})
 
 
 # An exchange's state, what a worker process gets of it: its fields in their order, less
@@ -128,6 +128,16 @@ def _usage_of(data: dict[str, Any]) -> dict[str, Any] | None:
     if usage is None and isinstance(data.get("response"), dict):
         usage = data["response"].get("usage")
     return usage if isinstance(usage, dict) else None
+
+
+def _messages_stream_usage(body: bytes) -> dict[str, Any] | None:
+    """A Messages stream splits its usage between `message_start` (the input counts) and
+    `message_delta` (the output count): only the events that mention usage are parsed."""
+    events = []
+    for payload in sse_payloads(body):
+        if b'"usage"' in payload:
+            events.extend(json_objects(payload))
+    return messages.merged_stream_usage(events)
 
 
 def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:

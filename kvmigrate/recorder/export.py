@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from kvmigrate.recorder.convert import TEXT_ROUTES
+from kvmigrate.parity.dataset import ROUTES as REPLAYABLE
 from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
 
@@ -21,7 +21,7 @@ def recorded_requests(store: RecordStore, since: float, until: float) -> Iterato
     Only serve calls: a shadow copy is the same request again. The body's `model` is the
     client's model name (the stored body carries the backend's), so a replay routes it as
     the client did."""
-    routes = sorted(TEXT_ROUTES)
+    routes = sorted(REPLAYABLE)
     sql = (
         "SELECT request_id, route, model, conversation, turn, backend, request_json, "
         "request_messages FROM records "

@@ -14,12 +14,15 @@ from typing import Any
 import orjson
 
 from kvmigrate.wire.chat_chunks import ChoiceSink, DecodeError, feed_chunks, plain_choice
+from kvmigrate.wire.messages import ROUTE as MESSAGES_ROUTE
+from kvmigrate.wire.messages import assemble_messages
 from kvmigrate.wire.sse import sse_data, sse_events, sse_payloads
 
 
 def assemble(route: str, body: bytes) -> dict[str, Any] | None:
-    """The non-streamed response object for a chat/completions, completions or responses
-    answer, streamed (SSE) or not; None when the body holds no JSON object at all."""
+    """The non-streamed response object for a chat/completions, completions, responses or
+    (Anthropic) messages answer, streamed (SSE) or not; None when the body holds no JSON
+    object at all."""
     if is_sse(body):
         if route == "chat/completions":
             return _assemble_chat(body)
@@ -27,6 +30,8 @@ def assemble(route: str, body: bytes) -> dict[str, Any] | None:
             return _assemble_completions(body)
         if route == "responses":
             return _assemble_responses(body)
+        if route == MESSAGES_ROUTE:
+            return assemble_messages(body)
         return None
     try:
         data = orjson.loads(body)
