@@ -108,7 +108,7 @@ def _item(data: Mapping[str, Any], where: str) -> _Item | None:
     if data.get("role") == Role.SHADOW:
         return None
     url = data.get("url")
-    if isinstance(url, str) and not url.rstrip("/").endswith("chat/completions"):
+    if isinstance(url, str) and not url.rstrip("/").endswith(("chat/completions", "/messages")):
         return None
     if not any(k in data for k in ("messages", "body", "request", "request_json")):
         raise DatasetError(

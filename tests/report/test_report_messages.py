@@ -31,6 +31,7 @@ record: {{db: "sqlite:///{db}", content: redacted}}
 cachecheck: {{enabled: false}}
 """
 TURNS, CHATS, AGENTS = 3, 2, 2
+STAMPED = 1  # this agent stamps the time in its system prompt: a cache buster
 SYSTEM = "You are a coding agent. " * 80
 # (plain input, cache reads, cache writes) by turn, as Anthropic reports a 480-token cached
 # system prompt: written on the first turn, read on the later ones.
@@ -69,6 +70,8 @@ def _messages_exchange(
             {"role": "user", "content": "continue"},
         ]
     system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    if conv == STAMPED:
+        system.append({"type": "text", "text": f"Current time: 2026-12-01T10:{turn:02d}:07Z"})
     answer = mw.message([mw.text("Working on it.")], use=mw.usage(plain, 5, read=read, write=write))
     started = time.perf_counter() - 2.0
     x = Exchange(
@@ -226,3 +229,16 @@ def test_openai_style_traffic_costs_what_it_did() -> None:
     per_window = (600_000 * 2.5 + 400_000 * 1.25) / 1e6
     assert cost.hosted_monthly_usd == pytest.approx(per_window * 30 * 86_400 / 100.0)
     assert cost.monthly_cache_write_tokens == 0
+
+
+def test_cache_busters_in_messages_system_prompts_are_reported(
+    databases: tuple[str, Any, Any],
+) -> None:
+    _, _, mixed = databases
+    busters = mixed.cache_busters
+    assert busters.checked
+    assert busters.conversations == CHATS + AGENTS
+    assert busters.breaks == TURNS - 1  # every later turn of the stamped agent
+    (row,) = busters.busters
+    assert (row.cls, row.field, row.label) == ("timestamp", "system content", "Current time:")
+    assert row.conversations == 1
