@@ -20,13 +20,15 @@ import orjson
 from kvmigrate.wire.sse import sse_data
 
 ROUTE = "messages"  # the proxy's route name for POST /v1/messages
+# A tool input whose streamed JSON never completed is kept as {PARTIAL_INPUT: the text}.
+PARTIAL_INPUT = "_partial_json"
 JSON = dict[str, Any]
 
 
 def assemble_messages(body: bytes) -> JSON | None:
     """The Message a Messages SSE body adds up to; None when it holds no `message_start`.
     A stream cut short keeps the blocks that arrived; a tool input whose JSON never
-    completed stays as the partial text under `input`'s `_partial_json`, so that parity
+    completed stays as the partial text under `input`'s PARTIAL_INPUT, so that parity
     still sees a differing call rather than none."""
     message: JSON | None = None
     partial: dict[int, list[str]] = {}
@@ -123,7 +125,7 @@ def _finish_input(content: list[Any], index: Any, partial: dict[int, list[str]])
     try:
         block["input"] = orjson.loads(text) if text.strip() else {}
     except orjson.JSONDecodeError:
-        block["input"] = {"_partial_json": text}
+        block["input"] = {PARTIAL_INPUT: text}
 
 
 def _apply_message_delta(message: JSON, event: JSON) -> None:
