@@ -87,7 +87,7 @@ class Exchange:
             if not self.stream:
                 self._usage = _body_usage(self.body())
             elif self.route == messages.ROUTE:
-                self._usage = _messages_stream_usage(self.body())
+                self._usage = _messages_stream_usage(self.chunks)
             else:
                 self._usage = _stream_usage(self.chunks)
         return self._usage
@@ -130,14 +130,29 @@ def _usage_of(data: dict[str, Any]) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-def _messages_stream_usage(body: bytes) -> dict[str, Any] | None:
-    """A Messages stream splits its usage between `message_start` (the input counts) and
-    `message_delta` (the output count): only the events that mention usage are parsed."""
-    events = []
-    for payload in sse_payloads(body):
-        if b'"usage"' in payload:
-            events.extend(json_objects(payload))
-    return messages.merged_stream_usage(events)
+def _messages_stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
+    """A Messages stream splits its usage between `message_start` (the input counts, at the
+    head) and `message_delta` (the output count, at the tail). The first and last eight
+    chunks are read first; a line cut at a window's edge fails to parse, and then the
+    whole body is read. Only the events that mention usage are parsed."""
+    if len(chunks) > 2 * _WINDOW:
+        found = _usage_events(b"".join(chunks[:_WINDOW]))
+        found += _usage_events(b"".join(chunks[-_WINDOW:]))
+        if {"message_start", "message_delta"} <= {e.get("type") for e in found}:
+            return messages.merged_stream_usage(found)
+    return messages.merged_stream_usage(_usage_events(b"".join(chunks)))
+
+
+_WINDOW = 8
+
+
+def _usage_events(data: bytes) -> list[dict[str, Any]]:
+    return [
+        event
+        for payload in sse_payloads(data)
+        if b'"usage"' in payload
+        for event in json_objects(payload)
+    ]
 
 
 def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:

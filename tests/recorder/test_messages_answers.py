@@ -90,7 +90,9 @@ def test_a_stream_cut_short_keeps_what_arrived() -> None:
     assert out["stop_reason"] is None  # message_delta never came
 
 
-def _exchange(answer: bytes, stream: bool, role: Role = Role.SERVE, **kw: Any) -> Exchange:
+def _exchange(
+    answer: bytes, stream: bool, role: Role = Role.SERVE, size: int = 37, **kw: Any
+) -> Exchange:
     now = time.monotonic()
     x = Exchange(
         request_id=kw.pop("request_id", "r1"),
@@ -109,14 +111,20 @@ def _exchange(answer: bytes, stream: bool, role: Role = Role.SERVE, **kw: Any) -
         finished=now + 0.2,
         **kw,
     )
-    x.chunks.extend(mw.chunks(answer))
+    x.chunks.extend(mw.chunks(answer, size))
     return x
 
 
-@pytest.mark.parametrize("stream", [True, False])
-def test_token_counts_split_cache_reads_and_writes_from_plain_input(stream: bool) -> None:
+@pytest.mark.parametrize(
+    ("stream", "size"),
+    # 7-byte chunks cut message_start across the first eight: the whole body is read then.
+    [(True, 7), (True, 37), (True, 100_000), (False, 37)],
+)
+def test_token_counts_split_cache_reads_and_writes_from_plain_input(
+    stream: bool, size: int
+) -> None:
     full = ANSWERS["tool_use"]
-    x = _exchange(mw.stream(full) if stream else mw.body(full), stream)
+    x = _exchange(mw.stream(full) if stream else mw.body(full), stream, size=size)
     assert x.usage == full["usage"]
     # prompt = plain input + cache reads + cache writes; cached = reads.
     assert x.token_counts() == {"prompt": 495, "completion": 40, "cached": 480, "cache_write": 12}
