@@ -110,6 +110,11 @@ def _record_agents(db: str) -> None:
             recorder.exchange_done(
                 _messages_exchange("vllm", Role.SHADOW, conv, turn, served + "-s", served)
             )
+        # The agent counts its prompt first: recorded, but not model traffic.
+        counted = _messages_exchange("hosted", Role.SERVE, conv, 1, f"count-{conv}", None)
+        counted.route, counted.stream, counted.mirrored = "messages/count_tokens", False, False
+        counted.chunks[:] = [b'{"input_tokens": 520}']
+        recorder.exchange_done(counted)
     recorder.close()
 
 
@@ -242,3 +247,19 @@ def test_cache_busters_in_messages_system_prompts_are_reported(
     (row,) = busters.busters
     assert (row.cls, row.field, row.label) == ("timestamp", "system content", "Current time:")
     assert row.conversations == 1
+
+
+def test_count_tokens_calls_are_recorded_but_are_not_model_traffic(
+    databases: tuple[str, Any, Any],
+) -> None:
+    url, chat_only, mixed = databases
+    with open_store(url) as store:
+        (counted,) = store.query(
+            "SELECT COUNT(*) FROM records WHERE route = 'messages/count_tokens'"
+        )[0]
+    assert counted == AGENTS
+    serves = {b.backend: b.serve for b in chat_only.backends}
+    assert {b.backend: b.serve for b in mixed.backends} == {
+        "hosted": serves["hosted"] + AGENTS * TURNS,
+        "vllm": serves.get("vllm", 0),
+    }
