@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.wire import messages
+from kvmigrate.wire import anthropic_stream
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects, sse_payloads
 from kvmigrate.wire.usage import token_counts
@@ -86,7 +86,7 @@ class Exchange:
             self._usage_parsed = True
             if not self.stream:
                 self._usage = _body_usage(self.body())
-            elif self.route == messages.ROUTE:
+            elif self.route == anthropic_stream.ROUTE:
                 self._usage = _messages_stream_usage(self.chunks)
             else:
                 self._usage = _stream_usage(self.chunks)
@@ -139,8 +139,8 @@ def _messages_stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
         found = _usage_events(b"".join(chunks[:_WINDOW]))
         found += _usage_events(b"".join(chunks[-_WINDOW:]))
         if {"message_start", "message_delta"} <= {e.get("type") for e in found}:
-            return messages.merged_stream_usage(found)
-    return messages.merged_stream_usage(_usage_events(b"".join(chunks)))
+            return anthropic_stream.merged_stream_usage(found)
+    return anthropic_stream.merged_stream_usage(_usage_events(b"".join(chunks)))
 
 
 _WINDOW = 8

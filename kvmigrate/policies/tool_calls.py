@@ -8,8 +8,7 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.wire.messages import PARTIAL_INPUT
-from kvmigrate.wire.messages import ROUTE as MESSAGES_ROUTE
+from kvmigrate.wire.anthropic_stream import ROUTE as MESSAGES_ROUTE
 
 # The routes whose answers carry tool calls this module can read.
 TOOL_ROUTES = frozenset({"chat/completions", MESSAGES_ROUTE})
@@ -56,6 +55,5 @@ def _calls(response: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
     if response.get("type") == "message":
         for block in response.get("content") or ():
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                arguments = block.get("input")
-                broken = isinstance(arguments, dict) and set(arguments) == {PARTIAL_INPUT}
-                yield block.get("name"), None if broken else arguments
+                # A stream cut inside the input leaves its text: not an object, so invalid.
+                yield block.get("name"), block.get("input")

@@ -13,9 +13,8 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.anthropic_stream import assemble_messages
 from kvmigrate.wire.chat_chunks import ChoiceSink, DecodeError, feed_chunks, plain_choice
-from kvmigrate.wire.messages import ROUTE as MESSAGES_ROUTE
-from kvmigrate.wire.messages import assemble_messages
 from kvmigrate.wire.sse import sse_data, sse_events, sse_payloads
 
 
@@ -30,7 +29,7 @@ def assemble(route: str, body: bytes) -> dict[str, Any] | None:
             return _assemble_completions(body)
         if route == "responses":
             return _assemble_responses(body)
-        if route == MESSAGES_ROUTE:
+        if route == "messages":
             return assemble_messages(body)
         return None
     try:

@@ -20,16 +20,14 @@ import orjson
 from kvmigrate.wire.sse import sse_data
 
 ROUTE = "messages"  # the proxy's route name for POST /v1/messages
-# A tool input whose streamed JSON never completed is kept as {PARTIAL_INPUT: the text}.
-PARTIAL_INPUT = "_partial_json"
 JSON = dict[str, Any]
 
 
 def assemble_messages(body: bytes) -> JSON | None:
     """The Message a Messages SSE body adds up to; None when it holds no `message_start`.
     A stream cut short keeps the blocks that arrived; a tool input whose JSON never
-    completed stays as the partial text under `input`'s PARTIAL_INPUT, so that parity
-    still sees a differing call rather than none."""
+    completed is the text as sent (a string, not the object a tool takes), so that parity
+    and the broken-tool-call count still see the call."""
     message: JSON | None = None
     partial: dict[int, list[str]] = {}
     for event in sse_data(body):
@@ -125,7 +123,7 @@ def _finish_input(content: list[Any], index: Any, partial: dict[int, list[str]])
     try:
         block["input"] = orjson.loads(text) if text.strip() else {}
     except orjson.JSONDecodeError:
-        block["input"] = {PARTIAL_INPUT: text}
+        block["input"] = text
 
 
 def _apply_message_delta(message: JSON, event: JSON) -> None:
