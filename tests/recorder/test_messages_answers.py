@@ -160,3 +160,33 @@ def test_a_messages_record_holds_tokens_stop_reason_and_tool_names(stream: bool)
     assert '"messages"' not in record.request_json
     assert record.request_messages is not None
     assert '"messages"' in record.request_messages
+
+
+def test_redaction_keeps_a_messages_structure_and_scrubs_its_content() -> None:
+    """tool_use_id and stop_reason are structure (Anthropic's tool_call_id and
+    finish_reason): a 32-hex tool id from vLLM would otherwise read as a secret."""
+    from kvmigrate.redaction import SECRET, Redactor
+
+    call_id = "chatcmpl-tool-" + "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+    body = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "content": "mail ann@example.com",
+                    },
+                ],
+            }
+        ],
+    }
+    out = Redactor()(body)
+    block = out["messages"][0]["content"][0]
+    assert block["tool_use_id"] == call_id
+    assert block["content"] == "mail [EMAIL]"
+    assert Redactor()({"stop_reason": "end_turn", "x": "sk-ant-api03-" + "a1" * 20}) == {
+        "stop_reason": "end_turn",
+        "x": SECRET,
+    }
