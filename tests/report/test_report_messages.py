@@ -201,6 +201,8 @@ def test_the_cost_projection_prices_cache_writes_on_their_own(
     text = RENDERERS["text"](mixed)
     assert "input tokens / month written to the cache" in text
     assert "$3.12 per 1M" in text  # 1.25 x the default $2.50 input price
+    for fmt in ("md", "html"):
+        assert "written to the cache" in RENDERERS[fmt](mixed)
 
 
 def _row(prompt: int, cached: int, written: int | None, output: int, ts: float) -> Row:
