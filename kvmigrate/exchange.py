@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.wire.anthropic import openai_usage
-from kvmigrate.wire.anthropic_stream import assemble_messages
+from kvmigrate.wire import anthropic_stream
 from kvmigrate.wire.chunk_log import ChunkLog
-from kvmigrate.wire.sse import decode_all, json_objects
+from kvmigrate.wire.sse import decode_all, json_objects, sse_payloads
+from kvmigrate.wire.usage import token_counts
 
 
 class Role(StrEnum):
@@ -85,31 +85,17 @@ class Exchange:
     def usage(self) -> dict[str, Any] | None:
         if not self._usage_parsed:
             self._usage_parsed = True
-            if self.stream and self.route == "messages":
-                # Anthropic's counts are split: input and cache in message_start, output
-                # (and, on some servers, all of them again) in message_delta.
-                message = assemble_messages(self.body())
-                usage = message.get("usage") if message is not None else None
-                self._usage = usage if isinstance(usage, dict) else None
-            elif self.stream:
-                self._usage = _stream_usage(self.chunks)
-            else:
+            if not self.stream:
                 self._usage = _body_usage(self.body())
+            elif self.route == anthropic_stream.ROUTE:
+                self._usage = _messages_stream_usage(self.chunks)
+            else:
+                self._usage = _stream_usage(self.chunks)
         return self._usage
 
     def token_counts(self) -> dict[str, int]:
-        """prompt, completion and cached tokens from OpenAI-, Responses- or Anthropic-style
-        usage. Anthropic's `input_tokens` leaves out the cache reads and writes, so its
-        prompt is their sum and its cached tokens the reads."""
-        usage = self.usage or {}
-        usage = openai_usage(usage)
-        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-        counts = {
-            "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
-            "completion": usage.get("completion_tokens", usage.get("output_tokens")),
-            "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
-        }
-        return {k: v for k, v in counts.items() if isinstance(v, int) and v >= 0}
+        """prompt, completion, cached (and for Messages, cache_write) tokens from usage."""
+        return token_counts(self.usage or {})
 
 
 # An exchange's state, what a worker process gets of it: its fields in their order, less
@@ -163,6 +149,31 @@ def _usage_of(data: dict[str, Any]) -> dict[str, Any] | None:
     if usage is None and isinstance(data.get("response"), dict):
         usage = data["response"].get("usage")
     return usage if isinstance(usage, dict) else None
+
+
+def _messages_stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:
+    """A Messages stream splits its usage between `message_start` (the input counts, at the
+    head) and `message_delta` (the output count, at the tail). The first and last eight
+    chunks are read first; a line cut at a window's edge fails to parse, and then the
+    whole body is read. Only the events that mention usage are parsed."""
+    if len(chunks) > 2 * _WINDOW:
+        found = _usage_events(b"".join(chunks[:_WINDOW]))
+        found += _usage_events(b"".join(chunks[-_WINDOW:]))
+        if {"message_start", "message_delta"} <= {e.get("type") for e in found}:
+            return anthropic_stream.merged_stream_usage(found)
+    return anthropic_stream.merged_stream_usage(_usage_events(b"".join(chunks)))
+
+
+_WINDOW = 8
+
+
+def _usage_events(data: bytes) -> list[dict[str, Any]]:
+    return [
+        event
+        for payload in sse_payloads(data)
+        if b'"usage"' in payload
+        for event in json_objects(payload)
+    ]
 
 
 def _stream_usage(chunks: list[bytes]) -> dict[str, Any] | None:

@@ -80,7 +80,9 @@ STRUCTURAL_KEYS = frozenset(
         "id",
         "tool_call_id",
         "call_id",
+        "tool_use_id",  # Anthropic's tool_call_id
         "finish_reason",
+        "stop_reason",  # Anthropic's finish_reason
         "object",
         "tool_choice",
         "response_format",

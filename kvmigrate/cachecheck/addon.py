@@ -26,6 +26,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from kvmigrate.cachecheck.checker import (
     CHAT_ROUTE,
+    CHECKED_ROUTES,
     CacheChecker,
     CacheCheckResult,
     CheckItem,
@@ -113,7 +114,7 @@ class CacheBusterAddon:
 
     def exchange_done(self, exchange: Exchange) -> None:
         # The response path: two attribute compares and a put_nowait, nothing else.
-        if exchange.role != Role.SERVE or exchange.route != CHAT_ROUTE:
+        if exchange.role != Role.SERVE or exchange.route not in CHECKED_ROUTES:
             return
         if self._queue.qsize() >= self.queue_size:
             self.dropped.inc()
@@ -246,6 +247,7 @@ def _item(exchange: Exchange) -> CheckItem:
         exchange.ok,
         exchange.request_body,
         b"".join(exchange.chunks),
+        exchange.route,
     )
 
 

@@ -6,7 +6,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmigrate.cachecheck.breakpoints import with_breakpoint
 from kvmigrate.cachecheck.compare import TokenCounter, Tokenize, TurnCheck, compare
+from kvmigrate.cachecheck.messages_view import breakpoint_message, view_messages
 from kvmigrate.cachecheck.render import Rendering, answer_message, render_request
 
 
@@ -34,7 +36,9 @@ def check_conversation(conversation: Conversation, counter: TokenCounter) -> lis
             checks.append(TurnCheck(conversation.id, number, 0, 0, 0, 0, tokens))
         else:
             expected = _expected(previous, previous_turn, turn)
-            checks.append(compare(expected, actual, counter, conversation.id, number))
+            check = compare(expected, actual, counter, conversation.id, number)
+            marks = breakpoint_message(previous_turn.request), breakpoint_message(turn.request)
+            checks.append(with_breakpoint(check, *marks, actual, counter))
         previous, previous_turn = actual, turn
     return checks
 
@@ -52,7 +56,7 @@ def _expected(previous: Rendering, previous_turn: Turn, turn: Turn) -> Rendering
     message this turn carries where the answer belongs stands in for it."""
     answer = answer_message(previous_turn.response)
     if answer is None:
-        messages = turn.request.get("messages")
+        messages = view_messages(turn.request)
         at = previous.messages
         if isinstance(messages, list) and at < len(messages):
             candidate = messages[at]

@@ -15,6 +15,8 @@ from kvmigrate.cachecheck.tracker import ConversationTracker, tracking_key
 from kvmigrate.wire.assemble import assemble
 
 CHAT_ROUTE = "chat/completions"
+MESSAGES_ROUTE = "messages"
+CHECKED_ROUTES = frozenset({CHAT_ROUTE, MESSAGES_ROUTE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class CheckItem(NamedTuple):
     ok: bool
     request_body: bytes
     response_body: bytes
+    route: str = CHAT_ROUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,7 @@ class CacheChecker:
         request = orjson.loads(item.request_body)
         if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
             return None
-        response = assemble(CHAT_ROUTE, item.response_body)
+        response = assemble(item.route, item.response_body)
         key = tracking_key(item.conversation, request)
         check = self._tracker.observe(key, request, response, time.monotonic(), item.turn)
         return CacheCheckResult(item.request_id, item.conversation, check)

@@ -16,6 +16,7 @@ class BreakClass(StrEnum):
     EDITED = "edited_message"
     TRUNCATED = "history_truncated"
     WHITESPACE = "whitespace"
+    CACHE_BREAKPOINT = "cache_breakpoint_moved_back"
 
 
 # Truncating or summarising history is a choice the agent makes to fit its context window:
@@ -33,6 +34,10 @@ DESCRIPTIONS: dict[BreakClass, str] = {
     BreakClass.EDITED: "an earlier message was edited, inserted or removed",
     BreakClass.TRUNCATED: "history truncated or summarised (deliberate)",
     BreakClass.WHITESPACE: "whitespace changed in an earlier message",
+    BreakClass.CACHE_BREAKPOINT: (
+        "Anthropic's cache_control breakpoint moved back or was dropped: hosted Anthropic "
+        "caches only up to it (a self-hosted engine caches regardless)"
+    ),
 }
 
 
@@ -102,5 +107,9 @@ _FIXES: dict[BreakClass, str] = {
     BreakClass.WHITESPACE: (
         "send earlier messages back byte for byte: no strip() or whitespace normalisation, "
         "in particular of the assistant's answers"
+    ),
+    BreakClass.CACHE_BREAKPOINT: (
+        "put `cache_control` on the last block of the newest message every turn (it may "
+        "move forward, never back), and keep the one on the system prompt or tools"
     ),
 }

@@ -218,6 +218,8 @@ def _tool_names(values: list[str]) -> str:
         except ValueError:
             tool = None
         function = tool.get("function") if isinstance(tool, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
+        # A chat tool names its function; an Anthropic tool is named at the top.
+        holder = function if isinstance(function, dict) else tool
+        name = holder.get("name") if isinstance(holder, dict) else None
         names.append(str(name) if name else "?")
     return "[" + ", ".join(names) + "]"

@@ -10,8 +10,10 @@ Each line is one of:
 - a bare request body `{"messages": [...]}`, grouped by its `user`, else by its model and
   first user message (not its system prompt: a changing system prompt is what we look for).
 
-Requests of one conversation keep their order in the file, unless they all carry `ts` (or
-`turn`) to sort by. Shadow copies and non-chat requests (embeddings, responses) are skipped.
+A body is a chat request or an Anthropic Messages one (`system`, content blocks; see
+kvmigrate.cachecheck.messages_view). Requests of one conversation keep their order in the
+file, unless they all carry `ts` (or `turn`) to sort by. Shadow copies and other requests
+(embeddings, responses) are skipped.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _item(data: Mapping[str, Any], where: str) -> _Item | None:
     if data.get("role") == Role.SHADOW:
         return None
     url = data.get("url")
-    if isinstance(url, str) and not url.rstrip("/").endswith("chat/completions"):
+    if isinstance(url, str) and not url.rstrip("/").endswith(("chat/completions", "/messages")):
         return None
     if not any(k in data for k in ("messages", "body", "request", "request_json")):
         raise DatasetError(

@@ -30,9 +30,16 @@ class Fingerprint:
     blob: bytes
     messages: int
     stamp: float
+    breakpoint: int | None = None  # the last `cache_control` (kvmigrate.cachecheck.breakpoints)
 
     @classmethod
-    def of(cls, rendering: Rendering, tokens: Sequence[int], now: float) -> Fingerprint:
+    def of(
+        cls,
+        rendering: Rendering,
+        tokens: Sequence[int],
+        now: float,
+        breakpoint: int | None = None,
+    ) -> Fingerprint:
         rows = [[s.text, s.value, s.message, s.role, s.field] for s in rendering.segments]
         return cls(
             array("q", (hash(s.text) for s in rendering.segments)),
@@ -40,6 +47,7 @@ class Fingerprint:
             zlib.compress(orjson.dumps(rows), 1),
             rendering.messages,
             now,
+            breakpoint,
         )
 
     @property

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmigrate.cachecheck.messages_view import answer_view, chat_view, is_messages_request
+
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 TOOLS = -1  # the `message` of the segments that render the request's `tools`
@@ -66,7 +68,10 @@ class Rendering:
 
 
 def render_request(body: Mapping[str, Any]) -> Rendering:
-    """The rendering of a chat/completions request body (`tools` and `messages`)."""
+    """The rendering of a chat/completions request body (`tools` and `messages`), or of an
+    Anthropic Messages body seen as one (kvmigrate.cachecheck.messages_view)."""
+    if is_messages_request(body):
+        body = chat_view(body)
     messages = body.get("messages")
     tools = body.get("tools")
     return render_chat(
@@ -80,9 +85,12 @@ def render_chat(messages: Sequence[Any], tools: Sequence[Any] = ()) -> Rendering
 
 
 def answer_message(response: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The assistant message an append-only agent appends: the first choice's message."""
+    """The assistant message an append-only agent appends: the first choice's message, or
+    a Messages answer's content blocks."""
     if not response:
         return None
+    if response.get("type") == "message":
+        return answer_view(response)
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         return None

@@ -9,8 +9,10 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.cachecheck.breakpoints import with_breakpoint
 from kvmigrate.cachecheck.compare import TokenCounter, Tokenize, TurnCheck, compare
 from kvmigrate.cachecheck.fingerprint import Fingerprint, FingerprintStore
+from kvmigrate.cachecheck.messages_view import breakpoint_message
 from kvmigrate.cachecheck.render import Rendering, answer_message, content_text, render_request
 
 
@@ -31,10 +33,13 @@ class ConversationTracker:
         hashes = [hash(s.text) for s in actual.segments]
         previous = None if _is_first_turn(request) else self.store.get(key, now)
         check, tokens = self._check(key, turn, actual, hashes, previous)
+        mark = breakpoint_message(request)
+        if previous is not None:
+            check = with_breakpoint(check, previous.breakpoint, mark, actual, self.counter)
         answer = answer_message(response)
         expected = actual.extended([answer]) if answer is not None else actual
         tokens += [self.counter.count(s.text) for s in expected.segments[len(tokens) :]]
-        self.store.put(key, Fingerprint.of(expected, tokens, now))
+        self.store.put(key, Fingerprint.of(expected, tokens, now, mark))
         return check
 
     def _check(

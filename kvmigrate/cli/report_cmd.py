@@ -67,6 +67,12 @@ def open_records(url: str) -> RecordStore | None:
 @click.option("--max-turn", default=10, show_default=True, help="Turns beyond share one row.")
 @click.option("--input-price", default=2.50, show_default=True, help="Hosted $ per 1M input.")
 @click.option("--cached-input-price", default=1.25, show_default=True, help="$ per 1M cached.")
+@click.option(
+    "--cache-write-price",
+    type=float,
+    default=None,
+    help="$ per 1M tokens written to the prompt cache (Anthropic); default 1.25 x input.",
+)
 @click.option("--output-price", default=10.00, show_default=True, help="$ per 1M output.")
 @click.option("--gpu-hour-price", default=3.50, show_default=True, help="$ per GPU-hour.")
 @click.option(
@@ -85,6 +91,7 @@ def report(
     max_turn: int,
     input_price: float,
     cached_input_price: float,
+    cache_write_price: float | None,
     output_price: float,
     gpu_hour_price: float,
     gpu_tokens_per_s: float | None,
@@ -101,6 +108,7 @@ def report(
         gpu_per_hour=gpu_hour_price,
         gpu_tokens_per_s=gpu_tokens_per_s,
         min_gpus=min_gpus,
+        cache_write_per_m=cache_write_price,
     )
     with ExitStack() as stack:
         store = open_records(config.record.db)

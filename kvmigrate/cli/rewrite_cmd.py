@@ -77,11 +77,13 @@ class _AnyEnv(Mapping[str, str]):
     help="Restore the files of backup ID (default: the latest). Put PATH before it.",
 )
 @click.option("--proxy-url", help="URL clients should use [default: from --config, else "
-              f"{DEFAULT_PROXY_URL}].")  # fmt: skip
+              f"{DEFAULT_PROXY_URL}]; Anthropic's SDKs and ANTHROPIC_BASE_URL get it "
+              "without its /v1.")  # fmt: skip
 @click.option(
     "--proxy-key",
     envvar="KVMIGRATE_PROXY_KEY",
-    help="Also rewrite literal OPENAI_API_KEY values in .env and deployment files to this key "
+    help="Also rewrite literal OPENAI_API_KEY (and ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN) "
+    "values in .env and deployment files to this key "
     "(env KVMIGRATE_PROXY_KEY). Off unless given.",
 )
 @click.option("--allow-dirty", is_flag=True, help="Apply even with uncommitted git changes.")

@@ -1,4 +1,5 @@
-"""`.env` files: `[export] OPENAI_BASE_URL=value`, quoted or not, with trailing comments kept."""
+"""`.env` files: `[export] OPENAI_BASE_URL=value` (or ANTHROPIC_BASE_URL, set to the proxy's
+root), quoted or not, with trailing comments kept."""
 
 from __future__ import annotations
 
@@ -81,10 +82,11 @@ def _judge(
         if verdict is Verdict.REFERENCE:
             add(Action.NEEDS_HUMAN, f"{key} refers to {value}: point that at the proxy key")
         return None
-    verdict = judge_url(value, options.proxy_url)
+    proxy = options.url_for(key)
+    verdict = judge_url(value, proxy)
     if verdict is Verdict.REWRITE:
-        add(Action.REWRITE, f"{key}: {value!r} -> proxy", value, options.proxy_url)
-        return options.proxy_url
+        add(Action.REWRITE, f"{key}: {value!r} -> proxy", value, proxy)
+        return proxy
     if verdict is Verdict.REFERENCE:
         add(Action.NEEDS_HUMAN, f"{key} refers to {value}: point that at the proxy", value)
     elif verdict is Verdict.NOT_URL:

@@ -1,5 +1,8 @@
 """JavaScript/TypeScript clients: `new OpenAI({ baseURL })`, the Vercel AI SDK's
-`createOpenAI({ baseURL })` and LangChain JS `configuration: { baseURL }`.
+`createOpenAI({ baseURL })` and LangChain JS `configuration: { baseURL }`; Anthropic's
+`new Anthropic({ baseURL })` and LangChain's `ChatAnthropic({ anthropicApiUrl })`, whose
+URL is the proxy's root (the SDK appends `/v1/messages`), and the Vercel AI SDK's
+`createAnthropic({ baseURL })`, whose URL ends in `/v1` like OpenAI's.
 
 Token-based: only a string literal in the URL property of a recognised client's options
 object is ever edited; everything else, a template with `${}` included, is reported.
@@ -17,17 +20,33 @@ from kvmigrate.migrate.python_rules import AZURE, BEDROCK
 from kvmigrate.migrate.text import LineIndex
 from kvmigrate.migrate.values import RewriteOptions, Verdict, judge_url
 
+_URL_PROPS = frozenset({"baseURL", "basePath"})
+
 
 @dataclass(frozen=True, slots=True)
 class _Client:
     framework: str
     url_role: str  # "options": the URL is a top-level option; "configuration": nested there
     flag: str | None = None
+    env_var: str = "OPENAI_BASE_URL"  # what the client reads when no URL is given
+    root: bool = False  # its URL is the proxy's root, without `/v1` (Anthropic's SDK)
+    url_props: frozenset[str] = _URL_PROPS
 
 
 _OPENAI = _Client("openai", "options")
 _VERCEL = _Client("vercel-ai", "options")
 _LANGCHAIN = _Client("langchain-js", "configuration")
+_ANTHROPIC = _Client("anthropic", "options", env_var="ANTHROPIC_BASE_URL", root=True)
+_LANGCHAIN_ANTHROPIC = _Client(
+    "langchain-js", "options", env_var="ANTHROPIC_BASE_URL", root=True,
+    url_props=frozenset({"anthropicApiUrl"}),
+)  # fmt: skip
+# Its default is https://api.anthropic.com/v1, and it reads ANTHROPIC_BASE_URL the same way.
+_VERCEL_ANTHROPIC = _Client("vercel-ai", "options", env_var="ANTHROPIC_BASE_URL")
+_ANTHROPIC_CLOUD = (
+    "Anthropic's Bedrock and Vertex clients sign requests for AWS or Google Cloud: replace "
+    "with new Anthropic({ baseURL: <proxy root> }) and serve the model from a kvmigrate backend"
+)
 # (module, exported name) -> client; "default" is the default export.
 _CLIENTS: Mapping[tuple[str, str], _Client] = MappingProxyType(
     {
@@ -42,13 +61,27 @@ _CLIENTS: Mapping[tuple[str, str], _Client] = MappingProxyType(
         ("@langchain/openai", "OpenAI"): _LANGCHAIN,
         ("@langchain/openai", "OpenAIEmbeddings"): _LANGCHAIN,
         ("@langchain/openai", "AzureChatOpenAI"): _Client("azure", "", AZURE.flag),
+        ("@anthropic-ai/sdk", "default"): _ANTHROPIC,
+        ("@anthropic-ai/sdk", "Anthropic"): _ANTHROPIC,
+        ("@anthropic-ai/bedrock-sdk", "default"): _Client("bedrock", "", _ANTHROPIC_CLOUD),
+        ("@anthropic-ai/bedrock-sdk", "AnthropicBedrock"): _Client("bedrock", "", _ANTHROPIC_CLOUD),
+        ("@anthropic-ai/vertex-sdk", "default"): _Client("vertex", "", _ANTHROPIC_CLOUD),
+        ("@anthropic-ai/vertex-sdk", "AnthropicVertex"): _Client("vertex", "", _ANTHROPIC_CLOUD),
+        ("@ai-sdk/anthropic", "createAnthropic"): _VERCEL_ANTHROPIC,
+        ("@langchain/anthropic", "ChatAnthropic"): _LANGCHAIN_ANTHROPIC,
     }
 )
 # When a name is not imported in this file (a global, or a re-export), go by the name alone.
 _BY_NAME: Mapping[str, _Client] = MappingProxyType(
-    {"OpenAI": _OPENAI, "createOpenAI": _VERCEL, "ChatOpenAI": _LANGCHAIN}
+    {
+        "OpenAI": _OPENAI,
+        "createOpenAI": _VERCEL,
+        "ChatOpenAI": _LANGCHAIN,
+        "Anthropic": _ANTHROPIC,
+        "createAnthropic": _VERCEL_ANTHROPIC,
+        "ChatAnthropic": _LANGCHAIN_ANTHROPIC,
+    }
 )
-_URL_PROPS = frozenset({"baseURL", "basePath"})
 
 
 @dataclass(slots=True)
@@ -194,7 +227,7 @@ class _Scanner:
         tok = self._tokens[i]
         if top is None or top.client is None or top.client.flag or top.opener != "{":
             return
-        if tok.text.strip("'\"") not in _URL_PROPS or top.role != top.client.url_role:
+        if tok.text.strip("'\"") not in top.client.url_props or top.role != top.client.url_role:
             return
         if i == 0 or self._tokens[i - 1].text not in ("{", ","):
             return
@@ -232,14 +265,14 @@ class _Scanner:
             ".", "env", ".",
         ]:  # fmt: skip
             var = words[-1]
-            msg = f"{prop} reads {var}; set {var}={self._options.proxy_url} where it runs"
+            msg = f"{prop} reads {var}; set {var}={self._url(client)} where it runs"
             self._add(at, client.framework, Action.ENV_SWITCH, msg)
             return
         self._human(at, client, f"{prop}: URL built at run time ({code})")
 
     def _literal(self, at: int, tok: Token, client: _Client, prop: str) -> None:
         old = tok.text[1:-1]
-        proxy = self._options.proxy_url
+        proxy = self._url(client)
         verdict = judge_url(old, proxy)
         if verdict is Verdict.SAME:
             return
@@ -251,8 +284,13 @@ class _Scanner:
         msg = f"{prop}: {old!r} -> proxy"
         self._add(at, client.framework, Action.REWRITE, msg, proxy, old)
 
+    def _url(self, client: _Client) -> str:
+        return self._options.anthropic_url if client.root else self._options.proxy_url
+
     def _switch(self, at: int, client: _Client) -> None:
-        msg = f"{self._tokens[at].text}() sets no baseURL, so OPENAI_BASE_URL is the switch"
+        msg = f"{self._tokens[at].text}() sets no baseURL, so {client.env_var} is the switch"
+        if client is _VERCEL_ANTHROPIC:
+            msg += f" (createAnthropic wants it with /v1: {self._options.proxy_url})"
         self._add(at, client.framework, Action.ENV_SWITCH, msg)
 
     def _human(self, at: int, client: _Client, message: str) -> None:

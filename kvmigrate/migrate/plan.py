@@ -17,7 +17,7 @@ from kvmigrate.migrate.findings import Action, Finding, ParseFailure, Problem, S
 from kvmigrate.migrate.js_rewriter import scan_js
 from kvmigrate.migrate.python_rewriter import scan_python
 from kvmigrate.migrate.text import NotUtf8, decode, splice
-from kvmigrate.migrate.values import URL_VARS, RewriteOptions
+from kvmigrate.migrate.values import ANTHROPIC_URL_VARS, OPENAI_URL_VARS, RewriteOptions
 from kvmigrate.migrate.walk import Candidate, walk
 
 Scanner = Callable[[str, str, RewriteOptions], ScanResult]
@@ -128,22 +128,19 @@ def _scan_file(plan: Plan, candidate: Candidate) -> ScanResult | None:
 
 
 def _advice(plan: Plan, deploy: dict[str, str]) -> list[str]:
-    notes: list[str] = []
     proxy = plan.options.proxy_url
     code = [f for f in plan.findings if f.action is Action.ENV_SWITCH and f.kind in _CODE_KINDS]
-    if code:
-        setting = sorted({f.path for f in plan.findings if f.path in deploy and _sets_url(f)})
-        others = sorted(set(deploy) - set(setting))
-        where = f"these files set it: {', '.join(setting)}" if setting else "no file here sets it"
-        notes.append(
-            f"{len(code)} client(s) set no base URL and follow OPENAI_BASE_URL "
-            f"(LangChain, LlamaIndex and LiteLLM read OPENAI_API_BASE): {where}."
-        )
-        if others:
-            notes.append(
-                f"Set OPENAI_BASE_URL={proxy} (and OPENAI_API_BASE) where the code runs; "
-                f"deployment files found that do not set it: {', '.join(others)}."
-            )
+    anthropic = [f for f in code if _mentions(f, ANTHROPIC_URL_VARS)]
+    notes = _switch_notes(
+        plan, deploy, [f for f in code if f not in anthropic], OPENAI_URL_VARS,
+        "follow OPENAI_BASE_URL (LangChain, LlamaIndex and LiteLLM read OPENAI_API_BASE)",
+        f"OPENAI_BASE_URL={proxy} (and OPENAI_API_BASE)",
+    )  # fmt: skip
+    notes += _switch_notes(
+        plan, deploy, anthropic, ANTHROPIC_URL_VARS, "are Anthropic clients: they follow "
+        "ANTHROPIC_BASE_URL", f"ANTHROPIC_BASE_URL={plan.options.anthropic_url} (no /v1: "
+        "the SDK appends /v1/messages)",
+    )  # fmt: skip
     host = urlsplit(proxy).hostname or ""
     rewritten = {f.framework for f in plan.findings if f.action is Action.REWRITE}
     in_containers = rewritten & _CONTAINER_KINDS
@@ -156,5 +153,28 @@ def _advice(plan: Plan, deploy: dict[str, str]) -> list[str]:
     return notes
 
 
-def _sets_url(finding: Finding) -> bool:
-    return any(var in finding.message for var in URL_VARS)
+def _switch_notes(
+    plan: Plan,
+    deploy: dict[str, str],
+    code: list[Finding],
+    variables: tuple[str, ...],
+    follow: str,
+    setting: str,
+) -> list[str]:
+    """Advice for clients that set no URL: which deployment files set their variable."""
+    if not code:
+        return []
+    sets = sorted({f.path for f in plan.findings if f.path in deploy and _mentions(f, variables)})
+    where = f"these files set it: {', '.join(sets)}" if sets else "no file here sets it"
+    notes = [f"{len(code)} client(s) set no base URL and {follow}: {where}."]
+    others = sorted(set(deploy) - set(sets))
+    if others:
+        notes.append(
+            f"Set {setting} where the code runs; deployment files found that do not set it: "
+            f"{', '.join(others)}."
+        )
+    return notes
+
+
+def _mentions(finding: Finding, variables: tuple[str, ...]) -> bool:
+    return any(var in finding.message for var in variables)

@@ -19,7 +19,13 @@ from kvmigrate.migrate.python_rules import (
     WRAPPERS,
     CallRule,
 )
-from kvmigrate.migrate.values import URL_VARS, RewriteOptions, Verdict, judge_url
+from kvmigrate.migrate.values import (
+    ANTHROPIC_URL_VARS,
+    URL_VARS,
+    RewriteOptions,
+    Verdict,
+    judge_url,
+)
 
 _ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
 
@@ -129,7 +135,8 @@ class _Scanner(cst.CSTVisitor):
             elif isinstance(t, cst.Subscript) and self._qualify(t.value) == "os.environ":
                 var = _string_key(_subscript_index(t))
                 if var in URL_VARS:
-                    self._url_value(node.value, "os.environ", f"os.environ[{var!r}]")
+                    proxy = self._options.url_for(var)
+                    self._url_value(node.value, "os.environ", f"os.environ[{var!r}]", proxy)
             elif isinstance(t, cst.Name) and "config_list" in t.value.lower():
                 self._config_list(node.value)
 
@@ -152,9 +159,10 @@ class _Scanner(cst.CSTVisitor):
             self._flag(node, AZURE if provider == "azure" else BEDROCK, f"{callee}({provider}/...)")
             return
         url_args = [a for a in node.args if a.keyword and a.keyword.value in rule.url_kwargs]
+        proxy = self._options.url_for(rule.env_var)
         for arg in url_args:
             assert arg.keyword is not None
-            self._url_value(arg.value, framework, f"{callee}({arg.keyword.value}=...)")
+            self._url_value(arg.value, framework, f"{callee}({arg.keyword.value}=...)", proxy)
         if url_args:
             return
         if any(arg.star == "**" for arg in node.args):
@@ -165,7 +173,7 @@ class _Scanner(cst.CSTVisitor):
             framework,
             Action.ENV_SWITCH,
             f"{callee}() sets no base URL, so {rule.env_var} is the switch "
-            "(unset, it goes to api.openai.com)",
+            f"(unset, it goes to {_default_host(rule.env_var)})",
         )
 
     def _flag(self, node: cst.Call, rule: CallRule, label: str) -> None:
@@ -213,9 +221,12 @@ class _Scanner(cst.CSTVisitor):
 
     # --- values ---------------------------------------------------------------------------
 
-    def _url_value(self, expr: cst.BaseExpression, framework: str, label: str) -> None:
+    def _url_value(
+        self, expr: cst.BaseExpression, framework: str, label: str, proxy: str | None = None
+    ) -> None:
+        """`proxy`: the URL this value should hold (the OpenAI one unless told)."""
         if isinstance(expr, cst.SimpleString) and isinstance(expr.evaluated_value, str):
-            self._literal(expr, expr.evaluated_value, framework, label)
+            self._literal(expr, expr.evaluated_value, framework, label, proxy)
             return
         if isinstance(expr, cst.Name) and expr.value == "None":
             self._add(
@@ -229,14 +240,17 @@ class _Scanner(cst.CSTVisitor):
         if var is not None:
             self._add(
                 expr, framework, Action.ENV_SWITCH,
-                f"{label} reads ${var}; set {var}={self._options.proxy_url} where it runs",
+                f"{label} reads ${var}; set {var}={proxy or self._options.url_for(var)} "
+                "where it runs",
             )  # fmt: skip
             return
         code = self._module.code_for_node(expr)
         self._add(expr, framework, Action.NEEDS_HUMAN, f"{label}: URL built at run time ({code})")
 
-    def _literal(self, node: cst.SimpleString, value: str, framework: str, label: str) -> None:
-        proxy = self._options.proxy_url
+    def _literal(
+        self, node: cst.SimpleString, value: str, framework: str, label: str, proxy: str | None
+    ) -> None:
+        proxy = proxy or self._options.proxy_url
         verdict = judge_url(value, proxy)
         if verdict is Verdict.SAME:
             return
@@ -289,6 +303,10 @@ class _Scanner(cst.CSTVisitor):
         line = self.get_metadata(PositionProvider, node).start.line
         finding = Finding(self._rel, line, "python", framework, action, message, old, new)
         self.result.findings.append(finding)
+
+
+def _default_host(variable: str) -> str:
+    return "api.anthropic.com" if variable in ANTHROPIC_URL_VARS else "api.openai.com"
 
 
 def _rule_key(qualified: str | None) -> tuple[str, str] | None:

@@ -28,7 +28,18 @@ _BEDROCK = (
     "Bedrock does not speak the OpenAI API: call the proxy with OpenAI(base_url=<proxy>) and "
     "serve the model from a kvmigrate backend instead"
 )
+_ANTHROPIC_CLOUD = (
+    "AnthropicBedrock and AnthropicVertex sign requests for AWS or Google Cloud and use their "
+    "paths, not /v1/messages: replace with Anthropic(base_url=<proxy root>) and serve the "
+    "model from a kvmigrate backend instead"
+)
 _OPENAI = CallRule("openai", ("base_url",), "OPENAI_BASE_URL")
+# The Anthropic SDK's base URL is the proxy's root (it appends /v1/messages itself);
+# LangChain's ChatAnthropic passes `anthropic_api_url` (alias `base_url`) to it unchanged.
+_ANTHROPIC = CallRule("anthropic", ("base_url",), "ANTHROPIC_BASE_URL")
+_LANGCHAIN_ANTHROPIC = CallRule(
+    "langchain", ("anthropic_api_url", "base_url"), "ANTHROPIC_BASE_URL"
+)
 _LANGCHAIN = CallRule("langchain", ("base_url", "openai_api_base"), "OPENAI_API_BASE")
 _LLAMAINDEX = CallRule("llamaindex", ("api_base",), "OPENAI_API_BASE")
 _LITELLM = CallRule("litellm", ("api_base", "base_url"), "OPENAI_API_BASE")
@@ -41,6 +52,15 @@ CALL_RULES: Mapping[tuple[str, str], CallRule] = MappingProxyType(
         ("openai", "AsyncClient"): _OPENAI,
         ("openai", "AzureOpenAI"): CallRule("azure", (), "", _AZURE),
         ("openai", "AsyncAzureOpenAI"): CallRule("azure", (), "", _AZURE),
+        ("anthropic", "Anthropic"): _ANTHROPIC,
+        ("anthropic", "AsyncAnthropic"): _ANTHROPIC,
+        ("anthropic", "Client"): _ANTHROPIC,
+        ("anthropic", "AsyncClient"): _ANTHROPIC,
+        ("anthropic", "AnthropicBedrock"): CallRule("bedrock", (), "", _ANTHROPIC_CLOUD),
+        ("anthropic", "AsyncAnthropicBedrock"): CallRule("bedrock", (), "", _ANTHROPIC_CLOUD),
+        ("anthropic", "AnthropicVertex"): CallRule("vertex", (), "", _ANTHROPIC_CLOUD),
+        ("anthropic", "AsyncAnthropicVertex"): CallRule("vertex", (), "", _ANTHROPIC_CLOUD),
+        ("langchain_anthropic", "ChatAnthropic"): _LANGCHAIN_ANTHROPIC,
         ("langchain_openai", "ChatOpenAI"): _LANGCHAIN,
         ("langchain_openai", "OpenAI"): _LANGCHAIN,
         ("langchain_openai", "OpenAIEmbeddings"): _LANGCHAIN,

@@ -54,6 +54,13 @@ def revert_json(
     }
 
 
+def _anthropic_root(plan: Plan) -> str:
+    """Said only when an Anthropic client or variable was found: its URL has no /v1."""
+    if not any("anthropic" in f.message.lower() for f in plan.findings):
+        return ""
+    return f" (Anthropic clients: {plan.options.anthropic_url})"
+
+
 def plan_text(
     plan: Plan,
     *,
@@ -72,7 +79,7 @@ def plan_text(
     lines.append(
         f"Scanned {summary['files_scanned']} file(s) under {plan.root}: "
         f"{summary['files_changed']} {verb} ({summary['edits']} edit(s)); "
-        f"proxy {plan.options.proxy_url}"
+        f"proxy {plan.options.proxy_url}" + _anthropic_root(plan)
     )
     counts = summary["findings"]
     assert isinstance(counts, dict)

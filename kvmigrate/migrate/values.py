@@ -12,8 +12,15 @@ from enum import Enum
 from urllib.parse import urlsplit
 
 DEFAULT_PROXY_URL = "http://127.0.0.1:4000/v1"
-URL_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
-KEY_VARS = ("OPENAI_API_KEY",)
+# Anthropic's SDKs (Python, TypeScript, the Claude Agent SDK, Claude Code) append
+# `/v1/messages` to their base URL themselves: ANTHROPIC_BASE_URL is the proxy's root, with
+# no `/v1`, where OPENAI_BASE_URL ends in `/v1`.
+ANTHROPIC_URL_VARS = ("ANTHROPIC_BASE_URL",)
+OPENAI_URL_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+URL_VARS = (*OPENAI_URL_VARS, *ANTHROPIC_URL_VARS)
+# ANTHROPIC_AUTH_TOKEN is sent as a Bearer token (Claude Code), ANTHROPIC_API_KEY as
+# `x-api-key`: the proxy takes its key either way.
+KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
 # Characters that would need escaping in some file kind. Refusing them up front lets every
 # rewriter keep the original quote style with no escaping logic at all.
@@ -25,6 +32,19 @@ _REFERENCE = re.compile(r"\$\{|\$\(|\{\{|^\$\w|^os\.environ/")
 class RewriteOptions:
     proxy_url: str
     proxy_key: str | None = None  # rewrite OPENAI_API_KEY only when the user asks for it
+
+    @property
+    def anthropic_url(self) -> str:
+        """The proxy as an Anthropic SDK's base URL: `proxy_url` without its `/v1`."""
+        return anthropic_base_url(self.proxy_url)
+
+    def url_for(self, variable: str) -> str:
+        """What an environment variable (or a client that reads it) is set to."""
+        return self.anthropic_url if variable in ANTHROPIC_URL_VARS else self.proxy_url
+
+
+def anthropic_base_url(proxy_url: str) -> str:
+    return proxy_url.rstrip("/").removesuffix("/v1")
 
 
 class Verdict(Enum):

@@ -172,7 +172,7 @@ def _scalar(
         return
     old = str(node.value) if value is None else value
     is_key = not url and label in KEY_VARS
-    proxy = doc.options.proxy_url
+    proxy = doc.options.url_for(label)
     if is_key:
         assert doc.options.proxy_key is not None
         proxy = doc.options.proxy_key

@@ -3,7 +3,7 @@
 A response arrives as recorded bytes (JSON, or an SSE stream that `recorder.assemble`
 turns into the non-streamed structure) plus its HTTP status. `Outcome` says whether it is an
 answer or an error; `Answer` is the one choice being compared, read alike from chat
-completions, legacy completions and the Responses API.
+completions, legacy completions, the Responses API and Anthropic's Messages API.
 """
 
 from __future__ import annotations
@@ -116,6 +116,8 @@ class Answer:
 def extract_answer(response: Mapping[str, Any]) -> Answer:
     if isinstance(response.get("output"), list) or response.get("object") == "response":
         return _responses_answer(response)
+    if response.get("type") == "message" and isinstance(response.get("content"), list):
+        return _messages_answer(response)
     choices = response.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else {}
     first = first if isinstance(first, dict) else {}
@@ -192,6 +194,40 @@ def _responses_finish(response: Mapping[str, Any], calls: list[ToolCallView]) ->
     if status == "completed":
         return "tool_calls" if calls else "stop"
     return status if isinstance(status, str) else None
+
+
+# Anthropic's stop_reason when the model declined (Claude 4's streaming classifiers).
+REFUSAL_STOP = "refusal"
+
+
+def _messages_answer(message: Mapping[str, Any]) -> Answer:
+    """A Messages answer as the same Answer a chat answer gives: the text blocks joined,
+    each `tool_use` block a call whose arguments are its `input` as JSON (so the tool
+    comparator reads both APIs alike), `stop_reason` as the finish reason, and a
+    `refusal` stop as a refusal. Thinking blocks are left out, as reasoning is for chat."""
+    texts: list[str] = []
+    calls: list[ToolCallView] = []
+    for block in message.get("content") or ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind in ("tool_use", "server_tool_use"):
+            call_id = block.get("id")
+            name = block.get("name")
+            calls.append(
+                ToolCallView(
+                    call_id if isinstance(call_id, str) else None,
+                    name if isinstance(name, str) else "",
+                    orjson.dumps(block.get("input", {})).decode(),
+                )
+            )
+    stop = message.get("stop_reason")
+    stop = stop if isinstance(stop, str) else None
+    text = "".join(texts)
+    refusal = (text.strip() or "(stop_reason refusal)") if stop == REFUSAL_STOP else None
+    return Answer(text, refusal, tuple(calls), stop)
 
 
 def last_user_text(request: Mapping[str, Any]) -> str:

@@ -1,4 +1,6 @@
-"""Finish reasons, mapped to one vocabulary across OpenAI, vLLM and the Responses API."""
+"""Finish reasons, mapped to one vocabulary across OpenAI, vLLM, the Responses API and
+Anthropic's `stop_reason` (end_turn, stop_sequence, max_tokens, tool_use, refusal,
+pause_turn, model_context_window_exceeded)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ _VOCABULARY = {
     "function_call": "tool_calls",
     "tool_use": "tool_calls",
     "content_filter": "content_filter",
+    # A model that declines: OpenAI's filter and Anthropic's refusal stop alike.
+    "refusal": "content_filter",
+    # Anthropic's stop when the context window, not max_tokens, ran out.
+    "model_context_window_exceeded": "length",
 }
 
 

@@ -33,6 +33,14 @@ VLLM_ABSENT: tuple[str, ...] = (
     "choices[].message.annotations",
     "usage.prompt_tokens_details.*",
     "usage.completion_tokens_details.*",
+    # Anthropic's Messages usage: vLLM's /v1/messages fills only input/output tokens, and
+    # the cache counts only when prompt-token details are on; the SDKs type all as optional.
+    "usage.cache_creation_input_tokens",
+    "usage.cache_read_input_tokens",
+    "usage.cache_creation.*",
+    "usage.server_tool_use.*",
+    "usage.service_tier",
+    "usage.inference_geo",
 )
 
 

@@ -28,6 +28,7 @@ _CONTENT = frozenset(
         "choices[].message.function_call",
         "choices[].text",
         "output",
+        "content",  # an Anthropic Message's content blocks (text, tool_use, thinking)
     }
 )
 _TOOL_CALLS = "choices[].message.tool_calls"

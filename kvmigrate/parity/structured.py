@@ -27,6 +27,8 @@ def requested_format(request: Mapping[str, Any]) -> tuple[str | None, Mapping[st
     if not isinstance(fmt, dict) and isinstance(text, dict):
         fmt = text.get("format")  # the Responses API puts it here, with the schema inline
     if not isinstance(fmt, dict):
+        fmt = _messages_format(request)
+    if not isinstance(fmt, dict):
         return None, None
     kind = fmt.get("type")
     if kind == "json_schema":
@@ -35,6 +37,15 @@ def requested_format(request: Mapping[str, Any]) -> tuple[str | None, Mapping[st
         schema = holder.get("schema")
         return kind, schema if isinstance(schema, dict) else None
     return (kind, None) if kind == "json_object" else (None, None)
+
+
+def _messages_format(request: Mapping[str, Any]) -> Any:
+    """Anthropic's structured outputs: `output_config.format`, or the beta's top-level
+    `output_format`, both `{"type": "json_schema", "schema": {...}}`."""
+    config = request.get("output_config")
+    if isinstance(config, dict) and isinstance(config.get("format"), dict):
+        return config["format"]
+    return request.get("output_format")
 
 
 def parse_json(text: str) -> tuple[bool, Any]:

@@ -3,40 +3,57 @@ compare with, so split-mode traffic can pull a candidate whose tool parser is br
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
 
+from kvmigrate.wire.anthropic_stream import ROUTE as MESSAGES_ROUTE
+
+# The routes whose answers carry tool calls this module can read.
+TOOL_ROUTES = frozenset({"chat/completions", MESSAGES_ROUTE})
+
 
 def declared_tools(request: Mapping[str, Any]) -> set[str]:
-    """The function names a chat request offers (`tools[].function.name`)."""
+    """The tool names a request offers: chat's `tools[].function.name`, Anthropic's
+    `tools[].name`."""
     names = set()
     for tool in request.get("tools") or ():
         if isinstance(tool, dict):
             function = tool.get("function")
-            if isinstance(function, dict) and isinstance(function.get("name"), str):
-                names.add(function["name"])
+            holder = function if isinstance(function, dict) else tool
+            if isinstance(holder.get("name"), str):
+                names.add(holder["name"])
     return names
 
 
 def invalid_tool_calls(request: Mapping[str, Any], response: Mapping[str, Any]) -> tuple[int, int]:
-    """(tool calls, invalid ones) in a chat completion: a call is invalid when it names a
-    tool the request did not offer, or its arguments are not a JSON object."""
+    """(tool calls, invalid ones) in a chat completion or an Anthropic Message: a call is
+    invalid when it names a tool the request did not offer, or its arguments are not a
+    JSON object."""
     offered = declared_tools(request)
     total = invalid = 0
+    for name, arguments in _calls(response):
+        total += 1
+        invalid += name not in offered or not isinstance(arguments, dict)
+    return total, invalid
+
+
+def _calls(response: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """(name, parsed arguments) of each call; arguments that do not parse are None."""
     for choice in response.get("choices") or ():
         message = choice.get("message") if isinstance(choice, dict) else None
         for call in (message or {}).get("tool_calls") or ():
-            total += 1
             function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict) or function.get("name") not in offered:
-                invalid += 1
+            if not isinstance(function, dict):
+                yield None, None
                 continue
             try:
-                arguments = orjson.loads(function.get("arguments") or "")
+                yield function.get("name"), orjson.loads(function.get("arguments") or "")
             except orjson.JSONDecodeError:
-                invalid += 1
-                continue
-            invalid += not isinstance(arguments, dict)
-    return total, invalid
+                yield function.get("name"), None
+    if response.get("type") == "message":
+        for block in response.get("content") or ():
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                # A stream cut inside the input leaves its text: not an object, so invalid.
+                yield block.get("name"), block.get("input")

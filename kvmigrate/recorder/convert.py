@@ -15,16 +15,16 @@ from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
 from kvmigrate.redaction import Redactor
-from kvmigrate.wire.anthropic import openai_usage
 from kvmigrate.wire.assemble import assemble, is_sse
 from kvmigrate.wire.sse import sse_payloads
+from kvmigrate.wire.usage import token_counts
 
 CONTENT_POLICIES = ("none", "redacted", "full")
 DEFAULT_HASH_KEY = b"kvmigrate"
 # Answers kept until their shadow copies finish; beyond this the oldest go unscored.
 MAX_MIRRORED = 2_000
 # Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
-TEXT_ROUTES = frozenset({"chat/completions", "completions", "responses"})
+TEXT_ROUTES = frozenset({"chat/completions", "completions", "responses", "messages"})
 
 
 class RecordConverter:
@@ -151,6 +151,7 @@ def to_record(
         latency_ms=None if x.finished is None else (x.finished - x.started) * 1000,
         prompt_tokens=tokens.get("prompt"),
         cached_tokens=tokens.get("cached"),
+        cache_write_tokens=tokens.get("cache_write"),
         completion_tokens=tokens.get("completion"),
         finish_reason=finish_reason(response),
         tool_calls=orjson.dumps(names).decode() if names else None,
@@ -271,20 +272,6 @@ def _usage(response: dict[str, Any] | None) -> dict[str, Any]:
     return usage if isinstance(usage, dict) else {}
 
 
-def token_counts(usage: dict[str, Any]) -> dict[str, int]:
-    """prompt, completion and cached tokens from Chat-, Responses- or Anthropic-style usage."""
-    usage = openai_usage(usage)
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    counts = {
-        "prompt": usage.get("prompt_tokens", usage.get("input_tokens")),
-        "completion": usage.get("completion_tokens", usage.get("output_tokens")),
-        "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
-    }
-    return {
-        k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0
-    }
-
-
 def finish_reason(response: dict[str, Any] | None) -> str | None:
     if response is None:
         return None
@@ -298,11 +285,15 @@ def finish_reason(response: dict[str, Any] | None) -> str | None:
             return str(details["reason"])
         status = response.get("status")
         return status if isinstance(status, str) else None
+    if response.get("type") == "message":
+        reason = response.get("stop_reason")  # Anthropic's, kept in its own words
+        return reason if isinstance(reason, str) else None
     return None
 
 
 def tool_call_names(response: dict[str, Any] | None) -> list[str]:
-    """The names of the tools an answer calls, in order (chat choices or Responses output)."""
+    """The names of the tools an answer calls, in order (chat choices, Responses output, or
+    a Message's `tool_use` blocks)."""
     if response is None:
         return []
     names: list[str] = []
@@ -316,4 +307,9 @@ def tool_call_names(response: dict[str, Any] | None) -> list[str]:
         kind = item.get("type") if isinstance(item, dict) else None
         if kind in ("function_call", "custom_tool_call") and isinstance(item.get("name"), str):
             names.append(item["name"])
+    if response.get("type") == "message":
+        for block in response.get("content") or ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_use" and isinstance(block.get("name"), str):
+                names.append(block["name"])
     return names

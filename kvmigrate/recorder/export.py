@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 import orjson
 
-from kvmigrate.recorder.convert import TEXT_ROUTES
+from kvmigrate.parity.dataset import ROUTES as REPLAYABLE
 from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
 
 PAGE = 1000
 
 
-def recorded_requests(store: RecordStore, since: float, until: float) -> Iterator[dict[str, Any]]:
+def recorded_requests(
+    store: RecordStore, since: float, until: float, routes: Iterable[str] = REPLAYABLE
+) -> Iterator[dict[str, Any]]:
     """One line per served call with stored content, oldest first:
     `{"custom_id", "method", "url", "body", "metadata"}` (the OpenAI Batch input shape).
 
     Only serve calls: a shadow copy is the same request again. The body's `model` is the
     client's model name (the stored body carries the backend's), so a replay routes it as
-    the client did."""
-    routes = sorted(TEXT_ROUTES)
+    the client did. `routes`: the replayable ones unless told (Messages bodies are not
+    replayed, but the cache-buster analysis reads them)."""
+    routes = sorted(routes)
     sql = (
         "SELECT request_id, route, model, conversation, turn, backend, request_json, "
         "request_messages FROM records "

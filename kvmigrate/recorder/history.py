@@ -29,7 +29,7 @@ from kvmigrate.recorder.record import MessageRow
 from kvmigrate.recorder.store import RecordStore
 
 # Where each route keeps the history that repeats from turn to turn.
-HISTORY_KEYS = {"chat/completions": "messages", "responses": "input"}
+HISTORY_KEYS = {"chat/completions": "messages", "responses": "input", "messages": "messages"}
 TOUCH_S = 3600.0
 _LOOKUP_CHUNK = 500  # digests per SELECT ... IN (...): well under every driver's limit
 # A body's members and an array's elements, as raw JSON: checked, but not built into objects.

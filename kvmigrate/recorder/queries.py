@@ -15,8 +15,9 @@ from kvmigrate.policies.outcome import is_backend_error
 from kvmigrate.policies.window import RESERVOIR, BackendWindow, ComparatorCounts
 from kvmigrate.recorder.store import RecordStore, open_store
 
-# Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic.
-MODEL_TRAFFIC = "route <> 'other'"
+# Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic; nor is
+# Anthropic's count_tokens, which generates nothing (no TTFT, no cache, no cost).
+MODEL_TRAFFIC = "route NOT IN ('other', 'messages/count_tokens')"
 
 
 # A client that hung up is not the backend's failure; neither is a 4xx.

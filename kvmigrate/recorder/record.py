@@ -32,6 +32,9 @@ class Record:
     `touched` carry the rows to write with this record (they are not columns).
     `identity` says how the proxy knew the conversation: `header`, `user`, `continuity`,
     `opening` (a first turn), `guess` (a later turn known only by its masked opening), `body`.
+    `prompt_tokens` counts every prompt token, cached or not; of them `cached_tokens` were
+    read from the prompt cache and `cache_write_tokens` written to it (Anthropic reports
+    writes; the other APIs leave it None).
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -69,6 +72,7 @@ class Record:
     parity_json_valid: float | None = None
     request_messages: str | None = None
     identity: str | None = None
+    cache_write_tokens: int | None = None
     messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
     touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

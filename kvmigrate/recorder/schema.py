@@ -108,4 +108,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         # report can say how much traffic was keyed by a guess.
         ("ALTER TABLE records ADD COLUMN identity TEXT",),
     ),
+    Migration(
+        "m007_cache_write_tokens",
+        # Prompt tokens written to the prompt cache (Anthropic's cache_creation_input_tokens):
+        # billed apart from plain input and cache reads, so the cost projection needs them.
+        ("ALTER TABLE records ADD COLUMN cache_write_tokens BIGINT",),
+    ),
 )

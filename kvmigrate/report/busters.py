@@ -9,6 +9,7 @@ from __future__ import annotations
 import orjson
 
 from kvmigrate.cachecheck import CostModel, DatasetError, Summary, check_all, parse_lines
+from kvmigrate.cachecheck.checker import CHECKED_ROUTES
 from kvmigrate.recorder.export import recorded_requests
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report.model import BusterRow, CacheBusters
@@ -17,7 +18,8 @@ SHOWN = 10
 
 
 def cache_busters(store: RecordStore, since: float, until: float) -> CacheBusters:
-    lines = (orjson.dumps(line).decode() for line in recorded_requests(store, since, until))
+    found = recorded_requests(store, since, until, CHECKED_ROUTES)
+    lines = (orjson.dumps(line).decode() for line in found)
     try:
         data = parse_lines(lines, "records")
     except DatasetError:

@@ -34,12 +34,12 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
         return CostProjection(prices=prices)
     span = max(served[-1].ts - served[0].ts + (served[-1].latency_ms or 0.0) / 1000.0, 1.0)
     scale = MONTH_S / span
-    prompt = sum(r.prompt_tokens or 0 for r in served)
-    cached = sum(min(r.cached_tokens or 0, r.prompt_tokens or 0) for r in served)
+    prompt, cached, written = _prompt_split(served)
     output = sum(r.completion_tokens or 0 for r in served)
     hosted = (
-        (prompt - cached) * prices.input_per_m
+        (prompt - cached - written) * prices.input_per_m
         + cached * prices.cached_input_per_m
+        + written * prices.cache_write_price
         + output * prices.output_per_m
     ) / 1e6
     demand = output / span
@@ -54,6 +54,7 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
         monthly_requests=len(served) * scale,
         monthly_input_tokens=prompt * scale,
         monthly_cached_tokens=cached * scale,
+        monthly_cache_write_tokens=written * scale,
         monthly_output_tokens=output * scale,
         hosted_monthly_usd=hosted_monthly,
         demand_tokens_per_s=demand,
@@ -64,6 +65,19 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
         savings_monthly_usd=None if self_hosted is None else hosted_monthly - self_hosted,
         prices=prices,
     )
+
+
+def _prompt_split(served: Sequence[Row]) -> tuple[int, int, int]:
+    """(prompt tokens, of them read from the cache, of them written to it). A row's reads
+    and writes are capped at its prompt, so a malformed usage cannot price below zero."""
+    prompt = cached = written = 0
+    for r in served:
+        total = r.prompt_tokens or 0
+        read = min(r.cached_tokens or 0, total)
+        prompt += total
+        cached += read
+        written += min(r.cache_write_tokens or 0, total - read)
+    return prompt, cached, written
 
 
 def _observed_peak(rows: Sequence[Row], candidate: str) -> float:

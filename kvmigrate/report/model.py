@@ -23,13 +23,22 @@ class TimelineEvent:
     percent: float | None = None  # the candidate's share of conversations after the event
 
 
+# Anthropic bills a 5-minute cache write at 1.25 times the base input price (1-hour: 2x).
+CACHE_WRITE_MULTIPLIER = 1.25
+
+
 @dataclass(frozen=True, slots=True)
 class Prices:
     """Hosted prices in $ per 1M tokens, against self-hosted GPUs in $ per GPU-hour.
 
     `gpu_tokens_per_s` is the output tokens per second one GPU sustains for this traffic
     (from `kvmigrate bench`); None uses the candidate's observed peak rate, which only
-    bounds the capacity from below and so overstates the GPUs needed."""
+    bounds the capacity from below and so overstates the GPUs needed.
+
+    `cache_write_per_m` prices prompt tokens written to the cache, which only Anthropic
+    reports and bills apart (`cache_creation_input_tokens`); None takes Anthropic's rate
+    for the 5-minute cache, `CACHE_WRITE_MULTIPLIER` times `input_per_m`. For Anthropic
+    traffic set `cached_input_per_m` to its cache-read price (0.1 x input)."""
 
     input_per_m: float = 2.50
     cached_input_per_m: float = 1.25
@@ -37,6 +46,13 @@ class Prices:
     gpu_per_hour: float = 3.50
     gpu_tokens_per_s: float | None = None
     min_gpus: int = 1
+    cache_write_per_m: float | None = None
+
+    @property
+    def cache_write_price(self) -> float:
+        if self.cache_write_per_m is not None:
+            return self.cache_write_per_m
+        return self.input_per_m * CACHE_WRITE_MULTIPLIER
 
 
 @dataclass(slots=True)
@@ -101,6 +117,7 @@ class CostProjection:
     monthly_requests: float | None = None
     monthly_input_tokens: float | None = None
     monthly_cached_tokens: float | None = None
+    monthly_cache_write_tokens: float | None = None
     monthly_output_tokens: float | None = None
     hosted_monthly_usd: float | None = None
     demand_tokens_per_s: float | None = None

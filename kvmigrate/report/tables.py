@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
-from kvmigrate.report.model import Report
+from kvmigrate.report.model import CostProjection, Report
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
 
@@ -168,6 +168,7 @@ def cost(report: Report) -> Table:
             "input tokens / month (of which cached)",
             f"{fmt.number(k.monthly_input_tokens)} ({fmt.number(k.monthly_cached_tokens)})",
         ),
+        *_cache_write_rows(k),
         ("output tokens / month", fmt.number(k.monthly_output_tokens)),
         (
             "hosted prices per 1M tokens (input / cached / output)",
@@ -192,6 +193,20 @@ def cost(report: Report) -> Table:
     foot = SET_THROUGHPUT if k.throughput_source == OBSERVED else ""
     title = "Cost projection (30 days at the observed traffic)"
     return Table("cost", title, ("item", "value"), rows, footnote=foot)
+
+
+def _cache_write_rows(k: CostProjection) -> list[tuple[str, str]]:
+    """Cache writes get their own row and price only when the traffic has any (Anthropic
+    reports them; the OpenAI-style APIs do not)."""
+    if not k.monthly_cache_write_tokens:
+        return []
+    price = fmt.usd(k.prices.cache_write_price)
+    return [
+        (
+            "input tokens / month written to the cache",
+            f"{fmt.number(k.monthly_cache_write_tokens)} at {price} per 1M",
+        )
+    ]
 
 
 def parity(report: Report) -> Table:

@@ -23,7 +23,7 @@ from kvmigrate.percentile import percentile
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import rollback_reason
 from kvmigrate.policies.outcome import is_backend_error
-from kvmigrate.policies.tool_calls import invalid_tool_calls
+from kvmigrate.policies.tool_calls import TOOL_ROUTES, invalid_tool_calls
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.controller import RolloutController, RolloutError
 from kvmigrate.rollout.live import LiveRollout
@@ -108,7 +108,7 @@ class RollbackWatcher:
         if (
             window is not None
             and exchange.backend == self._candidate
-            and exchange.route == "chat/completions"
+            and exchange.route in TOOL_ROUTES
             and b'"tools"' in exchange.request_body
         ):
             self._unchecked.append(exchange)  # parsed off the response path, once a second

@@ -34,21 +34,6 @@ ERROR_TYPES = {
 KNOWN_TYPES = frozenset(ERROR_TYPES.values())
 
 
-def openai_usage(usage: dict[str, Any]) -> dict[str, Any]:
-    """Anthropic usage in OpenAI's terms, for the counts records and metrics keep; any
-    other usage as it is. Anthropic's `input_tokens` leaves out the cache reads and writes:
-    the prompt is the three together, and the cached tokens are the reads."""
-    read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
-    if read is None and written is None:
-        return usage
-    parts = (usage.get("input_tokens"), read, written)
-    return {
-        "prompt_tokens": sum(p for p in parts if isinstance(p, int)),
-        "completion_tokens": usage.get("output_tokens"),
-        "prompt_tokens_details": {"cached_tokens": read if isinstance(read, int) else 0},
-    }
-
-
 def anthropic_model_list(models: list[str]) -> dict[str, Any]:
     """GET /v1/models as Anthropic's API answers it (one page, no pagination)."""
     data = [

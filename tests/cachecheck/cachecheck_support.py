@@ -165,6 +165,29 @@ def _summarise(at: int) -> Callable[[list[Message], int], list[Message]]:
     return edit
 
 
+def _breakpoint_on(
+    pick: Callable[[int, int], int],
+) -> Callable[[list[Message], int], list[Message]]:
+    """`cache_control` on the text block of one user message, history index `pick(t, n)`
+    (a chat body carries breakpoints for gateways that pass them on to Anthropic)."""
+
+    def edit(messages: list[Message], t: int) -> list[Message]:
+        chosen, out = pick(t, len(messages)), []
+        for i, message in enumerate(messages):
+            if message["role"] != "user":
+                out.append(message)
+                continue
+            content = message["content"]
+            text = content if isinstance(content, str) else content[0]["text"]
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if i == chosen:
+                block["cache_control"] = {"type": "ephemeral"}
+            out.append({**message, "content": [block]})
+        return out
+
+    return edit
+
+
 ALL = range(2, 6)
 S = BreakClass
 
@@ -426,6 +449,16 @@ PLANTED: list[
         "content",
         [3],
     ),
+    # Anthropic's cache breakpoint moved back to the first user message on the third turn:
+    # the prompt stays append-only, but the hosted cache stops at message 1.
+    (
+        "cache-breakpoint-moved-back",
+        Agent(edit=_breakpoint_on(lambda t, n: 0 if t == 2 else n - 1)),
+        S.CACHE_BREAKPOINT,
+        1,
+        "cache_control",
+        [3],
+    ),
 ]
 
 
@@ -440,4 +473,6 @@ CLEAN: list[tuple[str, Agent]] = [
     # The fix for a timestamp: the current time moves to the latest user message.
     ("time-in-latest-user-message", Agent(user=lambda t: f"Current time: {_iso(t)}\n{USER[t]}")),
     ("answer-with-trailing-space-echoed", Agent(answer=_trailing_answer)),
+    # Anthropic's advice: the breakpoint on the newest message, moving forward every turn.
+    ("cache-breakpoint-moves-forward", Agent(edit=_breakpoint_on(lambda t, n: n - 1))),
 ]

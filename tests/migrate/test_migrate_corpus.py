@@ -17,6 +17,11 @@ OPTIONS = RewriteOptions(PROXY)
 
 # What each case must report, beyond its diff: (action, count) per case.
 EXPECTED_FINDINGS: dict[str, dict[str, int]] = {
+    # Anthropic's SDKs take the proxy's root (they append /v1/messages); the Vercel AI SDK's
+    # createAnthropic and every OpenAI client take it with /v1.
+    "anthropic-deploy": {"rewrite": 7},
+    "anthropic-js": {"rewrite": 3, "env_switch": 1, "flagged": 1},
+    "anthropic-python": {"rewrite": 5, "env_switch": 2, "flagged": 1},
     "autogen": {"rewrite": 2, "flagged": 1},
     "azure": {"flagged": 1},
     "bedrock": {"flagged": 1},
