@@ -36,7 +36,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "input": [USER],
         "instructions": "Be brief. 2025-01-06",
     },
-    "responses, instructions only": {"input": "Fix the failing test.", "instructions": "Be brief."},
+    "responses, string input": {"input": "Fix the failing test.", "instructions": "Be brief."},
     "completions": {"prompt": "def add(a, b):"},
     "embeddings": {"input": "the quick brown fox"},
     "nothing": {},
@@ -50,7 +50,9 @@ GOLDEN = {
     "chat, no user message": ("h:972c738d3d0839feb155be82", "prefix"),
     "responses, input list": ("h:5d7b5ba4ba23163dddac6b61", "prefix"),
     "responses, input list and instructions": ("h:3dd85c98b7114bcfda1da18c", "prefix"),
-    "responses, instructions only": ("h:99d4ed6f3d2c0546d67da168", "prefix"),
+    # Changed on purpose in #17: a string input was keyed on instructions alone
+    # (h:99d4ed6f3d2c0546d67da168), so every conversation sharing instructions was one.
+    "responses, string input": ("h:01048dd1765c9eb0439ed9c3", "prefix"),
     "completions": ("h:29a466ff7a2e853a083b3364", "body"),
     "embeddings": ("h:09ce02cd356baf2a835af432", "body"),
     "nothing": ("h:f765f749a6e04da3200158b0", "body"),
@@ -176,7 +178,8 @@ def test_declared_keys(
         (later(BODIES["chat"]), 2),
         (later(later(BODIES["chat"])), 3),
         ({"messages": ["junk", {"role": "assistant", "content": "x"}, USER]}, 2),
-        ({"input": [USER, {"role": "assistant", "content": "x"}]}, 1),  # not chat messages
+        # A Responses input list counts the answers it resends (#17), as chat does.
+        ({"input": [USER, {"role": "assistant", "content": "x"}]}, 2),
         ({"prompt": "x"}, 1),
     ],
 )
