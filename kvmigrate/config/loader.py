@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from kvmigrate.config.cohorts import read_cohorts
 from kvmigrate.config.errors import ConfigError
 from kvmigrate.config.model import (
     BackendConfig,
@@ -101,7 +102,10 @@ def _config(root: Section) -> Config:
     models = _models(root, backends)
     record = _record(root.section("record"))
     cachecheck = read_struct(root.section("cachecheck"), CacheCheckConfig)
-    return Config(root.source, server, backends, models, rollout, record, cachecheck)
+    cohorts = read_cohorts(root, models, _steps)
+    return Config(
+        root.source, server, backends, models, rollout, record, cachecheck, cohorts=cohorts
+    )
 
 
 def _backends(s: Section) -> dict[str, BackendConfig]:
