@@ -169,9 +169,9 @@ def _show_auto_rollback(
     time.sleep(0.3)
     _traffic(base_url, settings, settings.conversations, 5000, echo)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and controller.store.read().percent > 0:
+    while time.monotonic() < deadline and controller.read().percent > 0:
         time.sleep(0.2)
-    last = controller.store.history(1)[-1]
+    last = controller.history(1)[-1]
     if last.action != "auto-rollback":
         echo("the candidate was NOT rolled back")
         return False

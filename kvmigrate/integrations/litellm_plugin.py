@@ -182,7 +182,8 @@ class KvmigrateRouter(_CustomLogger):
         served = model_route.served
         identity = await self.identity.identify(request_headers(data), body, model, route)
         conversation, turn = identity.conversation, identity.turn
-        chosen = await self.live.route(conversation, turn, served)
+        # The model group's own cohort (named cohorts' selectors apply in kvmigrate's proxy).
+        chosen = await self.live.route(conversation, turn, served, model)
         group = served.get(chosen.serve)
         if group is None:
             return None

@@ -18,6 +18,7 @@ from kvmigrate.policies import RolloutSnapshot, Route, route
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
+from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.errors import ProxyError, body_too_large, model_not_found, unauthorized
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.forward import (
@@ -76,9 +77,11 @@ def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
 class RolloutSource(Protocol):
     def current(self) -> RolloutSnapshot: ...
 
-    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
         """Route one request of `conversation` (`policies.route`, with the state the source
-        keeps: the snapshot and the conversation's pin)."""
+        keeps: the cohort's snapshot and the conversation's pin)."""
         ...
 
 
@@ -92,7 +95,9 @@ class StaticRollout:
     def current(self) -> RolloutSnapshot:
         return self._snapshot
 
-    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
         return route(conversation, self._snapshot, served)
 
 
@@ -107,6 +112,7 @@ class Routed:
     route: Route
     served: dict[str, str]
     identity: Identity
+    cohort: str = ""
 
 
 class ProxyService:
@@ -119,6 +125,7 @@ class ProxyService:
     ) -> None:
         self.config = config
         self.rollout = rollout or StaticRollout(config)
+        self.cohorts = CohortResolver(config)
         self.metrics = ProxyMetrics()
         # Without a store, continuity holds within this process only.
         self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
@@ -172,8 +179,11 @@ class ProxyService:
             raise model_not_found(body.model)
         identity = await self.identity.identify(request.headers, body.data, body.model, path)
         served = model_route.served
-        chosen = await self.rollout.route(identity.conversation, identity.turn, served)
-        return Routed(path, body, identity.conversation, identity.turn, chosen, served, identity)
+        cohort = self.cohorts.resolve(body.model, request.headers, body.data)
+        chosen = await self.rollout.route(identity.conversation, identity.turn, served, cohort)
+        return Routed(
+            path, body, identity.conversation, identity.turn, chosen, served, identity, cohort
+        )
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -383,6 +393,7 @@ class ProxyService:
         )
         if routed is not None:
             exchange.identity = routed.identity.source
+            exchange.cohort = routed.cohort
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
         return exchange

@@ -55,7 +55,7 @@ class LocalRollout:
         return self.controller.status()
 
     def history(self, limit: int = 100) -> list[RolloutEvent]:
-        return self.controller.store.history(limit)
+        return self.controller.history(limit)
 
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
         return self.controller.set_percent(percent, reason, self.actor, force)

@@ -53,6 +53,7 @@ class RolloutStatus:
     next_step: float | None
     gates_for_next_step: list[GateResult]
     store: str  # its URL, without a password
+    cohort: str = ""  # "": the fleet-wide default (a config without models)
 
 
 def initial_state(config: Config) -> RolloutState:
@@ -70,9 +71,27 @@ class RolloutController:
         self.store = store
         self.windows = windows
 
+    def cohort_of(self, selector: str | None = None) -> str:
+        """The cohort a change or a question is about: the one named, or the config's only
+        one. Several and none named: refused, listing them, so no change lands by accident."""
+        names = self.config.cohort_names()
+        if selector is None:
+            if len(names) > 1:
+                raise RolloutError(
+                    f"this config has {len(names)} cohorts; name one with --model or --cohort: "
+                    + ", ".join(names)
+                )
+            return names[0] if names else ""
+        if selector not in names:
+            raise RolloutError(f"no cohort {selector!r}; cohorts: {', '.join(names) or 'none'}")
+        return selector
+
+    def read(self, cohort: str | None = None) -> RolloutState:
+        return self.store.read(self.cohort_of(cohort))
+
     def evaluate(self, state: RolloutState | None = None) -> list[GateResult]:
         """The gates over the evidence gathered since the last change (within the window)."""
-        state = state or self.store.read()
+        state = state or self.read()
         gates = self.config.rollout.gates
         since = max(time.time() - gates.window_seconds, state.updated_at)
         found = self.windows(since) if self.windows else {}
@@ -82,12 +101,18 @@ class RolloutController:
         return evaluate_gates(primary, candidate, gates)
 
     def set_percent(
-        self, percent: float, reason: str = "", actor: str = "cli", force: bool = False
+        self,
+        percent: float,
+        reason: str = "",
+        actor: str = "cli",
+        force: bool = False,
+        cohort: str | None = None,
     ) -> ChangeOutcome:
         """Move the candidate's share. Raising it is a promotion: the gates must pass."""
         if not 0 <= percent <= 100:
             raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
-        current = self.store.read()
+        name = self.cohort_of(cohort)
+        current = self.store.read(name)
         promoting = percent > current.percent or (percent > 0 and current.mode != Mode.SPLIT)
         results = self.evaluate(current) if promoting else []
         passed = all_passed(results)
@@ -105,10 +130,13 @@ class RolloutController:
             action = Action.PROMOTE if promoting else Action.SET
             return new, _event(state, new, action, actor, reason, force and not passed, results)
 
-        state, event = self.store.apply(change)
+        state, event = self.store.apply(change, name)
         return ChangeOutcome(state, event, results)
 
-    def set_mode(self, mode: str, reason: str = "", actor: str = "cli") -> ChangeOutcome:
+    def set_mode(
+        self, mode: str, reason: str = "", actor: str = "cli", cohort: str | None = None
+    ) -> ChangeOutcome:
+        name = self.cohort_of(cohort)
         if mode not in tuple(Mode):
             raise RolloutError(f"mode must be shadow or split, got {mode!r}")
         target = Mode(mode)
@@ -117,7 +145,7 @@ class RolloutController:
             new = state.next(actor, mode=target)
             return new, _event(state, new, Action.MODE, actor, reason, False, [])
 
-        state, event = self.store.apply(change)
+        state, event = self.store.apply(change, name)
         return ChangeOutcome(state, event)
 
     def rollback(
@@ -126,13 +154,15 @@ class RolloutController:
         actor: str = "cli",
         automatic: bool = False,
         expected_version: int | None = None,
+        cohort: str | None = None,
     ) -> ChangeOutcome:
         """Back to the last step whose gates passed, or to 0; candidate pins stop holding.
 
         `expected_version` makes it conditional: several proxies that see the same breach
-        roll back once, not once each.
+        roll back once, not once each. Only the cohort's share moves; the others keep theirs.
         """
-        current = self.store.read()
+        name = self.cohort_of(cohort)
+        current = self.store.read(name)
         if current.mode != Mode.SPLIT or current.percent == 0:
             raise RolloutError("nothing to roll back: the candidate serves no traffic")
 
@@ -151,23 +181,42 @@ class RolloutController:
             action = Action.AUTO_ROLLBACK if automatic else Action.ROLLBACK
             return new, _event(state, new, action, actor, reason, False, [])
 
-        state, event = self.store.apply(change)
+        state, event = self.store.apply(change, name)
         return ChangeOutcome(state, event)
 
-    def next_step(self, state: RolloutState | None = None) -> float | None:
-        state = state or self.store.read()
-        current = state.percent if state.mode == Mode.SPLIT else 0.0
-        return next((s for s in self.config.rollout.steps if s > current), None)
+    def next_step(
+        self, state: RolloutState | None = None, cohort: str | None = None
+    ) -> float | None:
+        name = self.cohort_of(cohort)
+        return self._next(state or self.store.read(name), name)
 
-    def status(self) -> RolloutStatus:
-        state = self.store.read()
-        step = self.next_step(state)
+    def _next(self, state: RolloutState, cohort: str) -> float | None:
+        current = state.percent if state.mode == Mode.SPLIT else 0.0
+        return next((s for s in self.config.steps_of(cohort) if s > current), None)
+
+    def status(self, cohort: str | None = None) -> RolloutStatus:
+        name = self.cohort_of(cohort)
+        return self._status(name, self.store.read(name))
+
+    def statuses(self) -> list[RolloutStatus]:
+        """Every cohort's status, in the config's order, from one read of the store."""
+        states = self.store.read_all()
+        names = self.config.cohort_names() or ("",)
+        return [self._status(name, states.of(name)) for name in names]
+
+    def history(self, limit: int = 100, cohort: str | None = None) -> list[RolloutEvent]:
+        """Every cohort's changes when none is named (even on a config of several)."""
+        return self.store.history(limit, None if cohort is None else self.cohort_of(cohort))
+
+    def _status(self, name: str, state: RolloutState) -> RolloutStatus:
+        step = self._next(state, name)
         return RolloutStatus(
             state=state,
-            steps=list(self.config.rollout.steps),
+            steps=list(self.config.steps_of(name)),
             next_step=step,
             gates_for_next_step=self.evaluate(state) if step else [],
             store=safe_url(self.store.url),
+            cohort=name,
         )
 
 

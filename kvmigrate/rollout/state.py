@@ -96,9 +96,14 @@ class RolloutEvent:
     forced: bool = False
     gates: list[dict[str, Any]] = field(default_factory=list)
     version: int = 0
+    # The cohort it changed; "" for the fleet-wide default (every event before cohorts).
+    cohort: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.cohort:
+            del data["cohort"]  # a fleet-wide event reads back as it was written before
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutEvent:
@@ -114,7 +119,21 @@ class RolloutEvent:
             forced=bool(data.get("forced", False)),
             gates=list(data.get("gates", [])),
             version=int(data.get("version", 0)),
+            cohort=str(data.get("cohort", "")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortStates:
+    """Every stored state at once: the fleet-wide default (the whole state before cohorts
+    existed) and the cohorts that have one of their own. A cohort without its own follows
+    the default, so a store written before cohorts moves nothing when it is upgraded."""
+
+    default: RolloutState
+    own: dict[str, RolloutState] = field(default_factory=dict)
+
+    def of(self, cohort: str) -> RolloutState:
+        return self.own.get(cohort, self.default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ def set_split(config: Config, percent: float) -> None:
 def set_shadow(config: Config) -> None:
     controller = open_controller(config)
     try:
-        if controller.store.read().percent:
+        if controller.read().percent:
             controller.set_percent(0, reason="test", actor="test")
         controller.set_mode("shadow", reason="test", actor="test")
     finally:

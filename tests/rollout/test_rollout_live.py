@@ -279,7 +279,7 @@ def test_failing_candidate_is_rolled_back_automatically(
     import urllib.request
 
     metrics = urllib.request.urlopen(proxy.url + "/metrics").read().decode()
-    assert "kvmigrate_auto_rollbacks_total 1.0" in metrics
+    assert 'kvmigrate_auto_rollbacks_total{cohort="gpt-4o-mini"} 1.0' in metrics
 
 
 @pytest.fixture
