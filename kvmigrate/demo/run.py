@@ -145,7 +145,9 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
     bake = 2 * max(gates.min_conversations, -(-gates.min_requests // settings.turns)) + 2
     for number, step in enumerate(controller.config.rollout.steps):
         try:
-            outcome = controller.set_percent(step, reason="demo", actor="demo")
+            outcome = controller.set_percent(
+                step, reason="demo", actor="demo", cohort=_chat(controller)
+            )
         except GatesRefused as refused:
             echo(f"promotion to {step:g}% REFUSED by the gates:")
             echo(render_gates([g.to_dict() for g in refused.results]))
@@ -163,20 +165,26 @@ def _show_auto_rollback(
     controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo
 ) -> bool:
     echo("\nAn operator forces 10% anyway (recorded as an override) ...")
+    chat = _chat(controller)
     controller.set_percent(
-        10, reason="demo: override to show auto-rollback", actor="demo", force=True
+        10, reason="demo: override to show auto-rollback", actor="demo", force=True, cohort=chat
     )
     time.sleep(0.3)
     _traffic(base_url, settings, settings.conversations, 5000, echo)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and controller.read().percent > 0:
+    while time.monotonic() < deadline and controller.read(chat).percent > 0:
         time.sleep(0.2)
-    last = controller.history(1)[-1]
+    last = controller.history(1, chat)[-1]
     if last.action != "auto-rollback":
         echo("the candidate was NOT rolled back")
         return False
     echo(f"auto-rollback: {last.from_percent:g}% -> {last.to_percent:g}%: {last.reason}")
     return True
+
+
+def _chat(controller: RolloutController) -> str:
+    """The cohort the demo's agents are: the chat model's (embeddings are hosted only)."""
+    return HOSTED_MODEL
 
 
 def _report(config: Config, fmt: str, since: float) -> str:

@@ -54,6 +54,7 @@ class RolloutStatus:
     gates_for_next_step: list[GateResult]
     store: str  # its URL, without a password
     cohort: str = ""  # "": the fleet-wide default (a config without models)
+    candidate: str = ""  # the backend a split gives the share to
 
 
 def initial_state(config: Config) -> RolloutState:
@@ -217,6 +218,7 @@ class RolloutController:
             gates_for_next_step=self.evaluate(state) if step else [],
             store=safe_url(self.store.url),
             cohort=name,
+            candidate=self.config.rollout.candidate,
         )
 
 
