@@ -229,6 +229,10 @@ class Config(ConfigSection, frozen=True):
     def cohort(self, name: str) -> CohortConfig | None:
         return next((c for c in self.cohorts if c.name == name), None)
 
+    def own_model(self, cohort: str) -> str:
+        """The model whose own cohort `cohort` is, or "" for a named cohort (or none)."""
+        return cohort if self.route(cohort) is not None else ""
+
     def steps_of(self, cohort: str) -> tuple[float, ...]:
         named = self.cohort(cohort)
         return named.steps if named and named.steps else self.rollout.steps

@@ -32,6 +32,7 @@ class Record:
     `touched` carry the rows to write with this record (they are not columns).
     `identity` says how the proxy knew the conversation: `header`, `user`, `continuity`,
     `opening` (a first turn), `guess` (a later turn known only by its masked opening), `body`.
+    `cohort` is the rollout cohort it was routed in (None: recorded before cohorts).
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -69,6 +70,7 @@ class Record:
     parity_json_valid: float | None = None
     request_messages: str | None = None
     identity: str | None = None
+    cohort: str | None = None
     messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
     touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

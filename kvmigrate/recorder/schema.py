@@ -108,4 +108,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         # report can say how much traffic was keyed by a guess.
         ("ALTER TABLE records ADD COLUMN identity TEXT",),
     ),
+    Migration(
+        "m007_cohort",
+        # The rollout cohort the request was routed in (a name from the config), so gates
+        # and the report judge each cohort on its own traffic. NULL before cohorts: such a
+        # record belongs to its model's own cohort.
+        ("ALTER TABLE records ADD COLUMN cohort TEXT",),
+    ),
 )

@@ -16,6 +16,7 @@ from kvmigrate.report.aggregate import (
     ttft_by_turn,
 )
 from kvmigrate.report.busters import cache_busters
+from kvmigrate.report.cohorts import cohort_summaries
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import Prices, Report, TimelineEvent
@@ -59,6 +60,7 @@ def build_report(
         return report
     report.first_ts, report.last_ts = rows[0].ts, rows[-1].ts
     report.backends = backend_summaries(rows, (primary, candidate))
+    report.cohorts = cohort_summaries(rows, (primary, candidate))
     names = [b.backend for b in report.backends]
     report.coverage = shadow_coverage(rows, primary, candidate)
     report.ttft_by_turn = ttft_by_turn(rows, primary, candidate, max_turn)

@@ -60,6 +60,14 @@ class BackendSummary:
         return self.serve + self.shadow
 
 
+@dataclass
+class CohortSummary:
+    """One cohort's figures per backend (kvmigrate.report.cohorts)."""
+
+    cohort: str
+    backends: list[BackendSummary] = field(default_factory=list)
+
+
 @dataclass(frozen=True, slots=True)
 class TurnRow:
     """TTFT at one turn number: primary against candidate (ms), and the candidate's gain."""
@@ -182,6 +190,8 @@ class Report:
     timeline: list[TimelineEvent] = field(default_factory=list)
     identity: IdentitySummary = field(default_factory=IdentitySummary)
     notes: list[str] = field(default_factory=list)
+    # Per cohort, under the fleet-wide `backends`; empty when the traffic is one cohort.
+    cohorts: list[CohortSummary] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:

@@ -40,6 +40,7 @@ class Row(NamedTuple):
     parity_disagree: str | None
     identity: str | None = None
     fallback_from: str | None = None
+    cohort: str | None = None  # the model's own cohort for a record from before cohorts
 
 
 def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row], bool]:
@@ -49,10 +50,11 @@ def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row
     has_parity = "parity_score" in present
     parity = ", ".join(c if c in present else "NULL" for c in PARITY_COLUMNS)
     identity = "identity" if "identity" in present else "NULL"
+    cohort = "COALESCE(cohort, model)" if "cohort" in present else "model"
     sql = (
         "SELECT request_id, ts, backend, role, conversation, turn, status, error, ttft_ms, "
         "latency_ms, prompt_tokens, cached_tokens, completion_tokens, pair_id, "
-        f"{parity}, {identity}, fallback_from FROM records "
+        f"{parity}, {identity}, fallback_from, {cohort} FROM records "
         f"WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC} ORDER BY ts"
     )
     return [Row(*r) for r in store.query(sql, (since, until))], has_parity

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
+from kvmigrate.report.cohorts import HEADERS, cohort_rows
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import Report
 
@@ -34,6 +35,7 @@ def summary_lines(report: Report) -> list[str]:
 def report_tables(report: Report) -> list[Table]:
     return [
         headline(report),
+        *by_cohort(report),
         coverage(report),
         ttft_by_turn(report),
         cache_by_turn(report),
@@ -79,6 +81,14 @@ def headline(report: Report) -> Table:
             "the parity noise floor), which count for parity only."
         )
     return Table("headline", "Headline", headers, rows, "No calls recorded in this window.", foot)
+
+
+def by_cohort(report: Report) -> list[Table]:
+    """Each cohort on its own traffic, when there is more than one."""
+    if not report.cohorts:
+        return []
+    foot = "The headline above is the whole fleet; each cohort moves on its own rollout."
+    return [Table("cohorts", "By cohort", HEADERS, cohort_rows(report.cohorts), "", foot)]
 
 
 def coverage(report: Report) -> Table:

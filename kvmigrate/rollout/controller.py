@@ -17,8 +17,9 @@ from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.state import Action, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import RolloutStore
 
-# Evidence for the gates: per-backend figures of the traffic recorded since a time.
-WindowSource = Callable[[float], dict[str, BackendWindow]]
+# Evidence for the gates: per-backend figures of a cohort's traffic recorded since a time
+# (cohort "": all traffic).
+WindowSource = Callable[[float, str], dict[str, BackendWindow]]
 
 
 class RolloutError(Exception):
@@ -90,12 +91,16 @@ class RolloutController:
     def read(self, cohort: str | None = None) -> RolloutState:
         return self.store.read(self.cohort_of(cohort))
 
-    def evaluate(self, state: RolloutState | None = None) -> list[GateResult]:
-        """The gates over the evidence gathered since the last change (within the window)."""
-        state = state or self.read()
+    def evaluate(
+        self, state: RolloutState | None = None, cohort: str | None = None
+    ) -> list[GateResult]:
+        """The gates over the cohort's own evidence gathered since its last change (within
+        the window): a cohort is judged on its traffic alone."""
+        name = self.cohort_of(cohort)
+        state = state or self.store.read(name)
         gates = self.config.rollout.gates
         since = max(time.time() - gates.window_seconds, state.updated_at)
-        found = self.windows(since) if self.windows else {}
+        found = self.windows(since, name) if self.windows else {}
         r = self.config.rollout
         primary = found.get(r.primary, BackendWindow(r.primary))
         candidate = found.get(r.candidate, BackendWindow(r.candidate))
@@ -115,7 +120,7 @@ class RolloutController:
         name = self.cohort_of(cohort)
         current = self.store.read(name)
         promoting = percent > current.percent or (percent > 0 and current.mode != Mode.SPLIT)
-        results = self.evaluate(current) if promoting else []
+        results = self.evaluate(current, name) if promoting else []
         passed = all_passed(results)
         if promoting and not passed and not force:
             raise GatesRefused(percent, results)
@@ -215,7 +220,7 @@ class RolloutController:
             state=state,
             steps=list(self.config.steps_of(name)),
             next_step=step,
-            gates_for_next_step=self.evaluate(state) if step else [],
+            gates_for_next_step=self.evaluate(state, name or None) if step else [],
             store=safe_url(self.store.url),
             cohort=name,
             candidate=self.config.rollout.candidate,
