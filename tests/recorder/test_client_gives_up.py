@@ -93,8 +93,7 @@ def test_a_client_that_gives_up_cancels_the_upstream_and_counts_against_it(
     assert max(lags) < 2.0, lags
     assert (
         'kvmigrate_errors_total{backend="vllm",cohort="gpt-4o-mini",error="client_cancelled",'
-        'role="serve"} 6.0'
-        in metrics
+        'role="serve"} 6.0' in metrics
     )
 
     with open_store(db) as store:

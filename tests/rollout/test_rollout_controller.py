@@ -64,7 +64,9 @@ def controller(state_url: str) -> Iterator[RolloutController]:
     config = make_config(state_url)
     evidence = {"windows": GOOD}
     ctl = RolloutController(
-        config, open_store(state_url, initial_state(config)), lambda since, cohort: evidence["windows"]
+        config,
+        open_store(state_url, initial_state(config)),
+        lambda since, cohort: evidence["windows"],
     )
     ctl.evidence = evidence  # type: ignore[attr-defined]
     yield ctl
