@@ -67,13 +67,14 @@ def rollout_client(
     admin_key: str | None,
     model: str | None = None,
     cohort: str | None = None,
+    candidate: str | None = None,
 ) -> Iterator[RolloutClient]:
     """The client, bound to the selected cohort, with every refusal turned into a one-line
     error and a non-zero exit."""
     name = selected(model, cohort)
     try:
         if proxy_url:
-            yield RemoteRollout(proxy_url, admin_key, cohort=name)
+            yield RemoteRollout(proxy_url, admin_key, cohort=name, candidate=candidate)
             return
         config = load_or_exit(config_path)
         if model is not None and config.route(model) is None:
@@ -81,7 +82,7 @@ def rollout_client(
             raise click.ClickException(f"no model {model!r} in the config; models: {known}")
         controller = open_controller(config)
         try:
-            yield LocalRollout(controller, cohort=name)
+            yield LocalRollout(controller, cohort=name, candidate=candidate)
         finally:
             controller.store.close()
     except GatesRefused as refused:
@@ -100,6 +101,11 @@ def rollout_client(
 @click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
 @click.option("--reason", default="", help="Why: kept in the rollout history.")
 @click.option("--force", is_flag=True, help="Promote even when gates refuse (recorded).")
+@click.option(
+    "--candidate",
+    metavar="BACKEND",
+    help="With --percent: which of the model's candidates gets the share (one at a time).",
+)
 @target_options
 @click.pass_context
 def rollout(
@@ -108,6 +114,7 @@ def rollout(
     mode: RolloutMode | None,
     reason: str,
     force: bool,
+    candidate: str | None,
     config_path: str,
     proxy_url: str | None,
     admin_key: str | None,
@@ -123,7 +130,10 @@ def rollout(
         return
     if percent is None and mode is None:
         raise click.UsageError("give --percent N or --mode shadow|split, or a subcommand")
-    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
+    if candidate is not None and percent is None:
+        raise click.UsageError("--candidate goes with --percent N")
+    selector = (model, cohort_name, candidate)
+    with rollout_client(config_path, proxy_url, admin_key, *selector) as client:
         outcome = client.set_mode(mode, reason) if mode else None
         if percent is not None:
             outcome = client.set_percent(percent, reason, force)
@@ -234,11 +244,13 @@ def history(
     help="Give up when a step's evidence stays inconclusive this long.",
 )
 @click.option("--poll", type=float, default=5.0, show_default=True)
+@click.option("--candidate", metavar="BACKEND", help="Which of the model's candidates to promote.")
 @target_options
 def auto(
     bake: float | None,
     step_timeout: float,
     poll: float,
+    candidate: str | None,
     config_path: str,
     proxy_url: str | None,
     admin_key: str | None,
@@ -254,7 +266,8 @@ def auto(
         bake = named.bake_seconds if named and named.bake_seconds is not None else None
         bake = config.rollout.bake_seconds if bake is None else bake
     settings = AutoSettings(bake, step_timeout, poll)
-    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
+    selector = (model, cohort_name, candidate)
+    with rollout_client(config_path, proxy_url, admin_key, *selector) as client:
         result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=as_json))
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))

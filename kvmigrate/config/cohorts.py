@@ -13,8 +13,12 @@ StepsReader = Callable[[Section, tuple[float, ...]], tuple[float, ...]]
 
 
 def read_cohorts(
-    root: Section, models: tuple[ModelRoute, ...], read_steps: StepsReader
+    root: Section, models: tuple[ModelRoute, ...], read_steps: StepsReader, primary: str
 ) -> tuple[CohortConfig, ...]:
+    for index, model in enumerate(models):
+        if primary in model.candidates:
+            where = root.child("models", None).child(index, {})
+            raise where.error("candidates", f"{primary!r} is rollout.primary, not a candidate")
     items = root.raw("cohorts", [])
     if not isinstance(items, list):
         raise root.error("cohorts", "expected a list of cohorts (name, model, match)")
@@ -28,6 +32,25 @@ def read_cohorts(
             raise s.error("name", f"{cohort.name!r} is already a model's or a cohort's name")
         cohorts.append(cohort)
     return tuple(cohorts)
+
+
+def read_candidates(s: Section, served: dict[str, str]) -> tuple[str, ...]:
+    """`models[].candidates`: backends of this model (keys of its entry), each at most once.
+    Whether one is the primary is checked against the rollout section, read before."""
+    raw = s.raw("candidates", [])
+    if not isinstance(raw, list):
+        raise s.error("candidates", "expected a list of backend names, e.g. [vllm-bf16, vllm-fp8]")
+    names: list[str] = []
+    for index, name in enumerate(raw):
+        if not isinstance(name, str) or name not in served:
+            known = ", ".join(served)
+            raise s.error(
+                f"candidates[{index}]", f"{name!r} is not a backend of this model; its: {known}"
+            )
+        if name in names:
+            raise s.error(f"candidates[{index}]", f"{name!r} is listed twice")
+        names.append(name)
+    return tuple(names)
 
 
 def _cohort(s: Section, models: set[str], read_steps: StepsReader) -> CohortConfig:

@@ -132,6 +132,9 @@ class ModelRoute(ConfigSection, frozen=True):
 
     model_name: str
     served: dict[str, str]
+    # Several candidate backends (issue 19): each gets its own shadow copy, and a split
+    # gives its share to one at a time. Empty: rollout.candidate alone.
+    candidates: tuple[str, ...] = ()
 
     def served_name(self, backend: str) -> str | None:
         return self.served.get(backend)
@@ -228,6 +231,13 @@ class Config(ConfigSection, frozen=True):
 
     def cohort(self, name: str) -> CohortConfig | None:
         return next((c for c in self.cohorts if c.name == name), None)
+
+    def candidates_of(self, cohort: str) -> tuple[str, ...]:
+        """The cohort's candidate backends, the default one (what a split promotes unless
+        `rollout --candidate` chose another) first."""
+        named = self.cohort(cohort)
+        route = self.route(named.model if named else cohort)
+        return route.candidates if route and route.candidates else (self.rollout.candidate,)
 
     def own_model(self, cohort: str) -> str:
         """The model whose own cohort `cohort` is, or "" for a named cohort (or none)."""

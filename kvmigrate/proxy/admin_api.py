@@ -129,6 +129,7 @@ async def _change(request: web.Request, controller: RolloutController) -> web.Re
             actor,
             change.force,
             change.cohort,
+            change.candidate,
         )
     elif change.mode is not None:
         outcome = await asyncio.to_thread(

@@ -147,6 +147,16 @@ class ProxyService:
         self.shadow = ShadowDispatcher(
             config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout
         )
+        # Every further candidate (models[].candidates) has a budget of its own, so a slow
+        # one cannot starve the others' copies.
+        self.shadows = {
+            backend: ShadowDispatcher(
+                config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout
+            )
+            for model in config.models
+            for backend in model.candidates
+            if backend != config.rollout.candidate
+        }
 
     async def start(self) -> None:
         for gateway in self.gateways.values():
@@ -158,6 +168,8 @@ class ProxyService:
             relay.cancel()
         await asyncio.gather(*self._relays, return_exceptions=True)
         await self.shadow.close()
+        for dispatcher in self.shadows.values():
+            await dispatcher.close()
         await self.upstreams.close()
         for gateway in self.gateways.values():
             await gateway.close()
@@ -259,6 +271,8 @@ class ProxyService:
         if not exchange.mirrored or chosen.shadow is None:
             return
         self._dispatch_copy(request, routed, chosen.shadow, SHADOW, exchange.request_id)
+        for backend in chosen.extra_shadows(routed.served):
+            self._dispatch_copy(request, routed, backend, SHADOW, exchange.request_id)
         if chosen.noise and self.noise_budget.take():
             self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
@@ -431,7 +445,7 @@ class ProxyService:
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 
-        self.shadow.dispatch(copy)
+        self.shadows.get(backend, self.shadow).dispatch(copy)
 
     # -- everything else --------------------------------------------------------------------
 

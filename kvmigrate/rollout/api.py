@@ -32,6 +32,8 @@ class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
     actor: str = ""
     # Which cohort (a model_name or a named cohort); required when the config has several.
     cohort: str | None = None
+    # With `percent`: which of the cohort's candidates gets the share.
+    candidate: str | None = None
 
 
 class RollbackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

@@ -63,10 +63,12 @@ class LocalRollout:
         controller: RolloutController,
         actor: str | None = None,
         cohort: str | None = None,
+        candidate: str | None = None,
     ) -> None:
         self.controller = controller
         self.actor = actor or default_actor()
         self.cohort = cohort
+        self.candidate = candidate
 
     def status(self) -> RolloutStatus:
         return self.controller.status(self.cohort)
@@ -78,7 +80,9 @@ class LocalRollout:
         return self.controller.history(limit, self.cohort)
 
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
-        return self.controller.set_percent(percent, reason, self.actor, force, self.cohort)
+        return self.controller.set_percent(
+            percent, reason, self.actor, force, self.cohort, self.candidate
+        )
 
     def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
         return self.controller.set_mode(mode, reason, self.actor, self.cohort)
@@ -95,12 +99,14 @@ class RemoteRollout:
         actor: str | None = None,
         timeout: float = 30.0,
         cohort: str | None = None,
+        candidate: str | None = None,
     ) -> None:
         self.base = proxy_url.rstrip("/").removesuffix("/v1")
         self.admin_key = admin_key
         self.actor = actor or default_actor()
         self.timeout = timeout
         self.cohort = cohort
+        self.candidate = candidate
 
     def _query(self, **params: object) -> str:
         if self.cohort is not None:
@@ -119,7 +125,12 @@ class RemoteRollout:
 
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
         change = RolloutChange(
-            percent=percent, reason=reason, force=force, actor=self.actor, cohort=self.cohort
+            percent=percent,
+            reason=reason,
+            force=force,
+            actor=self.actor,
+            cohort=self.cohort,
+            candidate=self.candidate,
         )
         return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 

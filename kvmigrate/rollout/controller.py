@@ -92,19 +92,46 @@ class RolloutController:
         return self.store.read(self.cohort_of(cohort))
 
     def evaluate(
-        self, state: RolloutState | None = None, cohort: str | None = None
+        self,
+        state: RolloutState | None = None,
+        cohort: str | None = None,
+        candidate: str | None = None,
     ) -> list[GateResult]:
         """The gates over the cohort's own evidence gathered since its last change (within
-        the window): a cohort is judged on its traffic alone."""
+        the window): a cohort is judged on its traffic alone, and on the candidate its
+        split serves (or `candidate`) against the primary."""
         name = self.cohort_of(cohort)
         state = state or self.store.read(name)
         gates = self.config.rollout.gates
         since = max(time.time() - gates.window_seconds, state.updated_at)
         found = self.windows(since, name) if self.windows else {}
-        r = self.config.rollout
-        primary = found.get(r.primary, BackendWindow(r.primary))
-        candidate = found.get(r.candidate, BackendWindow(r.candidate))
-        return evaluate_gates(primary, candidate, gates)
+        primary_name = self.config.rollout.primary
+        chosen = candidate or self.serving(state, name)
+        primary = found.get(primary_name, BackendWindow(primary_name))
+        return evaluate_gates(primary, found.get(chosen, BackendWindow(chosen)), gates)
+
+    def serving(self, state: RolloutState, cohort: str) -> str:
+        """The candidate the cohort's split gives its share to."""
+        candidates = self.config.candidates_of(cohort)
+        return state.candidate if state.candidate in candidates else candidates[0]
+
+    def _choose(self, candidate: str | None, state: RolloutState, cohort: str) -> str:
+        """The candidate a change leaves serving; only one serves a cohort at a time, so
+        switching waits until the current one serves nothing."""
+        serving = self.serving(state, cohort)
+        if candidate is None or candidate == serving:
+            return serving
+        candidates = self.config.candidates_of(cohort)
+        if candidate not in candidates:
+            raise RolloutError(
+                f"{candidate!r} is not a candidate of {cohort}; its: {', '.join(candidates)}"
+            )
+        if state.mode == Mode.SPLIT and state.percent > 0:
+            raise RolloutError(
+                f"{serving} serves {state.percent:g}% of {cohort}: set it to 0% (or roll back) "
+                f"before switching to {candidate}"
+            )
+        return candidate
 
     def set_percent(
         self,
@@ -113,14 +140,17 @@ class RolloutController:
         actor: str = "cli",
         force: bool = False,
         cohort: str | None = None,
+        candidate: str | None = None,
     ) -> ChangeOutcome:
-        """Move the candidate's share. Raising it is a promotion: the gates must pass."""
+        """Move the candidate's share. Raising it is a promotion: the gates must pass.
+        `candidate`: which of the cohort's candidates the share goes to."""
         if not 0 <= percent <= 100:
             raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
         name = self.cohort_of(cohort)
         current = self.store.read(name)
+        chosen = self._choose(candidate, current, name)
         promoting = percent > current.percent or (percent > 0 and current.mode != Mode.SPLIT)
-        results = self.evaluate(current, name) if promoting else []
+        results = self.evaluate(current, name, chosen) if promoting else []
         passed = all_passed(results)
         if promoting and not passed and not force:
             raise GatesRefused(percent, results)
@@ -128,11 +158,15 @@ class RolloutController:
         def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
             if promoting and not force and state.version != current.version:
                 raise RolloutError("the rollout changed while the gates were evaluated; retry")
-            good = state.last_good_percent
-            if promoting and passed and state.mode == Mode.SPLIT:
+            switched = self._choose(candidate, state, name) != self.serving(state, name)
+            good = 0.0 if switched else state.last_good_percent
+            if promoting and passed and state.mode == Mode.SPLIT and not switched:
                 good = max(good, state.percent)  # the evidence came from this step
             mode = Mode.SPLIT if percent > 0 else state.mode
-            new = state.next(actor, mode=mode, percent=percent, last_good_percent=good)
+            picked = chosen if candidate is not None else state.candidate
+            new = state.next(
+                actor, mode=mode, percent=percent, last_good_percent=good, candidate=picked
+            )
             action = Action.PROMOTE if promoting else Action.SET
             return new, _event(state, new, action, actor, reason, force and not passed, results)
 
@@ -223,7 +257,7 @@ class RolloutController:
             gates_for_next_step=self.evaluate(state, name or None) if step else [],
             store=safe_url(self.store.url),
             cohort=name,
-            candidate=self.config.rollout.candidate,
+            candidate=self.serving(state, name),
         )
 
 
@@ -237,6 +271,7 @@ def _event(
     gates: list[GateResult],
 ) -> RolloutEvent:
     return RolloutEvent(
+        candidate=new.candidate,
         at=new.updated_at,
         actor=actor,
         action=action,

@@ -53,7 +53,7 @@ class LiveRollout:
         self.state = _from_config(config)
         self.states: dict[str, RolloutState] = dict.fromkeys(self.cohorts, self.state)
         self._snapshot = self._make_snapshot(self.state)
-        self._snapshots = dict.fromkeys(self.cohorts, self._snapshot)
+        self._snapshots = {c: self._make_snapshot(self.state, c) for c in self.cohorts}
         self._pins: OrderedDict[str, PinView] = OrderedDict()
         self._unsaved: list[Pin] = []
         self._task: asyncio.Task[None] | None = None
@@ -81,15 +81,19 @@ class LiveRollout:
         if not self.config.rollout.pinning or snapshot.mode != Mode.SPLIT:
             return route(conversation, snapshot, served)
         now = time.time()
-        pin = self._pins.get(conversation)
+        # A pin is the cohort's: one session may use two models that move apart. A pin
+        # made before cohorts (keyed by the conversation alone) still holds.
+        key = f"{cohort}:{conversation}" if cohort else conversation
+        found = key if key in self._pins else conversation
+        pin = self._pins.get(found)
         if pin is None and turn > 1 and self.shared_pins:
-            pin = await self._remote_pin(conversation)
+            found, pin = key, await self._remote_pin(key, conversation)
         if pin is not None:
-            self._pins.move_to_end(conversation)
+            self._pins.move_to_end(found)
         routed = route(conversation, snapshot, served, pin, now)
         if routed.pin:
             expires = now + self.config.rollout.pin_ttl_seconds
-            self._remember(Pin(conversation, routed.serve, snapshot.epoch, expires))
+            self._remember(Pin(key, routed.serve, snapshot.epoch, expires))
         return routed
 
     def _remember(self, pin: Pin) -> None:
@@ -98,17 +102,20 @@ class LiveRollout:
             self._pins.popitem(last=False)
         self._unsaved.append(pin)
 
-    async def _remote_pin(self, conversation: str) -> PinView | None:
+    async def _remote_pin(self, key: str, conversation: str) -> PinView | None:
+        """The cohort's pin another replica made (or one made before cohorts)."""
+        keys = [key] if key == conversation else [key, conversation]
         try:
             pins = await asyncio.wait_for(
-                asyncio.to_thread(self.store.load_pins, [conversation]), REMOTE_PIN_TIMEOUT
+                asyncio.to_thread(self.store.load_pins, keys), REMOTE_PIN_TIMEOUT
             )
         except (TimeoutError, StoreError):
             return None
         if not pins:
             return None
-        view = PinView(pins[0].backend, pins[0].epoch, pins[0].expires_at)
-        self._pins[conversation] = view
+        pin = min(pins, key=lambda p: keys.index(p.conversation))
+        view = PinView(pin.backend, pin.epoch, pin.expires_at)
+        self._pins[key] = view
         return view
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
@@ -199,7 +206,7 @@ class LiveRollout:
             old, new = self.states[cohort], states.of(cohort)
             if new.version != old.version or new.epoch != old.epoch or new != old:
                 self.states[cohort] = new
-                self._snapshots[cohort] = self._make_snapshot(new)
+                self._snapshots[cohort] = self._make_snapshot(new, cohort)
                 changed.append(cohort)
         self._update_gauges()
         for cohort in changed:
@@ -214,8 +221,8 @@ class LiveRollout:
             for listener in self._listeners:
                 listener(cohort, state)
 
-    def _make_snapshot(self, state: RolloutState) -> RolloutSnapshot:
-        return state.snapshot(self.config.rollout)
+    def _make_snapshot(self, state: RolloutState, cohort: str = "") -> RolloutSnapshot:
+        return state.snapshot(self.config.rollout, self.config.candidates_of(cohort))
 
 
 def _from_config(config: Config) -> RolloutState:

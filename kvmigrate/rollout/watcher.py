@@ -89,13 +89,13 @@ class RollbackWatcher:
         self.supervisor = live.supervisor
         self.controller = controller
         self.interval = interval
-        rollout = controller.config.rollout
-        self._primary, self._candidate = rollout.primary, rollout.candidate
-        # (cohort, backend) -> its window; cohorts from the config only (bounded).
+        config = controller.config
+        self._primary = config.rollout.primary
+        # (cohort, backend) -> its window; cohorts and backends from the config (bounded).
         self.windows = {
             (cohort, backend): RollingWindow(backend)
             for cohort in live.cohorts or ("",)
-            for backend in (rollout.primary, rollout.candidate)
+            for backend in (self._primary, *config.candidates_of(cohort))
         }
         self.actor = f"auto-rollback@{socket.gethostname()}"
         self._unchecked: deque[Exchange] = deque(maxlen=2_000)
@@ -116,7 +116,7 @@ class RollbackWatcher:
         if window is None:
             return
         if (
-            exchange.backend == self._candidate
+            exchange.backend != self._primary
             and exchange.route == "chat/completions"
             and b'"tools"' in exchange.request_body
         ):
@@ -133,9 +133,8 @@ class RollbackWatcher:
     def _state_changed(self, cohort: str, state: RolloutState) -> None:
         # Evidence gathered under the old state says nothing about the new one; the other
         # cohorts' evidence still holds.
-        for backend in (self._primary, self._candidate):
-            window = self.windows.get((cohort, backend))
-            if window is not None:
+        for (of, _backend), window in self.windows.items():
+            if of == cohort:
                 window.clear()
         kept = [x for x in self._unchecked if x.cohort != cohort]
         self._unchecked.clear()
@@ -153,7 +152,7 @@ class RollbackWatcher:
         """Count the candidate's broken tool calls (unknown tool, invalid JSON arguments)."""
         while self._unchecked:
             exchange = self._unchecked.popleft()
-            window = self.windows.get((exchange.cohort, self._candidate))
+            window = self.windows.get((exchange.cohort, exchange.backend))
             response = assemble(exchange.route, exchange.body())
             try:
                 request = orjson.loads(exchange.request_body)
@@ -173,8 +172,11 @@ class RollbackWatcher:
             state = self.live.state_of(cohort)
             if state.mode != Mode.SPLIT or state.percent == 0:
                 continue
+            serving = self.live.current(cohort).candidate  # the one its split serves
+            if (cohort, serving) not in self.windows:
+                continue
             primary = self.windows[cohort, self._primary].summary(since)
-            candidate = self.windows[cohort, self._candidate].summary(since)
+            candidate = self.windows[cohort, serving].summary(since)
             reason = rollback_reason(primary, candidate, config.auto_rollback)
             if reason is not None:
                 breaches.append((cohort, reason))
