@@ -40,15 +40,39 @@ class RateBudget:
         return True
 
 
+class InflightTotal:
+    """The in-flight copies of several dispatchers (one per candidate), as one gauge."""
+
+    def __init__(self, set_gauge: Callable[[float], None]) -> None:
+        self._counts: dict[int, int] = {}
+        self._set = set_gauge
+
+    def counter(self) -> Callable[[int], None]:
+        slot = len(self._counts)
+        self._counts[slot] = 0
+
+        def count(n: int) -> None:
+            self._counts[slot] = n
+            self._set(sum(self._counts.values()))
+
+        return count
+
+
 class ShadowDispatcher:
-    def __init__(self, max_concurrency: int, metrics: ProxyMetrics, timeout: float) -> None:
+    def __init__(
+        self,
+        max_concurrency: int,
+        metrics: ProxyMetrics,
+        timeout: float,
+        inflight: Callable[[int], None] | None = None,
+    ) -> None:
         self.max_concurrency = max_concurrency
         self.timeout = timeout
         self._metrics = metrics
         self._tasks = BoundedTasks(
             max_concurrency,
             lambda: metrics.shadow_dropped.labels("concurrency_limit").inc(),
-            metrics.shadow_inflight.set,
+            inflight or metrics.shadow_inflight.set,
         )
 
     @property
