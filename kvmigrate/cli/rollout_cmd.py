@@ -223,6 +223,7 @@ def history(
             f"v{e.version:<4} {_when(e.at)}  {e.cohort or '(fleet)':<14} {e.action:<13} "
             f"{e.from_mode} {e.from_percent:g}% -> {e.to_mode} "
             f"{e.to_percent:g}%  by {e.actor}"
+            + (f" on {e.candidate}" if e.candidate else "")
             + (" FORCED" if e.forced else "")
             + (f"  reason: {e.reason}" if e.reason else "")
             + (f"  gates: {gates}" if gates else "")

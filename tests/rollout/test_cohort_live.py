@@ -4,6 +4,7 @@ back that cohort alone. Real proxies and emulators on loopback, the openai SDK a
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -118,7 +119,9 @@ def test_a_failing_candidate_rolls_back_only_its_cohort(
     tmp_path: Path,
     emulators: dict[str, BackgroundServer],
     proxies: Callable[[Config], BackgroundServer],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="kvmigrate.rollout")
     config = make_config(tmp_path, emulators, f"sqlite:///{tmp_path}/state.db")
     proxy = proxies(config)
     controller = open_controller(config)
@@ -143,5 +146,8 @@ def test_a_failing_candidate_rolls_back_only_its_cohort(
         assert 'kvmigrate_auto_rollbacks_total{cohort="billing-bot"} 1.0' in metrics
         assert 'kvmigrate_rollout_percent{cohort="billing-bot"} 0.0' in metrics
         assert 'kvmigrate_rollout_percent{cohort="gpt-4o"} 100.0' in metrics
+        logged = [r.getMessage() for r in caplog.records if "auto-rollback" in r.getMessage()]
+        assert logged
+        assert all("auto-rollback of billing-bot" in line for line in logged)
     finally:
         controller.store.close()
