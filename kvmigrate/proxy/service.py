@@ -42,7 +42,7 @@ from kvmigrate.proxy.headers import (
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
-from kvmigrate.proxy.shadow import InflightTotal, RateBudget, ShadowDispatcher
+from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
@@ -144,22 +144,7 @@ class ProxyService:
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         # Relays that outlive a cancelled handler (see _answer), held until they end.
         self._relays: set[asyncio.Future[web.StreamResponse]] = set()
-        inflight = InflightTotal(self.metrics.shadow_inflight.set)
-        self.shadow = ShadowDispatcher(
-            config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout, inflight.counter()
-        )
-        # Every further candidate (models[].candidates) has a budget of its own, so a slow
-        # one cannot starve the others' copies.
-        self.shadows = {
-            backend: ShadowDispatcher(
-                config.rollout.shadow_max_concurrency,
-                self.metrics,
-                shadow_timeout,
-                inflight.counter(),
-            )
-            for backend in {b for m in config.models for b in m.candidates}
-            if backend != config.rollout.candidate
-        }
+        self.shadow, self.shadows = candidate_dispatchers(config, self.metrics, shadow_timeout)
 
     async def start(self) -> None:
         for gateway in self.gateways.values():

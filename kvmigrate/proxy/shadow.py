@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from kvmigrate.config import Config
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.tasks import BoundedTasks
 
@@ -97,3 +98,18 @@ class ShadowDispatcher:
     async def close(self, grace: float = 1.0) -> None:
         """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""
         await self._tasks.close(grace)
+
+
+def candidate_dispatchers(
+    config: Config, metrics: ProxyMetrics, timeout: float
+) -> tuple[ShadowDispatcher, dict[str, ShadowDispatcher]]:
+    """The dispatcher of rollout.candidate (noise calls go through it too), and one for
+    every further candidate (models[].candidates): each has a budget of its own, so a slow
+    one cannot starve the others' copies. One gauge counts them all."""
+    bound = config.rollout.shadow_max_concurrency
+    inflight = InflightTotal(metrics.shadow_inflight.set)
+    default = ShadowDispatcher(bound, metrics, timeout, inflight.counter())
+    further = {b for m in config.models for b in m.candidates} - {config.rollout.candidate}
+    return default, {
+        b: ShadowDispatcher(bound, metrics, timeout, inflight.counter()) for b in sorted(further)
+    }
