@@ -8,6 +8,7 @@ dc1da75 (before cohorts): a SQLite file, and the Redis keys as JSON. Both hold f
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ import redis
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.policies import Mode
+from kvmigrate.policies.split import in_candidate_share
 from kvmigrate.rollout.controller import RolloutController, RolloutError, initial_state
+from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import open_store
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -113,3 +116,45 @@ def test_without_a_selector_a_multi_cohort_config_refuses_and_lists_the_cohorts(
     statuses = controller.statuses()
     assert [s.cohort for s in statuses] == ["billing-bot", "gpt-4o-mini", "gpt-4o"]
     assert {s.next_step for s in statuses} == {50.0}
+
+
+def test_round1_pins_still_hold_and_new_pins_are_the_cohorts(round1_url: str) -> None:
+    config: Config = parse_config(CONFIG.format(url=round1_url), env={})
+    store = open_store(round1_url, initial_state(config))
+    live = LiveRollout(config, store)
+    served = config.models[0].served
+
+    async def routes() -> list[str]:
+        await live.running()
+        try:
+            return [
+                (await live.route(conversation, 2, served, cohort)).serve
+                for conversation, cohort in (
+                    ("conv-1", "gpt-4o-mini"),  # pinned to the candidate in epoch 1
+                    ("conv-2", "gpt-4o-mini"),  # pinned to the primary
+                    ("conv-1", "gpt-4o"),  # the same pin for every cohort that follows it
+                )
+            ]
+        finally:
+            await live.done()
+
+    try:
+        assert asyncio.run(routes()) == ["vllm", "hosted", "vllm"]
+        # A conversation first seen now is pinned under its cohort, not globally.
+        fresh = next(
+            c for c in (f"new-{i}" for i in range(1000)) if in_candidate_share("kvmigrate", c, 25)
+        )
+
+        async def pin_fresh() -> None:
+            await live.running()
+            try:
+                await live.route(fresh, 1, served, "gpt-4o")
+            finally:
+                await live.done()
+
+        asyncio.run(pin_fresh())
+        keys = {p.conversation for p in store.load_pins()}
+        assert f"gpt-4o:{fresh}" in keys
+        assert fresh not in keys
+    finally:
+        store.close()
