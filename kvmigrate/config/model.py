@@ -222,9 +222,13 @@ class Config(ConfigSection, frozen=True):
     cohorts: tuple[CohortConfig, ...] = ()
 
     def cohort_names(self) -> tuple[str, ...]:
-        """Every cohort, each model's named ones before the model's own (its remainder)."""
+        """Every cohort, each model's named ones before the model's own (its remainder). A
+        model that no candidate serves (embeddings on the primary only) has no rollout, so
+        no cohort."""
         names: list[str] = []
         for model in self.models:
+            if not set(self.candidates_of(model.model_name)) & set(model.served):
+                continue
             names += [c.name for c in self.cohorts if c.model == model.model_name]
             names.append(model.model_name)
         return tuple(names)

@@ -145,3 +145,18 @@ def test_the_proxy_labels_a_client_key_by_its_cohort_never_by_the_key() -> None:
     assert resolver.resolve("big", headers(Authorization="Bearer sk-other"), {}) == "big"
     assert resolver.resolve("big", headers(), {}) == "big"
     assert resolver.resolve("mini", headers(Authorization="Bearer sk-partner"), {}) == "mini"
+
+
+def test_a_model_no_candidate_serves_has_no_cohort() -> None:
+    config = parse_config(
+        """
+backends:
+  hosted: {api_base: "http://127.0.0.1:9/v1"}
+  vllm: {api_base: "http://127.0.0.1:9/v1"}
+models:
+  - {model_name: chat, hosted: c, vllm: c}
+  - {model_name: embed, hosted: e}
+""",
+        env={},
+    )
+    assert config.cohort_names() == ("chat",)
