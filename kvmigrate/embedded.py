@@ -62,9 +62,11 @@ def embedded_config(
     state_dir: str = ".kvmigrate",
     candidate_model: str = VLLM_MODEL,
     rollout: dict[str, Any] | None = None,
+    more_models: tuple[str, ...] = (),
 ) -> Config:
     """The config the embedded default runs with: shadow everything to the emulated vLLM.
-    `rollout` overrides keys of the rollout section (gates for a demo, say)."""
+    `rollout` overrides keys of the rollout section (gates for a demo, say); `more_models`
+    are further chat models (each its own cohort) served like the first."""
     data: dict[str, Any] = {
         "server": {"host": host, "port": port, "admin_key": EMBEDDED_ADMIN_KEY},
         "backends": {
@@ -74,6 +76,10 @@ def embedded_config(
         "models": [
             {"model_name": HOSTED_MODEL, "hosted": HOSTED_MODEL, "vllm": candidate_model},
             {"model_name": EMBEDDING_MODEL, "hosted": EMBEDDING_MODEL},
+            *(
+                {"model_name": m, "hosted": HOSTED_MODEL, "vllm": candidate_model}
+                for m in more_models
+            ),
         ],
         "rollout": {
             "mode": mode,

@@ -5,7 +5,8 @@
    primary to measure its own noise. The shadow report follows.
 2. Rollout: 10% -> 50% -> 100%, each step checked by the gates over recorded traffic.
    With a bad candidate (broken tool calls) the parity gate refuses; an operator override
-   then shows auto-rollback pulling the candidate out by itself.
+   then shows auto-rollback pulling the candidate out by itself. A second model, with
+   fewer agents, moves on its own rollout at its own pace (demo/second_model.py).
 3. The HTML report, with the rollout timeline.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from kvmigrate.config import Config
 from kvmigrate.demo.agent import drive
+from kvmigrate.demo.second_model import SECOND_MODEL, follow, show_cohorts
 from kvmigrate.embedded import HOSTED_MODEL, EmulatedBackends, embedded_config, emulated_backends
 from kvmigrate.policies.gates import render_gates
 from kvmigrate.progress import progress
@@ -35,6 +37,7 @@ from kvmigrate.serving import BackgroundServer
 
 Echo = Callable[[str], None]
 # Gates sized for a demo's few dozen conversations; production defaults are stricter.
+MORE = (SECOND_MODEL,)
 DEMO_ROLLOUT: dict[str, Any] = {
     "noise_sample": 1.0,
     "noise_per_minute": 100_000,
@@ -100,7 +103,9 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
     broken = 1.0 if settings.bad_candidate else 0.0
     with emulated_backends(settings.time_scale, broken_tool_calls=broken) as emulated:
         if not settings.real_vllm:
-            yield embedded_config(emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT)
+            yield embedded_config(
+                emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT, more_models=MORE
+            )
             return
         from kvmigrate.testbed.tiny_model import ensure_tiny_model
         from kvmigrate.testbed.vllm_server import VllmServer
@@ -113,18 +118,28 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
         ) as vllm:
             backends = EmulatedBackends(emulated.hosted_url, vllm.base_url)
             yield embedded_config(
-                backends, state_dir=str(workdir), candidate_model="tiny", rollout=DEMO_ROLLOUT
+                backends,
+                state_dir=str(workdir),
+                candidate_model="tiny",
+                rollout=DEMO_ROLLOUT,
+                more_models=MORE,
             )
 
 
 def _traffic(
-    base_url: str, settings: DemoSettings, conversations: int, first: int, echo: Echo
+    base_url: str,
+    settings: DemoSettings,
+    conversations: int,
+    first: int,
+    echo: Echo,
+    model: str = HOSTED_MODEL,
 ) -> None:
-    with progress(conversations, "  conversations") as bar:
+    label = "  conversations" if model == HOSTED_MODEL else f"  {model} conversations"
+    with progress(conversations, label) as bar:
         failed = asyncio.run(
             drive(
                 base_url,
-                HOSTED_MODEL,
+                model,
                 conversations,
                 settings.turns,
                 settings.concurrency,
@@ -157,7 +172,11 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
         echo(f"promoted to {step:g}% (version {outcome.state.version}):")
         echo(render_gates([g.to_dict() for g in outcome.gates]))
         _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
+        # The second model's agents: a third as many, so its evidence comes later.
+        _traffic(base_url, settings, -(-bake // 3), 1000 * (number + 1) + 500, echo, SECOND_MODEL)
+        follow(controller, echo)
     echo("rollout complete: the candidate serves every conversation")
+    show_cohorts(controller, echo)
     return not settings.bad_candidate
 
 
