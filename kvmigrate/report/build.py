@@ -16,6 +16,7 @@ from kvmigrate.report.aggregate import (
     ttft_by_turn,
 )
 from kvmigrate.report.busters import cache_busters
+from kvmigrate.report.candidates import parity_by_candidate
 from kvmigrate.report.cohorts import cohort_summaries
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.identity import identity_notes, identity_summary
@@ -67,6 +68,7 @@ def build_report(
     report.cache_by_turn = cache_by_turn(rows, names, max_turn)
     report.latency_cdf = latency_cdf(rows, names)
     report.parity = parity_summary(recorded, store)
+    report.parity_by_candidate = parity_by_candidate(recorded)
     report.identity = identity_summary(rows)
     if store is not None:
         report.cache_busters = cache_busters(store, since, until)

@@ -192,6 +192,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # Per cohort, under the fleet-wide `backends`; empty when the traffic is one cohort.
     cohorts: list[CohortSummary] = field(default_factory=list)
+    # Parity per candidate backend, when several were shadowed (models[].candidates).
+    parity_by_candidate: dict[str, ParitySummary] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

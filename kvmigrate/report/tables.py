@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
+from kvmigrate.report.candidates import HEADERS as CANDIDATE_HEADERS
+from kvmigrate.report.candidates import candidate_rows
 from kvmigrate.report.cohorts import HEADERS, cohort_rows
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import Report
@@ -42,6 +44,7 @@ def report_tables(report: Report) -> list[Table]:
         identity(report),
         cost(report),
         parity(report),
+        *by_candidate(report),
         cache_busters(report),
         timeline(report),
     ]
@@ -229,6 +232,15 @@ def parity(report: Report) -> Table:
         for d in s.worst
     ]
     return Table("parity", "Parity", ("item", "value"), rows, footnote=PARITY_READING)
+
+
+def by_candidate(report: Report) -> list[Table]:
+    """Each candidate's parity against the primary, side by side, when there are several."""
+    if not report.parity_by_candidate:
+        return []
+    rows = candidate_rows(report.parity_by_candidate)
+    foot = "Each against the primary on the same mirrored requests, with the same noise floor."
+    return [Table("candidates", "Parity by candidate", CANDIDATE_HEADERS, rows, "", foot)]
 
 
 PARITY_READING = (

@@ -3,9 +3,12 @@ records from before cohorts count for their model's own cohort."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
+
+import pytest
 
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.store import open_store
@@ -62,3 +65,43 @@ def test_one_cohort_adds_no_section(tmp_path: Path) -> None:
         report = build_report(store, time.time() - 60)
     assert report.cohorts == []
     assert "By cohort" not in RENDERERS["text"](report)
+
+
+def scored(i: int, backend: str, score: float) -> Record:
+    copy = record(100 + i, "o3-mini", "o3-mini", backend, 200)
+    return dataclasses.replace(
+        copy,
+        request_id=f"s{i}-{backend}",
+        role="shadow",
+        pair_id=f"r{100 + i}-hosted",
+        parity_kind="candidate",
+        parity_score=score,
+        parity_tool_agree=1.0,
+    )
+
+
+def test_the_report_compares_each_candidate_with_the_primary(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        rows = [record(100 + i, "o3-mini", "o3-mini", "hosted", 200) for i in range(6)]
+        rows += [scored(i, "vllm-bf16", 0.9) for i in range(6)]
+        rows += [scored(i, "vllm-fp8", 0.5) for i in range(6)]
+        store.insert(rows)
+        report = build_report(store, time.time() - 60)
+    by = report.parity_by_candidate
+    assert sorted(by) == ["vllm-bf16", "vllm-fp8"]
+    assert (by["vllm-bf16"].samples, by["vllm-fp8"].samples) == (6, 6)
+    assert by["vllm-bf16"].mean == pytest.approx(0.9)
+    assert by["vllm-fp8"].mean == pytest.approx(0.5)
+    text = RENDERERS["text"](report)
+    assert "Parity by candidate" in text
+    section = text.split("Parity by candidate")[1].splitlines()
+    fp8 = next(line for line in section if line.startswith("vllm-fp8  "))
+    assert "50.0%" in fp8
+
+
+def test_one_candidate_adds_no_comparison(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        store.insert([scored(i, "vllm", 0.9) for i in range(3)])
+        report = build_report(store, time.time() - 60)
+    assert report.parity_by_candidate == {}
+    assert "Parity by candidate" not in RENDERERS["text"](report)
