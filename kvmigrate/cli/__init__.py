@@ -32,7 +32,7 @@ COMMANDS = {
     ),
     "emulate": LazyCommand(
         "kvmigrate.cli.emulate:emulate",
-        "Serve an emulated OpenAI-compatible backend (hosted API or vLLM).",
+        "Serve an emulated backend: OpenAI's hosted API, vLLM, or Anthropic's API.",
     ),
     "parity": LazyCommand(
         "kvmigrate.cli.parity_cmd:parity",
