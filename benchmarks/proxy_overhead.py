@@ -10,6 +10,8 @@ the candidate's copies):
   kv+rec        kvmigrate plus the recorder and the cache-buster detector
   kv+shadow     the proxy mirroring every request to the candidate
   kv+full       kv+shadow plus the recorder and the detector: the default deployment
+  ...:messages  direct and kvmigrate on Anthropic's /v1/messages, the same prompt and answer
+                in that API's wire format: `messages_minus_chat` is its added p50 less chat's
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
 Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
 sends the role chunk first, then one write per content chunk, as an engine does).
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,15 @@ BODY = {
     ],
     "max_tokens": 64,
 }
+# Anthropic's Messages API on the same model and prompt: its cell differs from chat's only
+# in the route (and so in the identity adapter and error envelope it selects).
+MESSAGES_BODY = {
+    "model": "gpt-4o-mini",
+    "system": BODY["messages"][0]["content"],  # type: ignore[index]
+    "messages": [BODY["messages"][1]],  # type: ignore[index]
+    "max_tokens": 64,
+}
+ROUTES = {"chat": ("/v1/chat/completions", BODY), "messages": ("/v1/messages", MESSAGES_BODY)}
 
 
 # name: (shadow_sample, recorder and detector on). kv+full is the default deployment.
@@ -82,6 +93,9 @@ class Result:
     errors: int = 0
     wall: float = 0.0
     cpu_us: float = float("nan")  # CPU time of the proxy's processes per request
+    # What the proxy reports it added itself (x-kvmigrate-overhead-ms): the client's clock
+    # also counts the load generator's scheduling, which swamps 0.1 ms on a busy machine.
+    reported: list[float] = field(default_factory=list)
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -187,11 +201,17 @@ def ensure_litellm() -> Path:
 
 
 # A chunk whose delta carries text: the first one is what a user sees, after the role chunk.
-CONTENT = re.compile(rb'"content":"[^"]')
+# Anthropic's: the first text_delta with text.
+CONTENT = re.compile(rb'"content":"[^"]|"text_delta","text":"[^"]')
 
 
 async def one(
-    session: aiohttp.ClientSession, url: str, body: bytes, stream: bool, headers: dict[str, str]
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    stream: bool,
+    headers: dict[str, str],
+    reported: list[float] | None = None,
 ) -> float:
     """Latency of a whole answer, or for a stream the time to its first non-empty content
     delta (not its first bytes: an engine sends the role chunk first)."""
@@ -199,6 +219,9 @@ async def one(
     async with session.post(url, data=body, headers=headers) as response:
         if response.status != 200:
             raise RuntimeError(f"status {response.status}")
+        overhead = response.headers.get("x-kvmigrate-overhead-ms")
+        if reported is not None and overhead is not None:
+            reported.append(float(overhead))
         if not stream:
             await response.read()
             return time.perf_counter() - start
@@ -229,13 +252,16 @@ async def load(
     total: int,
     key: str,
     copy_to: str = "",
+    route: str = "chat",
 ) -> Result:
     """`copy_to`: after each answer, send the same request there too and drain it in the
     background, as shadow mode makes the proxy do (the doubled upstream work, no proxy)."""
-    body = json.dumps({**BODY, "stream": stream}).encode()
+    path, template = ROUTES[route]
+    body = json.dumps({**template, "stream": stream}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    result = Result(target, "stream" if stream else "plain", concurrency)
-    url = base + "/v1/chat/completions"
+    label = target if route == "chat" else f"{target}:{route}"
+    result = Result(label, "stream" if stream else "plain", concurrency)
+    url = base + path
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(min(50, total)):  # warm the pools
@@ -246,7 +272,8 @@ async def load(
         async def worker(n: int) -> None:
             for _ in range(n):
                 try:
-                    result.latencies.append(await one(session, url, body, stream, headers))
+                    elapsed = await one(session, url, body, stream, headers, result.reported)
+                    result.latencies.append(elapsed)
                 except (TimeoutError, aiohttp.ClientError, RuntimeError):
                     result.errors += 1
                 if copy_to:
@@ -313,6 +340,7 @@ def run_target(
     args: argparse.Namespace,
     copy_to: str = "",
     pid: int | None = None,
+    route: str = "chat",
 ) -> list[Result]:
     results = []
     for stream in (False, True):
@@ -321,12 +349,13 @@ def run_target(
             if name == "litellm":
                 total = min(total, args.litellm_requests)
             before = cpu_seconds(pid)
-            result = asyncio.run(load(name, base, stream, concurrency, total, key, copy_to))
+            result = asyncio.run(load(name, base, stream, concurrency, total, key, copy_to, route))
             served = len(result.latencies) + result.errors + min(50, total)  # with warm-up
             result.cpu_us = (cpu_seconds(pid) - before) / served * 1e6
             results.append(result)
             print(
-                f"  {name:10} {result.mode:6} c={concurrency:<3} p50 {result.pct(0.5):7.2f} ms"
+                f"  {result.target:18} {result.mode:6} c={concurrency:<3}"
+                f" p50 {result.pct(0.5):7.2f} ms"
                 f"  p99 {result.pct(0.99):7.2f} ms  {result.rps:8.0f} req/s"
                 f"  proxy CPU {result.cpu_us:6.0f} us/req  errors {result.errors}",
                 flush=True,
@@ -363,6 +392,7 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                 kv, lite = get(target, mode, c), get("litellm", mode, c)
                 if kv and lite and lite.rps:
                     figures[f"throughput_ratio.{target}.{mode}.c{c}"] = kv.rps / lite.rps
+    figures |= messages_figures(figures, get)
     kv1, sh1 = get("kvmigrate", "plain", 1), get("kv+shadow", "plain", 1)
     if kv1 and sh1:
         figures["shadow_extra_p50_ms"] = sh1.pct(0.5) - kv1.pct(0.5)
@@ -388,6 +418,8 @@ def main() -> None:
         if "direct" in args.targets:
             print("direct (stub)", flush=True)
             results += run_target("direct", stub, "sk-stub", args)
+            if args.messages:
+                results += run_target("direct", stub, "sk-stub", args, route="messages")
         if "direct+copy" in args.targets:
             print("direct+copy (stub, and a copy of each request to the candidate stub)")
             copy_to = candidate + "/v1/chat/completions"
@@ -401,6 +433,10 @@ def main() -> None:
                 print(name, flush=True)
                 base = f"http://127.0.0.1:{port}"
                 results += run_target(name, base, "sk-client", args, pid=proc.pid)
+                if name == "kvmigrate" and args.messages:
+                    results += run_target(
+                        name, base, "sk-client", args, pid=proc.pid, route="messages"
+                    )
                 if name == "kvmigrate" and args.streams:
                     memory = asyncio.run(open_streams(base, args.streams, "sk-client", proc.pid))
                     print(f"  {memory[0]} open streams: proxy RSS {memory[1] / 1024:.1f} MiB")
@@ -416,6 +452,26 @@ def main() -> None:
         args.json.write_text(json.dumps(figures, indent=2))
 
 
+def messages_figures(
+    figures: dict[str, float], get: Callable[[str, str, int], Result | None]
+) -> dict[str, float]:
+    """/v1/messages against chat on the same proxy: #18's target is within 0.1 ms p50."""
+    found: dict[str, float] = {}
+    for mode in ("plain", "stream"):
+        for c in (1, 16, 64):
+            chat = figures.get(f"kvmigrate.{mode}.c{c}.added_p50_ms")
+            base, res = get("direct:messages", mode, c), get("kvmigrate:messages", mode, c)
+            if chat is not None and base and res and res.latencies:
+                added = res.pct(0.5) - base.pct(0.5)
+                found[f"kvmigrate:messages.{mode}.c{c}.added_p50_ms"] = added
+                found[f"messages_minus_chat.{mode}.c{c}.added_p50_ms"] = added - chat
+            chat_res = get("kvmigrate", mode, c)
+            if chat_res and chat_res.reported and res and res.reported:
+                own = statistics.median(res.reported) - statistics.median(chat_res.reported)
+                found[f"messages_minus_chat.{mode}.c{c}.reported_p50_ms"] = own
+    return found
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -429,6 +485,12 @@ def parse_args() -> argparse.Namespace:
         help=f"comma-separated, of {', '.join(TARGETS)}",
     )
     parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
+    parser.add_argument(
+        "--no-messages",
+        dest="messages",
+        action="store_false",
+        help="skip the Anthropic /v1/messages cells (direct and kvmigrate, beside chat's)",
+    )
     parser.add_argument("--litellm-requests", type=int, default=600)
     parser.add_argument("--streams", type=int, default=1000, help="open streams for the RSS test")
     parser.add_argument(

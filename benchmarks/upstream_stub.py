@@ -1,7 +1,8 @@
 """A minimal, fast OpenAI-shaped upstream for measuring what a proxy adds.
 
 It answers every POST to /v1/chat/completions with a canned completion, or a canned SSE
-stream when the body asks for one (a role chunk, then 16 content chunks, one write each),
+stream when the body asks for one (a role chunk, then 16 content chunks, one write each;
+to /v1/messages, the same in Anthropic's wire format),
 so the upstream's own cost is as small as possible and the same in every configuration.
 Model `slow-stream` holds a stream open for a while, for the memory test with many open
 streams.
@@ -43,6 +44,39 @@ COMPLETION = orjson.dumps(
         },
     }
 )
+# Anthropic's Messages API, for /v1/messages: the same answer in its wire format.
+MESSAGE = orjson.dumps(
+    {
+        "id": "msg_01stub",
+        "type": "message",
+        "role": "assistant",
+        "model": "stub",
+        "content": [
+            {"type": "text", "text": "Sure. The failing test needs the fixture to be reset."}
+        ],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 44, "cache_read_input_tokens": 768, "output_tokens": 14},
+    }
+)
+MESSAGE_START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_01stub",'
+    b'"type":"message","role":"assistant","model":"stub","content":[],"stop_reason":null,'
+    b'"stop_sequence":null,"usage":{"input_tokens":44,"cache_read_input_tokens":768,'
+    b'"output_tokens":1}}}\n\n'
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+)
+MESSAGE_EVENT = (
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":" token"}}\n\n'
+)
+MESSAGE_TAIL = (
+    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn",'
+    b'"stop_sequence":null},"usage":{"output_tokens":16}}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
 ROLE = (
     b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":1700000000,'
     b'"model":"stub","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
@@ -63,11 +97,18 @@ TAIL = (
 
 async def handle(request: web.BaseRequest) -> web.StreamResponse:
     body = await request.read()
+    messages = request.path.endswith("/messages")
     if b'"stream":true' not in body.replace(b" ", b""):
-        return web.Response(body=COMPLETION, content_type="application/json")
+        whole = MESSAGE if messages else COMPLETION
+        return web.Response(body=whole, content_type="application/json")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    if b"slow-stream" in body:
+    if messages:
+        await response.write(MESSAGE_START)
+        for _ in range(16):
+            await response.write(MESSAGE_EVENT)
+        await response.write(MESSAGE_TAIL)
+    elif b"slow-stream" in body:
         for _ in range(30):
             await response.write(CHUNK)
             await asyncio.sleep(1.0)
