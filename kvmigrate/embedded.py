@@ -66,18 +66,23 @@ def embedded_config(
     candidate_model: str = VLLM_MODEL,
     rollout: dict[str, Any] | None = None,
     api: str = "openai",
+    more_models: tuple[str, ...] = (),
 ) -> Config:
     """The config the embedded default runs with: shadow everything to the emulated vLLM.
     `rollout` overrides keys of the rollout section (gates for a demo, say); `api` as for
-    `emulated_backends`."""
+    `emulated_backends`; `more_models` are further chat models (each its own cohort) served
+    like the first."""
     hosted: dict[str, Any] = {"api_base": backends.hosted_url}
+    first = HOSTED_MODEL
     models: list[dict[str, Any]] = [
         {"model_name": HOSTED_MODEL, "hosted": HOSTED_MODEL, "vllm": candidate_model},
         {"model_name": EMBEDDING_MODEL, "hosted": EMBEDDING_MODEL},
     ]
     if api == "anthropic":
         hosted["type"] = "anthropic"
+        first = CLAUDE_MODEL
         models = [{"model_name": CLAUDE_MODEL, "hosted": CLAUDE_MODEL, "vllm": candidate_model}]
+    models += [{"model_name": m, "hosted": first, "vllm": candidate_model} for m in more_models]
     data: dict[str, Any] = {
         "server": {"host": host, "port": port, "admin_key": EMBEDDED_ADMIN_KEY},
         "backends": {"hosted": hosted, "vllm": {"api_base": backends.vllm_url}},

@@ -56,6 +56,7 @@ class Exchange:
     pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
     mirrored: bool = False  # an answer a shadow copy will be compared with
     identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
+    cohort: str = ""  # the rollout cohort it was routed in (a name from the config)
     continuity: Any = None  # what conversation identity remembers once the answer is whole
     chain: Any = None  # a Responses request's place in its chain (kvmigrate.rollout.chains)
     chunks: list[bytes] = field(default_factory=ChunkLog)

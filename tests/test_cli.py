@@ -128,4 +128,4 @@ def test_first_readme_command_serves_the_emulated_setup(emulated_proxy: str) -> 
         text = (
             urllib.request.urlopen(emulated_proxy.removesuffix("/v1") + "/metrics").read().decode()
         )
-    assert 'kvmigrate_requests_total{backend="vllm",role="shadow"' in text
+    assert 'kvmigrate_requests_total{backend="vllm",cohort="gpt-4o-mini",role="shadow"' in text

@@ -50,6 +50,12 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     for step in ("10%", "50%", "100%"):
         assert f"promoted to {step}" in out
     assert "rollout complete" in out
+    # A second model with fewer agents moves on its own rollout, judged on its own traffic,
+    # so it lags: the first is complete while it is at most at its first step.
+    table = out.split("Each model on its own rollout")[1].splitlines()[2:4]
+    rows = {line.split()[0]: line.split() for line in table}
+    assert rows["gpt-4o-mini"][1:3] == ["split", "100%"]
+    assert rows["gpt-4o"][2] in ("0%", "10%")
     # Off a terminal, progress is one summary line, not a stray label (issue 21 item 14).
     lines = [line.strip() for line in proc.stderr.splitlines()]
     assert "conversations" not in lines

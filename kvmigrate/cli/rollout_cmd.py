@@ -19,13 +19,27 @@ from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import GatesRefused, RolloutError
+from kvmigrate.rollout.status_table import render_status_table
 from kvmigrate.rollout.store import StoreError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def target_options(func: F) -> F:
-    """Where the change goes: the store from the config, or a running proxy."""
+    """Where the change goes: the store from the config, or a running proxy; and which
+    cohort it is about."""
+    func = click.option(
+        "--cohort",
+        "cohort_name",
+        metavar="NAME",
+        help="A cohort named in the config's cohorts: section.",
+    )(func)
+    func = click.option(
+        "--model",
+        metavar="MODEL",
+        help="The cohort of a model's traffic (its models[].model_name) that no named "
+        "cohort matched. A config of several cohorts needs --model or --cohort.",
+    )(func)
     func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
     func = click.option(
         "--admin-key",
@@ -39,20 +53,36 @@ def target_options(func: F) -> F:
     return config_option(func)
 
 
+def selected(model: str | None, cohort: str | None) -> str | None:
+    """The cohort `--model` or `--cohort` names (None: the config's only one)."""
+    if model is not None and cohort is not None:
+        raise click.UsageError("give --model or --cohort, not both")
+    return model if model is not None else cohort
+
+
 @contextmanager
 def rollout_client(
     config_path: str,
     proxy_url: str | None,
     admin_key: str | None,
+    model: str | None = None,
+    cohort: str | None = None,
+    candidate: str | None = None,
 ) -> Iterator[RolloutClient]:
-    """The client, with every refusal turned into a one-line error and a non-zero exit."""
+    """The client, bound to the selected cohort, with every refusal turned into a one-line
+    error and a non-zero exit."""
+    name = selected(model, cohort)
     try:
         if proxy_url:
-            yield RemoteRollout(proxy_url, admin_key)
+            yield RemoteRollout(proxy_url, admin_key, cohort=name, candidate=candidate)
             return
-        controller = open_controller(load_or_exit(config_path))
+        config = load_or_exit(config_path)
+        if model is not None and config.route(model) is None:
+            known = ", ".join(m.model_name for m in config.models)
+            raise click.ClickException(f"no model {model!r} in the config; models: {known}")
+        controller = open_controller(config)
         try:
-            yield LocalRollout(controller)
+            yield LocalRollout(controller, cohort=name, candidate=candidate)
         finally:
             controller.store.close()
     except GatesRefused as refused:
@@ -71,6 +101,11 @@ def rollout_client(
 @click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
 @click.option("--reason", default="", help="Why: kept in the rollout history.")
 @click.option("--force", is_flag=True, help="Promote even when gates refuse (recorded).")
+@click.option(
+    "--candidate",
+    metavar="BACKEND",
+    help="With --percent: which of the model's candidates gets the share (one at a time).",
+)
 @target_options
 @click.pass_context
 def rollout(
@@ -79,19 +114,26 @@ def rollout(
     mode: RolloutMode | None,
     reason: str,
     force: bool,
+    candidate: str | None,
     config_path: str,
     proxy_url: str | None,
     admin_key: str | None,
     as_json: bool,
+    model: str | None,
+    cohort_name: str | None,
 ) -> None:
     """Change the rollout: `kvmigrate rollout --percent 50`. Raising the percent is a
     promotion, checked by the gates over recorded traffic. Running proxies apply any change
-    within a second."""
+    within a second. A config of several cohorts needs `--model gpt-4o-mini` or
+    `--cohort NAME`."""
     if ctx.invoked_subcommand is not None:
         return
     if percent is None and mode is None:
         raise click.UsageError("give --percent N or --mode shadow|split, or a subcommand")
-    with rollout_client(config_path, proxy_url, admin_key) as client:
+    if candidate is not None and percent is None:
+        raise click.UsageError("--candidate goes with --percent N")
+    selector = (model, cohort_name, candidate)
+    with rollout_client(config_path, proxy_url, admin_key, *selector) as client:
         outcome = client.set_mode(mode, reason) if mode else None
         if percent is not None:
             outcome = client.set_percent(percent, reason, force)
@@ -101,7 +143,8 @@ def rollout(
         return
     event = outcome.event
     click.echo(
-        f"rollout: {event.from_mode} {event.from_percent:g}% -> "
+        (f"rollout of {event.cohort}: " if event.cohort else "rollout: ")
+        + f"{event.from_mode} {event.from_percent:g}% -> "
         f"{event.to_mode} {event.to_percent:g}% (version {event.version})"
         + (" [forced past the gates]" if event.forced else "")
     )
@@ -111,14 +154,34 @@ def rollout(
 
 @rollout.command("status")
 @target_options
-def status(config_path: str, proxy_url: str | None, admin_key: str | None, as_json: bool) -> None:
-    """Where the rollout stands, and what the next step's gates say."""
-    with rollout_client(config_path, proxy_url, admin_key) as client:
-        report = client.status()
+def status(
+    config_path: str,
+    proxy_url: str | None,
+    admin_key: str | None,
+    as_json: bool,
+    model: str | None,
+    cohort_name: str | None,
+) -> None:
+    """Where the rollout stands, and what the next step's gates say.
+
+    One cohort's in detail, or, on a config of several cohorts and none named, a table of
+    them all: mode, percent, candidate, last change, and the next step's gates."""
+    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
+        one = selected(model, cohort_name) is not None
+        reports = [client.status()] if one else client.statuses()
+    if len(reports) > 1:
+        if as_json:
+            _echo_json(reports)
+        else:
+            click.echo(render_status_table(reports))
+        return
+    report = reports[0]
     if as_json:
         _echo_json(report)
         return
     state = report.state
+    if report.cohort:
+        click.echo(f"cohort {report.cohort} (candidate {report.candidate})")
     click.echo(
         f"mode {state.mode}, candidate share {state.percent:g}%, "
         f"version {state.version}, last good {state.last_good_percent:g}%"
@@ -136,10 +199,18 @@ def status(config_path: str, proxy_url: str | None, admin_key: str | None, as_js
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @target_options
 def history(
-    limit: int, config_path: str, proxy_url: str | None, admin_key: str | None, as_json: bool
+    limit: int,
+    config_path: str,
+    proxy_url: str | None,
+    admin_key: str | None,
+    as_json: bool,
+    model: str | None,
+    cohort_name: str | None,
 ) -> None:
-    """Every change: when, who, from what to what, why, and the gates' verdicts."""
-    with rollout_client(config_path, proxy_url, admin_key) as client:
+    """Every change: when, who, from what to what, why, and the gates' verdicts. Every
+    cohort's, or with --model/--cohort one cohort's (with the fleet-wide changes it
+    followed)."""
+    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
         events = client.history(limit)
     if as_json:
         _echo_json(events)
@@ -149,9 +220,10 @@ def history(
     for e in events:
         gates = gate_summary(e.gates)
         click.echo(
-            f"v{e.version:<4} {_when(e.at)}  {e.action:<13} "
+            f"v{e.version:<4} {_when(e.at)}  {e.cohort or '(fleet)':<14} {e.action:<13} "
             f"{e.from_mode} {e.from_percent:g}% -> {e.to_mode} "
             f"{e.to_percent:g}%  by {e.actor}"
+            + (f" on {e.candidate}" if e.candidate else "")
             + (" FORCED" if e.forced else "")
             + (f"  reason: {e.reason}" if e.reason else "")
             + (f"  gates: {gates}" if gates else "")
@@ -173,21 +245,30 @@ def history(
     help="Give up when a step's evidence stays inconclusive this long.",
 )
 @click.option("--poll", type=float, default=5.0, show_default=True)
+@click.option("--candidate", metavar="BACKEND", help="Which of the model's candidates to promote.")
 @target_options
 def auto(
     bake: float | None,
     step_timeout: float,
     poll: float,
+    candidate: str | None,
     config_path: str,
     proxy_url: str | None,
     admin_key: str | None,
     as_json: bool,
+    model: str | None,
+    cohort_name: str | None,
 ) -> None:
-    """Walk rollout.steps (e.g. 10, 50, 100) with a bake time each; exit non-zero when a
-    gate fails or the rollout is rolled back meanwhile."""
-    bake_seconds = bake if bake is not None else load_or_exit(config_path).rollout.bake_seconds
-    settings = AutoSettings(bake_seconds, step_timeout, poll)
-    with rollout_client(config_path, proxy_url, admin_key) as client:
+    """Walk the cohort's steps (rollout.steps, e.g. 10, 50, 100) with a bake time each;
+    exit non-zero when a gate fails or the cohort is rolled back meanwhile."""
+    if bake is None:
+        config = load_or_exit(config_path)
+        named = config.cohort(cohort_name) if cohort_name else None
+        bake = named.bake_seconds if named and named.bake_seconds is not None else None
+        bake = config.rollout.bake_seconds if bake is None else bake
+    settings = AutoSettings(bake, step_timeout, poll)
+    selector = (model, cohort_name, candidate)
+    with rollout_client(config_path, proxy_url, admin_key, *selector) as client:
         result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=as_json))
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
@@ -201,10 +282,18 @@ def auto(
 @click.option("--reason", default="", help="Why: kept in the rollout history.")
 @target_options
 def rollback(
-    reason: str, config_path: str, proxy_url: str | None, admin_key: str | None, as_json: bool
+    reason: str,
+    config_path: str,
+    proxy_url: str | None,
+    admin_key: str | None,
+    as_json: bool,
+    model: str | None,
+    cohort_name: str | None,
 ) -> None:
-    """Back to the last step whose gates passed, or to 0%."""
-    with rollout_client(config_path, proxy_url, admin_key) as client:
+    """Back to the last step whose gates passed, or to 0%.
+
+    Only the selected cohort moves; the others keep their share."""
+    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
         outcome = client.rollback(reason)
     if as_json:
         _echo_json(outcome)

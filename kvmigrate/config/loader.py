@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from kvmigrate.config.cohorts import read_candidates, read_cohorts
 from kvmigrate.config.errors import ConfigError
 from kvmigrate.config.model import (
     NO_MESSAGES_TYPES,
@@ -102,7 +103,10 @@ def _config(root: Section) -> Config:
     models = _models(root, backends)
     record = _record(root.section("record"))
     cachecheck = read_struct(root.section("cachecheck"), CacheCheckConfig)
-    return Config(root.source, server, backends, models, rollout, record, cachecheck)
+    cohorts = read_cohorts(root, models, _steps, rollout.primary)
+    return Config(
+        root.source, server, backends, models, rollout, record, cachecheck, cohorts=cohorts
+    )
 
 
 def _backends(s: Section) -> dict[str, BackendConfig]:
@@ -191,7 +195,7 @@ def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
     model_name = s.string("model_name")
     served: dict[str, str] = {}
     for key in s.names():
-        if key == "model_name":
+        if key in ("model_name", "candidates"):
             continue
         if key not in backends:
             raise s.error(key, f"not a backend name; known backends: {', '.join(backends)}")
@@ -199,7 +203,8 @@ def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
     if not served:
         raise s.error("model_name", "names no backend model; add e.g. `hosted: <model>`")
     _check_messages_capable(s, backends, served)
-    return ModelRoute(model_name=model_name, served=served)
+    candidates = read_candidates(s, served)
+    return ModelRoute(model_name=model_name, served=served, candidates=candidates)
 
 
 def _check_messages_capable(

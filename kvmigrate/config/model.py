@@ -140,6 +140,9 @@ class ModelRoute(ConfigSection, frozen=True):
 
     model_name: str
     served: dict[str, str]
+    # Several candidate backends (issue 19): each gets its own shadow copy, and a split
+    # gives its share to one at a time. Empty: rollout.candidate alone.
+    candidates: tuple[str, ...] = ()
 
     def served_name(self, backend: str) -> str | None:
         return self.served.get(backend)
@@ -192,6 +195,28 @@ class CacheCheckConfig(ConfigSection, frozen=True):
     ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0
 
 
+class CohortMatch(ConfigSection, frozen=True):
+    """What narrows a cohort within its model group: every part given must match. Header
+    names match case-insensitively; `client_key` is the key a client sends as its Bearer
+    token (never stored or shown: the cohort's name is its label)."""
+
+    header: Mapping[str, str] = msgspec.field(default_factory=dict)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
+    client_key: Secret | None = None
+
+
+class CohortConfig(ConfigSection, frozen=True):
+    """A cohort: part of a model group's traffic that moves on its own rollout. The traffic
+    of a model that no named cohort matches is the model's own cohort, named after it."""
+
+    name: str
+    model: str  # a models[].model_name
+    match: CohortMatch = msgspec.field(default_factory=CohortMatch)
+    # Unset: the rollout's.
+    steps: tuple[float, ...] | None = None
+    bake_seconds: Annotated[float, Meta(ge=0.0)] | None = None
+
+
 class Config(ConfigSection, frozen=True):
     not_keys: ClassVar[tuple[str, ...]] = ("source",)
 
@@ -202,6 +227,37 @@ class Config(ConfigSection, frozen=True):
     rollout: RolloutConfig
     record: RecordConfig = msgspec.field(default_factory=RecordConfig)
     cachecheck: CacheCheckConfig = msgspec.field(default_factory=CacheCheckConfig)
+    cohorts: tuple[CohortConfig, ...] = ()
+
+    def cohort_names(self) -> tuple[str, ...]:
+        """Every cohort, each model's named ones before the model's own (its remainder). A
+        model that no candidate serves (embeddings on the primary only) has no rollout, so
+        no cohort."""
+        names: list[str] = []
+        for model in self.models:
+            if not set(self.candidates_of(model.model_name)) & set(model.served):
+                continue
+            names += [c.name for c in self.cohorts if c.model == model.model_name]
+            names.append(model.model_name)
+        return tuple(names)
+
+    def cohort(self, name: str) -> CohortConfig | None:
+        return next((c for c in self.cohorts if c.name == name), None)
+
+    def candidates_of(self, cohort: str) -> tuple[str, ...]:
+        """The cohort's candidate backends, the default one (what a split promotes unless
+        `rollout --candidate` chose another) first."""
+        named = self.cohort(cohort)
+        route = self.route(named.model if named else cohort)
+        return route.candidates if route and route.candidates else (self.rollout.candidate,)
+
+    def own_model(self, cohort: str) -> str:
+        """The model whose own cohort `cohort` is, or "" for a named cohort (or none)."""
+        return cohort if self.route(cohort) is not None else ""
+
+    def steps_of(self, cohort: str) -> tuple[float, ...]:
+        named = self.cohort(cohort)
+        return named.steps if named and named.steps else self.rollout.steps
 
     def route(self, model_name: str) -> ModelRoute | None:
         for route in self.models:

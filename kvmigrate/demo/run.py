@@ -5,7 +5,8 @@
    primary to measure its own noise. The shadow report follows.
 2. Rollout: 10% -> 50% -> 100%, each step checked by the gates over recorded traffic.
    With a bad candidate (broken tool calls) the parity gate refuses; an operator override
-   then shows auto-rollback pulling the candidate out by itself.
+   then shows auto-rollback pulling the candidate out by itself. A second model, with
+   fewer agents, moves on its own rollout at its own pace (demo/second_model.py).
 3. The HTML report, with the rollout timeline.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from kvmigrate.config import Config
 from kvmigrate.demo import agent, anthropic_agent
+from kvmigrate.demo.second_model import SECOND_MODEL, follow, show_cohorts
 from kvmigrate.embedded import (
     CLAUDE_MODEL,
     HOSTED_MODEL,
@@ -42,6 +44,7 @@ from kvmigrate.serving import BackgroundServer
 Echo = Callable[[str], None]
 # Gates sized for a demo's few dozen conversations; production defaults are stricter. Its
 # few hundred requests can show a 10-point error margin, not the default 1 point.
+MORE = (SECOND_MODEL,)
 DEMO_ROLLOUT: dict[str, Any] = {
     "noise_sample": 1.0,
     "noise_per_minute": 100_000,
@@ -110,7 +113,9 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
     api = settings.api
     with emulated_backends(settings.time_scale, broken_tool_calls=broken, api=api) as emulated:
         if not settings.real_vllm:
-            yield embedded_config(emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT, api=api)
+            yield embedded_config(
+                emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT, api=api, more_models=MORE
+            )
             return
         from kvmigrate.testbed.tiny_model import ensure_tiny_model
         from kvmigrate.testbed.vllm_server import VllmServer
@@ -128,19 +133,26 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
                 candidate_model="tiny",
                 rollout=DEMO_ROLLOUT,
                 api=api,
+                more_models=MORE,
             )
 
 
 def _traffic(
-    base_url: str, settings: DemoSettings, conversations: int, first: int, echo: Echo
+    base_url: str,
+    settings: DemoSettings,
+    conversations: int,
+    first: int,
+    echo: Echo,
+    model: str | None = None,
 ) -> None:
     anthropic = settings.api == "anthropic"
     drive = anthropic_agent.drive if anthropic else agent.drive
-    with progress(conversations, "  conversations") as bar:
+    label = "  conversations" if model is None else f"  {model} conversations"
+    with progress(conversations, label) as bar:
         failed = asyncio.run(
             drive(
                 base_url,
-                CLAUDE_MODEL if anthropic else HOSTED_MODEL,
+                model or _chat(settings),
                 conversations,
                 settings.turns,
                 settings.concurrency,
@@ -171,7 +183,11 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
         echo(f"promoted to {step:g}% (version {outcome.state.version}):")
         echo(render_gates([g.to_dict() for g in outcome.gates]))
         _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
+        # The second model's agents: a third as many, so its evidence comes later.
+        _traffic(base_url, settings, -(-bake // 3), 1000 * (number + 1) + 500, echo, SECOND_MODEL)
+        follow(controller, echo)
     echo("rollout complete: the candidate serves every conversation")
+    show_cohorts(controller, echo)
     return not settings.bad_candidate
 
 
@@ -184,7 +200,7 @@ def _promote(
     budget = 3 * settings.conversations
     while True:
         try:
-            return controller.set_percent(step, reason="demo", actor="demo")
+            return controller.set_percent(step, reason="demo", actor="demo", cohort=_chat(settings))
         except GatesRefused as refused:
             waiting = [g for g in refused.results if g.verdict is Verdict.INCONCLUSIVE]
             needed = [g.needed_conversations or 0 for g in waiting]
@@ -203,20 +219,26 @@ def _show_auto_rollback(
     controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo
 ) -> bool:
     echo("\nAn operator forces 10% anyway (recorded as an override) ...")
+    chat = _chat(settings)
     controller.set_percent(
-        10, reason="demo: override to show auto-rollback", actor="demo", force=True
+        10, reason="demo: override to show auto-rollback", actor="demo", force=True, cohort=chat
     )
     time.sleep(0.3)
     _traffic(base_url, settings, settings.conversations, 5000, echo)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and controller.store.read().percent > 0:
+    while time.monotonic() < deadline and controller.read(chat).percent > 0:
         time.sleep(0.2)
-    last = controller.store.history(1)[-1]
+    last = controller.history(1, chat)[-1]
     if last.action != "auto-rollback":
         echo("the candidate was NOT rolled back")
         return False
     echo(f"auto-rollback: {last.from_percent:g}% -> {last.to_percent:g}%: {last.reason}")
     return True
+
+
+def _chat(settings: DemoSettings) -> str:
+    """The cohort the demo's agents are: the chat model's (embeddings are hosted only)."""
+    return CLAUDE_MODEL if settings.api == "anthropic" else HOSTED_MODEL
 
 
 def _report(config: Config, fmt: str, since: float) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from kvmigrate.config import Config, load_config
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
@@ -48,6 +49,7 @@ from kvmigrate.integrations.litellm_request import (
 )
 from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
 from kvmigrate.policies import Route
+from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.shadow import RateBudget
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
@@ -87,6 +89,7 @@ class Routed:
     served: dict[str, str]
     body: dict[str, Any]
     identity: Identity
+    cohort: str = ""
 
 
 class KvmigrateRouter(_CustomLogger):
@@ -105,6 +108,7 @@ class KvmigrateRouter(_CustomLogger):
         self.store = open_store(config.rollout.state, initial_state(config))
         self.live = LiveRollout(config, self.store, poll_interval=poll_interval)
         self.identity = ContinuityResolver(self.store, config.rollout.pin_ttl_seconds)
+        self.cohorts = CohortResolver(config)
         self.recorder: RecorderAddon | None = build_recorder(config) if record else None
         timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
         self.shadows = ShadowCopies(
@@ -182,7 +186,9 @@ class KvmigrateRouter(_CustomLogger):
         served = model_route.served
         identity = await self.identity.identify(request_headers(data), body, model, route)
         conversation, turn = identity.conversation, identity.turn
-        chosen = await self.live.route(conversation, turn, served)
+        headers = CIMultiDictProxy(CIMultiDict(request_headers(data)))
+        cohort = self.cohorts.resolve(model, headers, body)
+        chosen = await self.live.route(conversation, turn, served, cohort)
         group = served.get(chosen.serve)
         if group is None:
             return None
@@ -198,7 +204,7 @@ class KvmigrateRouter(_CustomLogger):
         if key is not None:
             stream = bool(body.get("stream"))
             self._pending[key] = Routed(
-                route, model, conversation, turn, stream, chosen, served, body, identity
+                route, model, conversation, turn, stream, chosen, served, body, identity, cohort
             )
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
@@ -276,6 +282,7 @@ class KvmigrateRouter(_CustomLogger):
             stream=routed.stream,
             started=time.perf_counter(),
             identity=routed.identity.source,
+            cohort=routed.cohort,
             continuity=routed.identity.pending if role == SERVE else None,
         )
 

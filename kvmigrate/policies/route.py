@@ -33,7 +33,14 @@ class Route:
     pin: bool = False
 
     def is_candidate(self, backend: str) -> bool:
-        return backend == self.snapshot.candidate
+        return backend == self.snapshot.candidate or backend in self.snapshot.extra_shadows
+
+    def extra_shadows(self, served: Collection[str]) -> tuple[str, ...]:
+        """The further candidates that get a copy of this request: those serving its model,
+        when the request is mirrored at all."""
+        if self.shadow is None:
+            return ()
+        return tuple(c for c in self.snapshot.extra_shadows if c in served)
 
     def is_primary(self, backend: str) -> bool:
         return backend == self.snapshot.primary

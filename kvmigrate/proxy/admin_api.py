@@ -1,10 +1,12 @@
 """`/admin/rollout`: the rollout controller over HTTP, guarded by `server.admin_key`.
 
     GET  /admin/rollout              status: state, steps, next step, gate verdicts
-    GET  /admin/rollout/history      the audit trail (?limit=N)
+                                     (?cohort=NAME; required when the config has several)
+    GET  /admin/rollout/cohorts      every cohort's status
+    GET  /admin/rollout/history      the audit trail (?limit=N, ?cohort=NAME)
     POST /admin/rollout              {"percent": 50, "reason": "...", "force": false}
-                                     or {"mode": "split"}
-    POST /admin/rollback             {"reason": "..."}
+                                     or {"mode": "split"}; "cohort": NAME selects one
+    POST /admin/rollback             {"reason": "...", "cohort": NAME}
 
 The bodies are the types of `kvmigrate.rollout.api`: one that does not fit gets a 400 naming
 the field.
@@ -27,6 +29,7 @@ from kvmigrate.proxy.errors import ProxyError, bad_request
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.rollout.api import (
     BodyError,
+    CohortStatuses,
     RollbackRequest,
     RolloutChange,
     RolloutHistory,
@@ -75,6 +78,7 @@ def add_admin_routes(
         return wrapper
 
     app.router.add_get("/admin/rollout", guarded(_status))
+    app.router.add_get("/admin/rollout/cohorts", guarded(_cohorts))
     app.router.add_get("/admin/rollout/history", guarded(_history))
     app.router.add_post("/admin/rollout", guarded(_change))
     app.router.add_post("/admin/rollback", guarded(_rollback))
@@ -96,7 +100,11 @@ def _authorize(request: web.Request, admin_key: Secret | None) -> None:
 
 
 async def _status(request: web.Request, controller: RolloutController) -> web.Response:
-    return _json(await asyncio.to_thread(controller.status))
+    return _json(await asyncio.to_thread(controller.status, request.query.get("cohort")))
+
+
+async def _cohorts(request: web.Request, controller: RolloutController) -> web.Response:
+    return _json(CohortStatuses(await asyncio.to_thread(controller.statuses)))
 
 
 async def _history(request: web.Request, controller: RolloutController) -> web.Response:
@@ -104,7 +112,9 @@ async def _history(request: web.Request, controller: RolloutController) -> web.R
         limit = int(request.query.get("limit", "100"))
     except ValueError:
         raise bad_request("limit must be a whole number", param="limit") from None
-    events = await asyncio.to_thread(controller.store.history, max(1, min(limit, 10_000)))
+    events = await asyncio.to_thread(
+        controller.history, max(1, min(limit, 10_000)), request.query.get("cohort")
+    )
     return _json(RolloutHistory(events))
 
 
@@ -113,10 +123,18 @@ async def _change(request: web.Request, controller: RolloutController) -> web.Re
     actor = change.actor or "admin-api"
     if change.percent is not None:
         outcome = await asyncio.to_thread(
-            controller.set_percent, change.percent, change.reason, actor, change.force
+            controller.set_percent,
+            change.percent,
+            change.reason,
+            actor,
+            change.force,
+            change.cohort,
+            change.candidate,
         )
     elif change.mode is not None:
-        outcome = await asyncio.to_thread(controller.set_mode, change.mode, change.reason, actor)
+        outcome = await asyncio.to_thread(
+            controller.set_mode, change.mode, change.reason, actor, change.cohort
+        )
     else:
         raise bad_request('send {"percent": N} or {"mode": "shadow"|"split"}')
     return _json(outcome)
@@ -124,7 +142,9 @@ async def _change(request: web.Request, controller: RolloutController) -> web.Re
 
 async def _rollback(request: web.Request, controller: RolloutController) -> web.Response:
     body = await _body(request, RollbackRequest)
-    outcome = await asyncio.to_thread(controller.rollback, body.reason, body.actor or "admin-api")
+    outcome = await asyncio.to_thread(
+        controller.rollback, body.reason, body.actor or "admin-api", cohort=body.cohort
+    )
     return _json(outcome)
 
 

@@ -43,14 +43,15 @@ class ProxyMetrics:
         r = self.registry
         self.requests = Counter(
             "kvmigrate_requests",
-            "Upstream requests by backend, role, route and status.",
-            ["backend", "role", "route", "status"],
+            "Upstream requests by backend, role, route, status and rollout cohort.",
+            # `cohort` is a name from the config ("" for pass-through calls): bounded.
+            ["backend", "role", "route", "status", "cohort"],
             registry=r,
         )
         self.errors = Counter(
             "kvmigrate_errors",
-            "Failed upstream requests by backend, role and error class.",
-            ["backend", "role", "error"],
+            "Failed upstream requests by backend, role, error class and rollout cohort.",
+            ["backend", "role", "error", "cohort"],
             registry=r,
         )
         self.client_errors = Counter(
@@ -62,14 +63,14 @@ class ProxyMetrics:
         self.ttft = Histogram(
             "kvmigrate_ttft_seconds",
             "Time from the upstream call to its first body byte.",
-            ["backend", "role"],
+            ["backend", "role", "cohort"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.latency = Histogram(
             "kvmigrate_request_duration_seconds",
             "Time from the upstream call to its last byte.",
-            ["backend", "role"],
+            ["backend", "role", "cohort"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )

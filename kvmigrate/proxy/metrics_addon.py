@@ -26,16 +26,16 @@ class MetricsAddon:
 
     def exchange_done(self, exchange: Exchange) -> None:
         m, child = self.metrics, self._child
-        backend, role = exchange.backend, exchange.role
+        backend, role, cohort = exchange.backend, exchange.role, exchange.cohort
         status = str(exchange.status) if exchange.status is not None else "none"
-        child(m.requests, backend, role, exchange.route, status).inc()
+        child(m.requests, backend, role, exchange.route, status, cohort).inc()
         if exchange.error is not None:
-            child(m.errors, backend, role, exchange.error).inc()
+            child(m.errors, backend, role, exchange.error, cohort).inc()
         elif exchange.status is not None and exchange.status >= 400:
-            child(m.errors, backend, role, f"http_{exchange.status}").inc()
+            child(m.errors, backend, role, f"http_{exchange.status}", cohort).inc()
         if exchange.ttft is not None:
-            child(m.ttft, backend, role).observe(exchange.ttft)
+            child(m.ttft, backend, role, cohort).observe(exchange.ttft)
         if exchange.duration is not None:
-            child(m.latency, backend, role).observe(exchange.duration)
+            child(m.latency, backend, role, cohort).observe(exchange.duration)
         for kind, count in exchange.token_counts().items():
             child(m.tokens, backend, role, kind).inc(count)

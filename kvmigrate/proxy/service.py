@@ -21,6 +21,7 @@ from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
+from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import (
     ProxyError,
@@ -52,7 +53,7 @@ from kvmigrate.proxy.headers import (
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
-from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher
+from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
@@ -97,9 +98,11 @@ def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
 class RolloutSource(Protocol):
     def current(self) -> RolloutSnapshot: ...
 
-    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
         """Route one request of `conversation` (`policies.route`, with the state the source
-        keeps: the snapshot and the conversation's pin)."""
+        keeps: the cohort's snapshot and the conversation's pin)."""
         ...
 
 
@@ -113,7 +116,9 @@ class StaticRollout:
     def current(self) -> RolloutSnapshot:
         return self._snapshot
 
-    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
         return route(conversation, self._snapshot, served)
 
 
@@ -129,6 +134,7 @@ class Routed:
     served: dict[str, str]
     identity: Identity
     chain: ChainRef | None = None  # the stored response or conversation a request continues
+    cohort: str = ""
 
 
 class ProxyService:
@@ -141,6 +147,7 @@ class ProxyService:
     ) -> None:
         self.config = config
         self.rollout = rollout or StaticRollout(config)
+        self.cohorts = CohortResolver(config)
         self.metrics = ProxyMetrics()
         # Without a store, continuity holds within this process only.
         self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
@@ -163,9 +170,7 @@ class ProxyService:
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         # Relays that outlive a cancelled handler (see _answer), held until they end.
         self._relays: set[asyncio.Future[web.StreamResponse]] = set()
-        self.shadow = ShadowDispatcher(
-            config.rollout.shadow_max_concurrency, self.metrics, shadow_timeout
-        )
+        self.shadow, self.shadows = candidate_dispatchers(config, self.metrics, shadow_timeout)
 
     async def start(self) -> None:
         for gateway in self.gateways.values():
@@ -177,6 +182,8 @@ class ProxyService:
             relay.cancel()
         await asyncio.gather(*self._relays, return_exceptions=True)
         await self.shadow.close()
+        for dispatcher in self.shadows.values():
+            await dispatcher.close()
         await self.upstreams.close()
         for gateway in self.gateways.values():
             await gateway.close()
@@ -200,14 +207,19 @@ class ProxyService:
         for backend in served:
             if not self.kinds[backend].serves(path):
                 raise route_not_served(path, body.model, backend)
+        cohort = self.cohorts.resolve(body.model, request.headers, body.data)
         ref = chain_ref(body.data) if path == RESPONSES else None
         if ref is None:
             identity = await self.identity.identify(request.headers, body.data, body.model, path)
-            chosen = await self.rollout.route(identity.conversation, identity.turn, served)
+            chosen = await self.rollout.route(identity.conversation, identity.turn, served, cohort)
         else:
-            identity, chosen = await self.chained.route(ref, body, served, self.rollout.route)
+            # A continued chain still goes where it is stored; the cohort only picks whose
+            # rollout (and pins) the rest of the decision follows.
+            identity, chosen = await self.chained.route(
+                ref, body, served, lambda c, t, s: self.rollout.route(c, t, s, cohort)
+            )
         conversation, turn = identity.conversation, identity.turn
-        return Routed(path, body, conversation, turn, chosen, served, identity, ref)
+        return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -290,6 +302,11 @@ class ProxyService:
         )
         if mirrors is not None and not sent:
             self.chains.mirrored(mirrors, None)
+        if routed.chain is None:
+            # Further candidates copy only what needs no candidate-side chain: the chain map
+            # knows one candidate's own response ids, which another backend would not have.
+            for backend in chosen.extra_shadows(routed.served):
+                self._dispatch_copy(request, routed, backend, SHADOW, exchange.request_id)
         if chosen.noise and self.noise_budget.take():
             self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
@@ -436,6 +453,7 @@ class ProxyService:
         )
         if routed is not None:
             exchange.identity = routed.identity.source
+            exchange.cohort = routed.cohort
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
             if routed.path == RESPONSES and role != NOISE:
@@ -500,7 +518,7 @@ class ProxyService:
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 
-        return self.shadow.dispatch(copy)
+        return self.shadows.get(backend, self.shadow).dispatch(copy)
 
     # -- everything else --------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from kvmigrate.config import Config
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.tasks import BoundedTasks
 
@@ -40,15 +41,39 @@ class RateBudget:
         return True
 
 
+class InflightTotal:
+    """The in-flight copies of several dispatchers (one per candidate), as one gauge."""
+
+    def __init__(self, set_gauge: Callable[[float], None]) -> None:
+        self._counts: dict[int, int] = {}
+        self._set = set_gauge
+
+    def counter(self) -> Callable[[int], None]:
+        slot = len(self._counts)
+        self._counts[slot] = 0
+
+        def count(n: int) -> None:
+            self._counts[slot] = n
+            self._set(sum(self._counts.values()))
+
+        return count
+
+
 class ShadowDispatcher:
-    def __init__(self, max_concurrency: int, metrics: ProxyMetrics, timeout: float) -> None:
+    def __init__(
+        self,
+        max_concurrency: int,
+        metrics: ProxyMetrics,
+        timeout: float,
+        inflight: Callable[[int], None] | None = None,
+    ) -> None:
         self.max_concurrency = max_concurrency
         self.timeout = timeout
         self._metrics = metrics
         self._tasks = BoundedTasks(
             max_concurrency,
             lambda: metrics.shadow_dropped.labels("concurrency_limit").inc(),
-            metrics.shadow_inflight.set,
+            inflight or metrics.shadow_inflight.set,
         )
 
     @property
@@ -75,3 +100,18 @@ class ShadowDispatcher:
     async def close(self, grace: float = 1.0) -> None:
         """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""
         await self._tasks.close(grace)
+
+
+def candidate_dispatchers(
+    config: Config, metrics: ProxyMetrics, timeout: float
+) -> tuple[ShadowDispatcher, dict[str, ShadowDispatcher]]:
+    """The dispatcher of rollout.candidate (noise calls go through it too), and one for
+    every further candidate (models[].candidates): each has a budget of its own, so a slow
+    one cannot starve the others' copies. One gauge counts them all."""
+    bound = config.rollout.shadow_max_concurrency
+    inflight = InflightTotal(metrics.shadow_inflight.set)
+    default = ShadowDispatcher(bound, metrics, timeout, inflight.counter())
+    further = {b for m in config.models for b in m.candidates} - {config.rollout.candidate}
+    return default, {
+        b: ShadowDispatcher(bound, metrics, timeout, inflight.counter()) for b in sorted(further)
+    }

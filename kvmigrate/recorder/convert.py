@@ -160,6 +160,7 @@ def to_record(
         source=source,
         content=content,
         identity=x.identity or None,
+        cohort=x.cohort or None,
         **stored,
         **_parity(x, mirrored, response, mirrored_answer),
     )

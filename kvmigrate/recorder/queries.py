@@ -39,6 +39,8 @@ def window_stats(
     until: float | None = None,
     roles: Sequence[str] | None = None,
     min_noise_samples: int = 20,
+    cohort: str = "",
+    model: str = "",
 ) -> dict[str, BackendWindow]:
     """Per backend figures over records that started in [since, until) (Unix seconds).
 
@@ -47,12 +49,14 @@ def window_stats(
     TTFT there is exactly the figure a promotion gate needs. A request counts when it
     reached a verdict (a status or a transport error). `parity` is the noise-adjusted
     figure: the backend's scored copies against the primary's own disagreement with itself
-    (noise calls), None until enough noise pairs are in."""
+    (noise calls), None until enough noise pairs are in. `cohort`: that cohort's records
+    only; with `model`, the cohort is that model's own, which also holds the model's records
+    from before cohorts (no cohort recorded)."""
     with ExitStack() as stack:
         store = store_or_url
         if isinstance(store, str):
             store = stack.enter_context(open_store(store))
-        rows = store.query(*_window_sql(since, until, roles))
+        rows = store.query(*_window_sql(since, until, roles, cohort, model))
     tallies: dict[str, _Tally] = {}
     noise: list[tuple[str | None, str | None, str | None]] = []
     for (
@@ -90,7 +94,7 @@ def window_stats(
 
 
 def _window_sql(
-    since: float, until: float | None, roles: Sequence[str] | None
+    since: float, until: float | None, roles: Sequence[str] | None, cohort: str, model: str
 ) -> tuple[str, list[Any]]:
     sql = (
         "SELECT backend, conversation, status, error, ttft_ms, latency_ms, parity_kind, "
@@ -101,6 +105,12 @@ def _window_sql(
     if roles:
         sql += f" AND role IN ({', '.join('?' for _ in roles)})"
         params.extend(roles)
+    if cohort and model:
+        sql += " AND (cohort = ? OR (cohort IS NULL AND model = ?))"
+        params += [cohort, model]
+    elif cohort:
+        sql += " AND cohort = ?"
+        params.append(cohort)
     return sql, params
 
 

@@ -35,6 +35,7 @@ class Record:
     `prompt_tokens` counts every prompt token, cached or not; of them `cached_tokens` were
     read from the prompt cache and `cache_write_tokens` written to it (Anthropic reports
     writes; the other APIs leave it None).
+    `cohort` is the rollout cohort it was routed in (None: recorded before cohorts).
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -73,6 +74,7 @@ class Record:
     request_messages: str | None = None
     identity: str | None = None
     cache_write_tokens: int | None = None
+    cohort: str | None = None
     messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
     touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

@@ -114,4 +114,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         # billed apart from plain input and cache reads, so the cost projection needs them.
         ("ALTER TABLE records ADD COLUMN cache_write_tokens BIGINT",),
     ),
+    Migration(
+        "m008_cohort",
+        # The rollout cohort the request was routed in (a name from the config), so gates
+        # and the report judge each cohort on its own traffic. NULL before cohorts: such a
+        # record belongs to its model's own cohort.
+        ("ALTER TABLE records ADD COLUMN cohort TEXT",),
+    ),
 )

@@ -16,6 +16,8 @@ from kvmigrate.report.aggregate import (
     ttft_by_turn,
 )
 from kvmigrate.report.busters import cache_busters
+from kvmigrate.report.candidates import parity_by_candidate
+from kvmigrate.report.cohorts import cohort_summaries
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.divergences import divergent_pairs
 from kvmigrate.report.identity import identity_notes, identity_summary
@@ -60,6 +62,7 @@ def build_report(
         return report
     report.first_ts, report.last_ts = rows[0].ts, rows[-1].ts
     report.backends = backend_summaries(rows, (primary, candidate))
+    report.cohorts = cohort_summaries(rows, (primary, candidate))
     names = [b.backend for b in report.backends]
     report.coverage = shadow_coverage(rows, primary, candidate)
     report.ttft_by_turn = ttft_by_turn(rows, primary, candidate, max_turn)
@@ -67,6 +70,7 @@ def build_report(
     report.latency_cdf = latency_cdf(rows, names)
     report.parity = parity_summary(recorded, store)
     report.divergences, report.divergent_total = divergent_pairs(recorded, store)
+    report.parity_by_candidate = parity_by_candidate(recorded)
     report.identity = identity_summary(rows)
     if store is not None:
         report.cache_busters = cache_busters(store, since, until)

@@ -76,6 +76,14 @@ class BackendSummary:
         return self.serve + self.shadow
 
 
+@dataclass
+class CohortSummary:
+    """One cohort's figures per backend (kvmigrate.report.cohorts)."""
+
+    cohort: str
+    backends: list[BackendSummary] = field(default_factory=list)
+
+
 @dataclass(frozen=True, slots=True)
 class TurnRow:
     """TTFT at one turn number: primary against candidate (ms), and the candidate's gain."""
@@ -220,6 +228,10 @@ class Report:
     divergences: list[DivergentPair] = field(default_factory=list)
     divergent_total: int = 0  # all divergent pairs in the window; `divergences` holds the worst
     notes: list[str] = field(default_factory=list)
+    # Per cohort, under the fleet-wide `backends`; empty when the traffic is one cohort.
+    cohorts: list[CohortSummary] = field(default_factory=list)
+    # Parity per candidate backend, when several were shadowed (models[].candidates).
+    parity_by_candidate: dict[str, ParitySummary] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

@@ -15,6 +15,9 @@ def report_dict(report: Report) -> dict[str, Any]:
     data = dataclasses.asdict(report)
     for backend, summary in zip(data["backends"], report.backends, strict=True):
         backend["requests"] = summary.requests
+    for cohort, summaries in zip(data["cohorts"], report.cohorts, strict=True):
+        for backend, summary in zip(cohort["backends"], summaries.backends, strict=True):
+            backend["requests"] = summary.requests
     data["empty"] = report.empty
     return _finite(data)  # type: ignore[no-any-return]
 

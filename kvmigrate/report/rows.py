@@ -41,6 +41,7 @@ class Row(NamedTuple):
     identity: str | None = None
     fallback_from: str | None = None
     cache_write_tokens: int | None = None  # of prompt_tokens, written to the prompt cache
+    cohort: str | None = None  # the model's own cohort for a record from before cohorts
 
 
 def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row], bool]:
@@ -51,10 +52,11 @@ def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row
     parity = ", ".join(c if c in present else "NULL" for c in PARITY_COLUMNS)
     identity = "identity" if "identity" in present else "NULL"
     writes = "cache_write_tokens" if "cache_write_tokens" in present else "NULL"
+    cohort = "COALESCE(cohort, model)" if "cohort" in present else "model"
     sql = (
         "SELECT request_id, ts, backend, role, conversation, turn, status, error, ttft_ms, "
         "latency_ms, prompt_tokens, cached_tokens, completion_tokens, pair_id, "
-        f"{parity}, {identity}, fallback_from, {writes} FROM records "
+        f"{parity}, {identity}, fallback_from, {writes}, {cohort} FROM records "
         f"WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC} ORDER BY ts"
     )
     return [Row(*r) for r in store.query(sql, (since, until))], has_parity

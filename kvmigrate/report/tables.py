@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
+from kvmigrate.report.candidates import HEADERS as CANDIDATE_HEADERS
+from kvmigrate.report.candidates import candidate_rows
+from kvmigrate.report.cohorts import HEADERS, cohort_rows
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import CostProjection, Report
 
@@ -34,12 +37,14 @@ def summary_lines(report: Report) -> list[str]:
 def report_tables(report: Report) -> list[Table]:
     return [
         headline(report),
+        *by_cohort(report),
         coverage(report),
         ttft_by_turn(report),
         cache_by_turn(report),
         identity(report),
         cost(report),
         parity(report),
+        *by_candidate(report),
         cache_busters(report),
         timeline(report),
     ]
@@ -79,6 +84,14 @@ def headline(report: Report) -> Table:
             "the parity noise floor), which count for parity only."
         )
     return Table("headline", "Headline", headers, rows, "No calls recorded in this window.", foot)
+
+
+def by_cohort(report: Report) -> list[Table]:
+    """Each cohort on its own traffic, when there is more than one."""
+    if not report.cohorts:
+        return []
+    foot = "The headline above is the whole fleet; each cohort moves on its own rollout."
+    return [Table("cohorts", "By cohort", HEADERS, cohort_rows(report.cohorts), "", foot)]
 
 
 def coverage(report: Report) -> Table:
@@ -245,6 +258,15 @@ def _divergent(report: Report) -> str:
         f"{fmt.number(report.divergent_total)} ({shown}{beyond} beyond their noise; side by "
         "side in the HTML report's divergences view)"
     )
+
+
+def by_candidate(report: Report) -> list[Table]:
+    """Each candidate's parity against the primary, side by side, when there are several."""
+    if not report.parity_by_candidate:
+        return []
+    rows = candidate_rows(report.parity_by_candidate)
+    foot = "Each against the primary on the same mirrored requests, with the same noise floor."
+    return [Table("candidates", "Parity by candidate", CANDIDATE_HEADERS, rows, "", foot)]
 
 
 PARITY_READING = (

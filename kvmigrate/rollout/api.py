@@ -16,6 +16,7 @@ from msgspec import inspect as mi
 
 from kvmigrate.config.model import RolloutMode
 from kvmigrate.policies.gates import GateResult
+from kvmigrate.rollout.controller import RolloutStatus
 from kvmigrate.rollout.state import RolloutEvent
 
 T = TypeVar("T")
@@ -29,6 +30,10 @@ class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
     force: bool = False
     reason: str = ""
     actor: str = ""
+    # Which cohort (a model_name or a named cohort); required when the config has several.
+    cohort: str | None = None
+    # With `percent`: which of the cohort's candidates gets the share.
+    candidate: str | None = None
 
 
 class RollbackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -36,12 +41,19 @@ class RollbackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, o
 
     reason: str = ""
     actor: str = ""
+    cohort: str | None = None
 
 
 class RolloutHistory(msgspec.Struct, frozen=True):
     """GET /admin/rollout/history."""
 
     events: list[RolloutEvent]
+
+
+class CohortStatuses(msgspec.Struct, frozen=True):
+    """GET /admin/rollout/cohorts: every cohort's status, in the config's order."""
+
+    cohorts: list[RolloutStatus]
 
 
 class Refusal(msgspec.Struct, frozen=True):

@@ -10,13 +10,20 @@ from __future__ import annotations
 import getpass
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Protocol, TypeVar
 
 import msgspec
 
 from kvmigrate.config.model import RolloutMode
-from kvmigrate.rollout.api import Refusal, RollbackRequest, RolloutChange, RolloutHistory
+from kvmigrate.rollout.api import (
+    CohortStatuses,
+    Refusal,
+    RollbackRequest,
+    RolloutChange,
+    RolloutHistory,
+)
 from kvmigrate.rollout.controller import (
     ChangeOutcome,
     GatesRefused,
@@ -31,7 +38,11 @@ T = TypeVar("T")
 
 
 class RolloutClient(Protocol):
+    """Bound to one cohort (None: the config's only one), except `statuses`, which lists
+    every cohort, and `history`, which without a cohort shows every cohort's changes."""
+
     def status(self) -> RolloutStatus: ...
+    def statuses(self) -> list[RolloutStatus]: ...
     def history(self, limit: int = 100) -> list[RolloutEvent]: ...
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome: ...
     def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome: ...
@@ -47,51 +58,88 @@ def default_actor() -> str:
 
 
 class LocalRollout:
-    def __init__(self, controller: RolloutController, actor: str | None = None) -> None:
+    def __init__(
+        self,
+        controller: RolloutController,
+        actor: str | None = None,
+        cohort: str | None = None,
+        candidate: str | None = None,
+    ) -> None:
         self.controller = controller
         self.actor = actor or default_actor()
+        self.cohort = cohort
+        self.candidate = candidate
 
     def status(self) -> RolloutStatus:
-        return self.controller.status()
+        return self.controller.status(self.cohort)
+
+    def statuses(self) -> list[RolloutStatus]:
+        return self.controller.statuses()
 
     def history(self, limit: int = 100) -> list[RolloutEvent]:
-        return self.controller.store.history(limit)
+        return self.controller.history(limit, self.cohort)
 
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
-        return self.controller.set_percent(percent, reason, self.actor, force)
+        return self.controller.set_percent(
+            percent, reason, self.actor, force, self.cohort, self.candidate
+        )
 
     def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
-        return self.controller.set_mode(mode, reason, self.actor)
+        return self.controller.set_mode(mode, reason, self.actor, self.cohort)
 
     def rollback(self, reason: str) -> ChangeOutcome:
-        return self.controller.rollback(reason, self.actor)
+        return self.controller.rollback(reason, self.actor, cohort=self.cohort)
 
 
 class RemoteRollout:
     def __init__(
-        self, proxy_url: str, admin_key: str | None, actor: str | None = None, timeout: float = 30.0
+        self,
+        proxy_url: str,
+        admin_key: str | None,
+        actor: str | None = None,
+        timeout: float = 30.0,
+        cohort: str | None = None,
+        candidate: str | None = None,
     ) -> None:
         self.base = proxy_url.rstrip("/").removesuffix("/v1")
         self.admin_key = admin_key
         self.actor = actor or default_actor()
         self.timeout = timeout
+        self.cohort = cohort
+        self.candidate = candidate
+
+    def _query(self, **params: object) -> str:
+        if self.cohort is not None:
+            params["cohort"] = self.cohort
+        return "?" + urllib.parse.urlencode(params) if params else ""
 
     def status(self) -> RolloutStatus:
-        return self._call("GET", "/admin/rollout", RolloutStatus)
+        return self._call("GET", "/admin/rollout" + self._query(), RolloutStatus)
+
+    def statuses(self) -> list[RolloutStatus]:
+        return self._call("GET", "/admin/rollout/cohorts", CohortStatuses).cohorts
 
     def history(self, limit: int = 100) -> list[RolloutEvent]:
-        return self._call("GET", f"/admin/rollout/history?limit={limit}", RolloutHistory).events
+        path = "/admin/rollout/history" + self._query(limit=limit)
+        return self._call("GET", path, RolloutHistory).events
 
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
-        change = RolloutChange(percent=percent, reason=reason, force=force, actor=self.actor)
+        change = RolloutChange(
+            percent=percent,
+            reason=reason,
+            force=force,
+            actor=self.actor,
+            cohort=self.cohort,
+            candidate=self.candidate,
+        )
         return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
     def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
-        change = RolloutChange(mode=mode, reason=reason, actor=self.actor)
+        change = RolloutChange(mode=mode, reason=reason, actor=self.actor, cohort=self.cohort)
         return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
     def rollback(self, reason: str) -> ChangeOutcome:
-        request = RollbackRequest(reason=reason, actor=self.actor)
+        request = RollbackRequest(reason=reason, actor=self.actor, cohort=self.cohort)
         return self._call("POST", "/admin/rollback", ChangeOutcome, request)
 
     def _call(self, method: str, path: str, answer: type[T], body: object = None) -> T:

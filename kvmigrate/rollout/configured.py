@@ -16,10 +16,12 @@ from kvmigrate.rollout.store import open_store
 def records_window_source(config: Config) -> WindowSource:
     """Gate evidence from the records database the proxies write (`record.db`)."""
 
-    def windows(since: float) -> dict[str, BackendWindow]:
+    def windows(since: float, cohort: str) -> dict[str, BackendWindow]:
+        """The cohort's own traffic ("": all of it)."""
         from kvmigrate.recorder.queries import window_stats
 
-        return window_stats(config.record.db, since)
+        db = config.record.db
+        return window_stats(db, since, cohort=cohort, model=config.own_model(cohort))
 
     return windows
 

@@ -17,8 +17,9 @@ from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.state import Action, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import RolloutStore
 
-# Evidence for the gates: per-backend figures of the traffic recorded since a time.
-WindowSource = Callable[[float], dict[str, BackendWindow]]
+# Evidence for the gates: per-backend figures of a cohort's traffic recorded since a time
+# (cohort "": all traffic).
+WindowSource = Callable[[float, str], dict[str, BackendWindow]]
 
 
 class RolloutError(Exception):
@@ -53,6 +54,8 @@ class RolloutStatus:
     next_step: float | None
     gates_for_next_step: list[GateResult]
     store: str  # its URL, without a password
+    cohort: str = ""  # "": the fleet-wide default (a config without models)
+    candidate: str = ""  # the backend a split gives the share to
 
 
 def initial_state(config: Config) -> RolloutState:
@@ -70,26 +73,84 @@ class RolloutController:
         self.store = store
         self.windows = windows
 
-    def evaluate(self, state: RolloutState | None = None) -> list[GateResult]:
-        """The gates over the evidence gathered since the last change (within the window)."""
-        state = state or self.store.read()
+    def cohort_of(self, selector: str | None = None) -> str:
+        """The cohort a change or a question is about: the one named, or the config's only
+        one. Several and none named: refused, listing them, so no change lands by accident."""
+        names = self.config.cohort_names()
+        if selector is None:
+            if len(names) > 1:
+                raise RolloutError(
+                    f"this config has {len(names)} cohorts; name one with --model or --cohort: "
+                    + ", ".join(names)
+                )
+            return names[0] if names else ""
+        if selector not in names:
+            raise RolloutError(f"no cohort {selector!r}; cohorts: {', '.join(names) or 'none'}")
+        return selector
+
+    def read(self, cohort: str | None = None) -> RolloutState:
+        return self.store.read(self.cohort_of(cohort))
+
+    def evaluate(
+        self,
+        state: RolloutState | None = None,
+        cohort: str | None = None,
+        candidate: str | None = None,
+    ) -> list[GateResult]:
+        """The gates over the cohort's own evidence gathered since its last change (within
+        the window): a cohort is judged on its traffic alone, and on the candidate its
+        split serves (or `candidate`) against the primary."""
+        name = self.cohort_of(cohort)
+        state = state or self.store.read(name)
         gates = self.config.rollout.gates
         since = max(time.time() - gates.window_seconds, state.updated_at)
-        found = self.windows(since) if self.windows else {}
-        r = self.config.rollout
-        primary = found.get(r.primary, BackendWindow(r.primary))
-        candidate = found.get(r.candidate, BackendWindow(r.candidate))
-        return evaluate_gates(primary, candidate, gates)
+        found = self.windows(since, name) if self.windows else {}
+        primary_name = self.config.rollout.primary
+        chosen = candidate or self.serving(state, name)
+        primary = found.get(primary_name, BackendWindow(primary_name))
+        return evaluate_gates(primary, found.get(chosen, BackendWindow(chosen)), gates)
+
+    def serving(self, state: RolloutState, cohort: str) -> str:
+        """The candidate the cohort's split gives its share to."""
+        candidates = self.config.candidates_of(cohort)
+        return state.candidate if state.candidate in candidates else candidates[0]
+
+    def _choose(self, candidate: str | None, state: RolloutState, cohort: str) -> str:
+        """The candidate a change leaves serving; only one serves a cohort at a time, so
+        switching waits until the current one serves nothing."""
+        serving = self.serving(state, cohort)
+        if candidate is None or candidate == serving:
+            return serving
+        candidates = self.config.candidates_of(cohort)
+        if candidate not in candidates:
+            raise RolloutError(
+                f"{candidate!r} is not a candidate of {cohort}; its: {', '.join(candidates)}"
+            )
+        if state.mode == Mode.SPLIT and state.percent > 0:
+            raise RolloutError(
+                f"{serving} serves {state.percent:g}% of {cohort}: set it to 0% (or roll back) "
+                f"before switching to {candidate}"
+            )
+        return candidate
 
     def set_percent(
-        self, percent: float, reason: str = "", actor: str = "cli", force: bool = False
+        self,
+        percent: float,
+        reason: str = "",
+        actor: str = "cli",
+        force: bool = False,
+        cohort: str | None = None,
+        candidate: str | None = None,
     ) -> ChangeOutcome:
-        """Move the candidate's share. Raising it is a promotion: the gates must pass."""
+        """Move the candidate's share. Raising it is a promotion: the gates must pass.
+        `candidate`: which of the cohort's candidates the share goes to."""
         if not 0 <= percent <= 100:
             raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
-        current = self.store.read()
+        name = self.cohort_of(cohort)
+        current = self.store.read(name)
+        chosen = self._choose(candidate, current, name)
         promoting = percent > current.percent or (percent > 0 and current.mode != Mode.SPLIT)
-        results = self.evaluate(current) if promoting else []
+        results = self.evaluate(current, name, chosen) if promoting else []
         passed = all_passed(results)
         if promoting and not passed and not force:
             raise GatesRefused(percent, results)
@@ -97,18 +158,25 @@ class RolloutController:
         def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
             if promoting and not force and state.version != current.version:
                 raise RolloutError("the rollout changed while the gates were evaluated; retry")
-            good = state.last_good_percent
-            if promoting and passed and state.mode == Mode.SPLIT:
+            switched = self._choose(candidate, state, name) != self.serving(state, name)
+            good = 0.0 if switched else state.last_good_percent
+            if promoting and passed and state.mode == Mode.SPLIT and not switched:
                 good = max(good, state.percent)  # the evidence came from this step
             mode = Mode.SPLIT if percent > 0 else state.mode
-            new = state.next(actor, mode=mode, percent=percent, last_good_percent=good)
+            picked = chosen if candidate is not None else state.candidate
+            new = state.next(
+                actor, mode=mode, percent=percent, last_good_percent=good, candidate=picked
+            )
             action = Action.PROMOTE if promoting else Action.SET
             return new, _event(state, new, action, actor, reason, force and not passed, results)
 
-        state, event = self.store.apply(change)
+        state, event = self.store.apply(change, name)
         return ChangeOutcome(state, event, results)
 
-    def set_mode(self, mode: str, reason: str = "", actor: str = "cli") -> ChangeOutcome:
+    def set_mode(
+        self, mode: str, reason: str = "", actor: str = "cli", cohort: str | None = None
+    ) -> ChangeOutcome:
+        name = self.cohort_of(cohort)
         if mode not in tuple(Mode):
             raise RolloutError(f"mode must be shadow or split, got {mode!r}")
         target = Mode(mode)
@@ -117,7 +185,7 @@ class RolloutController:
             new = state.next(actor, mode=target)
             return new, _event(state, new, Action.MODE, actor, reason, False, [])
 
-        state, event = self.store.apply(change)
+        state, event = self.store.apply(change, name)
         return ChangeOutcome(state, event)
 
     def rollback(
@@ -126,13 +194,15 @@ class RolloutController:
         actor: str = "cli",
         automatic: bool = False,
         expected_version: int | None = None,
+        cohort: str | None = None,
     ) -> ChangeOutcome:
         """Back to the last step whose gates passed, or to 0; candidate pins stop holding.
 
         `expected_version` makes it conditional: several proxies that see the same breach
-        roll back once, not once each.
+        roll back once, not once each. Only the cohort's share moves; the others keep theirs.
         """
-        current = self.store.read()
+        name = self.cohort_of(cohort)
+        current = self.store.read(name)
         if current.mode != Mode.SPLIT or current.percent == 0:
             raise RolloutError("nothing to roll back: the candidate serves no traffic")
 
@@ -151,23 +221,43 @@ class RolloutController:
             action = Action.AUTO_ROLLBACK if automatic else Action.ROLLBACK
             return new, _event(state, new, action, actor, reason, False, [])
 
-        state, event = self.store.apply(change)
+        state, event = self.store.apply(change, name)
         return ChangeOutcome(state, event)
 
-    def next_step(self, state: RolloutState | None = None) -> float | None:
-        state = state or self.store.read()
-        current = state.percent if state.mode == Mode.SPLIT else 0.0
-        return next((s for s in self.config.rollout.steps if s > current), None)
+    def next_step(
+        self, state: RolloutState | None = None, cohort: str | None = None
+    ) -> float | None:
+        name = self.cohort_of(cohort)
+        return self._next(state or self.store.read(name), name)
 
-    def status(self) -> RolloutStatus:
-        state = self.store.read()
-        step = self.next_step(state)
+    def _next(self, state: RolloutState, cohort: str) -> float | None:
+        current = state.percent if state.mode == Mode.SPLIT else 0.0
+        return next((s for s in self.config.steps_of(cohort) if s > current), None)
+
+    def status(self, cohort: str | None = None) -> RolloutStatus:
+        name = self.cohort_of(cohort)
+        return self._status(name, self.store.read(name))
+
+    def statuses(self) -> list[RolloutStatus]:
+        """Every cohort's status, in the config's order, from one read of the store."""
+        states = self.store.read_all()
+        names = self.config.cohort_names() or ("",)
+        return [self._status(name, states.of(name)) for name in names]
+
+    def history(self, limit: int = 100, cohort: str | None = None) -> list[RolloutEvent]:
+        """Every cohort's changes when none is named (even on a config of several)."""
+        return self.store.history(limit, None if cohort is None else self.cohort_of(cohort))
+
+    def _status(self, name: str, state: RolloutState) -> RolloutStatus:
+        step = self._next(state, name)
         return RolloutStatus(
             state=state,
-            steps=list(self.config.rollout.steps),
+            steps=list(self.config.steps_of(name)),
             next_step=step,
-            gates_for_next_step=self.evaluate(state) if step else [],
+            gates_for_next_step=self.evaluate(state, name or None) if step else [],
             store=safe_url(self.store.url),
+            cohort=name,
+            candidate=self.serving(state, name),
         )
 
 
@@ -181,6 +271,7 @@ def _event(
     gates: list[GateResult],
 ) -> RolloutEvent:
     return RolloutEvent(
+        candidate=new.candidate,
         at=new.updated_at,
         actor=actor,
         action=action,

@@ -1,9 +1,9 @@
 """The rollout as a running proxy sees it: a snapshot swapped in when the store changes.
 
-The response path only ever reads an in-memory snapshot. A background task polls the
-store's version a few times a second and swaps the whole snapshot when it moves, so a
-change applies within a second, in-flight requests finish on the snapshot they started
-with, and a store outage leaves the proxy serving on the last state it knew.
+The response path only ever reads an in-memory snapshot, one per cohort. A background
+task polls the store's version a few times a second and swaps every cohort's snapshot when
+it moves, so a change applies within a second, in-flight requests finish on the snapshot
+they started with, and a store outage leaves the proxy serving on the last state it knew.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kvmigrate.config import Config
 from kvmigrate.policies import Mode, RolloutSnapshot
 from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.route import Route, route
-from kvmigrate.rollout.state import Pin, RolloutState
+from kvmigrate.rollout.state import CohortStates, Pin, RolloutState
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
 
@@ -46,38 +46,54 @@ class LiveRollout:
         self.poll_interval = poll_interval
         # With a shared store (Redis) another replica may have pinned the conversation.
         self.shared_pins = store.url.startswith("redis") if shared_pins is None else shared_pins
+        self.cohorts = config.cohort_names()
+        # The generation polled from the store, and each cohort's state and snapshot;
+        # `state`/`_snapshot`: the fleet-wide default's, for a cohort the config lacks.
+        self.generation = 0
         self.state = _from_config(config)
+        self.states: dict[str, RolloutState] = dict.fromkeys(self.cohorts, self.state)
         self._snapshot = self._make_snapshot(self.state)
+        self._snapshots = {c: self._make_snapshot(self.state, c) for c in self.cohorts}
         self._pins: OrderedDict[str, PinView] = OrderedDict()
         self._unsaved: list[Pin] = []
         self._task: asyncio.Task[None] | None = None
-        self._listeners: list[Callable[[RolloutState], None]] = []
+        self._listeners: list[Callable[[str, RolloutState], None]] = []
         self.store_errors = 0
         self._gauges: tuple[Gauge, Gauge, Gauge] | None = None
 
-    def current(self) -> RolloutSnapshot:
-        return self._snapshot
+    def current(self, cohort: str = "") -> RolloutSnapshot:
+        return self._snapshots.get(cohort, self._snapshot)
 
-    def on_change(self, listener: Callable[[RolloutState], None]) -> None:
+    def state_of(self, cohort: str) -> RolloutState:
+        return self.states.get(cohort, self.state)
+
+    def on_change(self, listener: Callable[[str, RolloutState], None]) -> None:
+        """`listener(cohort, state)` for every cohort whose state changed."""
         self._listeners.append(listener)
 
-    async def route(self, conversation: str, turn: int, served: Collection[str]) -> Route:
-        """Route one request: the conversation's pin applied, and made on its first sight in
-        split mode. Only a later turn can have a pin another replica made, so only a later
-        turn asks a shared store for one."""
-        snapshot = self._snapshot
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
+        """Route one request by its cohort's snapshot: the conversation's pin applied, and
+        made on its first sight in split mode. Only a later turn can have a pin another
+        replica made, so only a later turn asks a shared store for one."""
+        snapshot = self._snapshots.get(cohort, self._snapshot)
         if not self.config.rollout.pinning or snapshot.mode != Mode.SPLIT:
             return route(conversation, snapshot, served)
         now = time.time()
-        pin = self._pins.get(conversation)
+        # A pin is the cohort's: one session may use two models that move apart. A pin
+        # made before cohorts (keyed by the conversation alone) still holds.
+        key = f"{cohort}:{conversation}" if cohort else conversation
+        found = key if key in self._pins else conversation
+        pin = self._pins.get(found)
         if pin is None and turn > 1 and self.shared_pins:
-            pin = await self._remote_pin(conversation)
+            found, pin = key, await self._remote_pin(key, conversation)
         if pin is not None:
-            self._pins.move_to_end(conversation)
+            self._pins.move_to_end(found)
         routed = route(conversation, snapshot, served, pin, now)
         if routed.pin:
             expires = now + self.config.rollout.pin_ttl_seconds
-            self._remember(Pin(conversation, routed.serve, snapshot.epoch, expires))
+            self._remember(Pin(key, routed.serve, snapshot.epoch, expires))
         return routed
 
     def _remember(self, pin: Pin) -> None:
@@ -86,36 +102,43 @@ class LiveRollout:
             self._pins.popitem(last=False)
         self._unsaved.append(pin)
 
-    async def _remote_pin(self, conversation: str) -> PinView | None:
+    async def _remote_pin(self, key: str, conversation: str) -> PinView | None:
+        """The cohort's pin another replica made (or one made before cohorts)."""
+        keys = [key] if key == conversation else [key, conversation]
         try:
             pins = await asyncio.wait_for(
-                asyncio.to_thread(self.store.load_pins, [conversation]), REMOTE_PIN_TIMEOUT
+                asyncio.to_thread(self.store.load_pins, keys), REMOTE_PIN_TIMEOUT
             )
         except (TimeoutError, StoreError):
             return None
         if not pins:
             return None
-        view = PinView(pins[0].backend, pins[0].epoch, pins[0].expires_at)
-        self._pins[conversation] = view
+        pin = min(pins, key=lambda p: keys.index(p.conversation))
+        view = PinView(pin.backend, pin.epoch, pin.expires_at)
+        self._pins[key] = view
         return view
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
+        # One series per configured cohort: the label's values come from the config only.
         self._gauges = (
             Gauge(
                 "kvmigrate_rollout_percent",
-                "The candidate's share of conversations (0 in shadow mode).",
+                "The candidate's share of the cohort's conversations (0 in shadow mode).",
+                ["cohort"],
                 registry=registry,
                 multiprocess_mode="livemostrecent",
             ),
             Gauge(
                 "kvmigrate_rollout_split",
                 "1 in split mode, 0 in shadow mode.",
+                ["cohort"],
                 registry=registry,
                 multiprocess_mode="livemostrecent",
             ),
             Gauge(
                 "kvmigrate_rollout_version",
-                "Version of the rollout state this proxy applies.",
+                "Version of the cohort's rollout state this proxy applies.",
+                ["cohort"],
                 registry=registry,
                 multiprocess_mode="livemin",
             ),
@@ -123,24 +146,27 @@ class LiveRollout:
         self._update_gauges()
 
     def _update_gauges(self) -> None:
-        if self._gauges is not None:
-            split = self.state.mode == Mode.SPLIT
-            self._gauges[0].set(self.state.percent if split else 0)
-            self._gauges[1].set(1 if split else 0)
-            self._gauges[2].set(self.state.version)
+        if self._gauges is None:
+            return
+        percent, split, version = self._gauges
+        for cohort, state in (self.states or {"": self.state}).items():
+            on = state.mode == Mode.SPLIT
+            percent.labels(cohort).set(state.percent if on else 0)
+            split.labels(cohort).set(1 if on else 0)
+            version.labels(cohort).set(state.version)
 
     async def running(self) -> None:
         """Read the state (and the saved pins) before serving, then watch for changes."""
         try:
-            state = await asyncio.to_thread(self.store.read)
-            self._swap(state)
+            generation = await asyncio.to_thread(self.store.version)
+            self._swap(await asyncio.to_thread(self.store.read_all), generation)
             if not self.shared_pins:
                 for pin in await asyncio.to_thread(self.store.load_pins):
                     self._pins[pin.conversation] = PinView(pin.backend, pin.epoch, pin.expires_at)
         except StoreError as exc:
             self.store_errors += 1
             log.error("rollout store unavailable at start, serving the config's rollout: %s", exc)
-            self._swap(_from_config(self.config))
+            self._swap(CohortStates(_from_config(self.config)), 0)
         self._task = self.supervisor.start("rollout-watch", self._watch)
 
     async def done(self) -> None:
@@ -153,9 +179,10 @@ class LiveRollout:
         while True:
             await asyncio.sleep(self.poll_interval)
             try:
-                version = await asyncio.to_thread(self.store.version)
-                if version != self.state.version:
-                    self._swap(await asyncio.to_thread(self.store.read))
+                # Read before the states: a change between the two is seen again next poll.
+                generation = await asyncio.to_thread(self.store.version)
+                if generation != self.generation:
+                    self._swap(await asyncio.to_thread(self.store.read_all), generation)
                 await self._flush_pins()
             except StoreError as exc:
                 self.store_errors += 1
@@ -173,23 +200,32 @@ class LiveRollout:
             self._unsaved = batch[-10_000:] + self._unsaved  # retry later, bounded
             raise
 
-    def _swap(self, state: RolloutState) -> None:
-        changed = state.version != self.state.version or state.epoch != self.state.epoch
-        self.state = state
-        self._snapshot = self._make_snapshot(state)
+    def _swap(self, states: CohortStates, generation: int) -> None:
+        self.generation = generation
+        self.state = states.default
+        self._snapshot = self._make_snapshot(states.default)
+        changed = []
+        for cohort in self.cohorts:
+            old, new = self.states[cohort], states.of(cohort)
+            if new.version != old.version or new.epoch != old.epoch or new != old:
+                self.states[cohort] = new
+                self._snapshots[cohort] = self._make_snapshot(new, cohort)
+                changed.append(cohort)
         self._update_gauges()
-        if changed:
+        for cohort in changed:
+            state = self.states[cohort]
             log.info(
-                "rollout now mode=%s percent=%g (version %d)",
+                "rollout of %s now mode=%s percent=%g (version %d)",
+                cohort,
                 state.mode,
                 state.percent,
                 state.version,
             )
             for listener in self._listeners:
-                listener(state)
+                listener(cohort, state)
 
-    def _make_snapshot(self, state: RolloutState) -> RolloutSnapshot:
-        return state.snapshot(self.config.rollout)
+    def _make_snapshot(self, state: RolloutState, cohort: str = "") -> RolloutSnapshot:
+        return state.snapshot(self.config.rollout, self.config.candidates_of(cohort))
 
 
 def _from_config(config: Config) -> RolloutState:

@@ -4,6 +4,11 @@ A change is an optimistic transaction on the state key: if another writer change
 between our read and our EXEC, Redis refuses the EXEC and we recompute from the new state.
 State, version and the history entry are written in one MULTI, so no reader ever sees one
 without the others.
+
+Cohorts (issue 19) only add keys: the round-1 `state`, `version` and `history` stay the
+fleet-wide default that a cohort without its own follows; each cohort's own state is a field
+of the `cohorts` hash, its changes go to the `events` list, and `generation` counts them, so
+`version` + `generation` grows with every change, which is what proxies poll.
 """
 
 from __future__ import annotations
@@ -11,12 +16,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis
 
 from kvmigrate.config import safe_url
-from kvmigrate.rollout.state import Link, Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
 PREFIX = "kvmigrate:rollout"
@@ -38,27 +44,49 @@ class RedisRolloutStore:
     def _key(self, name: str) -> str:
         return f"{self._prefix}:{name}"
 
-    def read(self) -> RolloutState:
-        raw = self._call(self._redis.get, self._key("state"))
+    def read(self, cohort: str = "") -> RolloutState:
+        own = self._call(self._redis.hget, self._key("cohorts"), cohort) if cohort else None
+        raw = own or self._call(self._redis.get, self._key("state"))
         return RolloutState.from_dict(json.loads(raw)) if raw else self._initial
 
-    def version(self) -> int:
-        raw = self._call(self._redis.get, self._key("version"))
-        return int(raw) if raw else self._initial.version
+    def read_all(self) -> CohortStates:
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(self._key("state"))
+            pipe.hgetall(self._key("cohorts"))
+            raw, own = self._call(pipe.execute)
+        default = RolloutState.from_dict(json.loads(raw)) if raw else self._initial
+        return CohortStates(
+            default, {c: RolloutState.from_dict(json.loads(d)) for c, d in own.items()}
+        )
 
-    def apply(self, change: Change) -> tuple[RolloutState, RolloutEvent]:
-        state_key = self._key("state")
+    def version(self) -> int:
+        version, generation = self._call(
+            self._redis.mget, [self._key("version"), self._key("generation")]
+        )
+        if version is None and generation is None:
+            return self._initial.version
+        return int(version or 0) + int(generation or 0)
+
+    def apply(self, change: Change, cohort: str = "") -> tuple[RolloutState, RolloutEvent]:
+        state_key, cohorts_key = self._key("state"), self._key("cohorts")
         for _ in range(MAX_RETRIES):
             try:
                 with self._redis.pipeline() as pipe:
-                    pipe.watch(state_key)  # type: ignore[no-untyped-call]
-                    raw = pipe.get(state_key)
+                    pipe.watch(state_key, cohorts_key)  # type: ignore[no-untyped-call]
+                    own = pipe.hget(cohorts_key, cohort) if cohort else None
+                    raw = own or pipe.get(state_key)
                     current = RolloutState.from_dict(json.loads(raw)) if raw else self._initial
                     state, event = change(current)
+                    event = replace(event, cohort=cohort)
                     pipe.multi()
-                    pipe.set(state_key, json.dumps(state.to_dict()))
-                    pipe.set(self._key("version"), state.version)
-                    pipe.rpush(self._key("history"), json.dumps(event.to_dict()))
+                    if cohort:
+                        pipe.hset(cohorts_key, cohort, json.dumps(state.to_dict()))
+                        pipe.incr(self._key("generation"))
+                        pipe.rpush(self._key("events"), json.dumps(event.to_dict()))
+                    else:
+                        pipe.set(state_key, json.dumps(state.to_dict()))
+                        pipe.set(self._key("version"), state.version)
+                        pipe.rpush(self._key("history"), json.dumps(event.to_dict()))
                     pipe.execute()
                     return state, event
             except redis.WatchError:
@@ -67,9 +95,20 @@ class RedisRolloutStore:
                 raise StoreError(f"Redis rollout store {safe_url(self.url)}: {exc}") from None
         raise StoreError("too many concurrent rollout changes; try again")
 
-    def history(self, limit: int = 100) -> list[RolloutEvent]:
-        rows = self._call(self._redis.lrange, self._key("history"), -limit, -1)
-        return [RolloutEvent.from_dict(json.loads(r)) for r in rows]
+    def history(self, limit: int = 100, cohort: str | None = None) -> list[RolloutEvent]:
+        """The default's changes and the cohorts', merged in time order."""
+        default = self._call(self._redis.lrange, self._key("history"), -limit, -1)
+        # A cohort's own events are filtered here, so all of them are read (a rollout's
+        # history is hundreds of changes, not millions).
+        start = -limit if cohort is None else 0
+        cohorts = self._call(self._redis.lrange, self._key("events"), start, -1)
+        events = [RolloutEvent.from_dict(json.loads(r)) for r in default]
+        for raw in cohorts:
+            event = RolloutEvent.from_dict(json.loads(raw))
+            if cohort is None or event.cohort == cohort:
+                events.append(event)
+        events.sort(key=lambda e: e.at)  # stable: each list is already in order
+        return events[-limit:]
 
     def save_pins(self, pins: Sequence[Pin]) -> None:
         if not pins:

@@ -12,10 +12,11 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvmigrate.rollout.state import Link, Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
 SCHEMA = """
@@ -28,13 +29,28 @@ CREATE TABLE IF NOT EXISTS rollout_pins (conversation TEXT PRIMARY KEY, backend 
 CREATE TABLE IF NOT EXISTS rollout_links (key TEXT PRIMARY KEY, conversation TEXT NOT NULL,
                                           turn INTEGER NOT NULL, expires_at REAL NOT NULL,
                                           detail TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS rollout_cohort_state (cohort TEXT PRIMARY KEY, data TEXT NOT NULL,
+                                                 version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS rollout_cohort_history (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                                                   cohort TEXT NOT NULL, version INTEGER NOT NULL,
+                                                   at REAL NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS rollout_links_expiry ON rollout_links (expires_at);
 CREATE INDEX IF NOT EXISTS rollout_pins_expiry ON rollout_pins (expires_at);
 """
 # The expiry indexes: each batch of links (and each pin) first deletes what expired, which
 # without them scanned the whole table, one row per conversation turn of the last TTL.
 # Every table is created if missing, so a store written by an older version gains the new
-# ones in place the first time a newer proxy opens it.
+# ones in place the first time a newer proxy opens it. The migration only appends: the
+# round-1 tables keep the fleet-wide default (cohort "") and its history, untouched, and
+# each cohort's own state and history go to the rollout_cohort_* tables.
+
+# What proxies poll: the default's version plus every cohort's. A change raises exactly
+# one of them (a cohort's first change from the default's version, which is larger than
+# its absent 0), so the sum grows with every change.
+GENERATION = (
+    "SELECT COALESCE((SELECT version FROM rollout_state WHERE id = 1), 0) "
+    "+ COALESCE((SELECT SUM(version) FROM rollout_cohort_state), 0)"
+)
 
 
 def sqlite_path(url: str) -> Path:
@@ -63,29 +79,64 @@ class SqliteRolloutStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open rollout store {self.path}: {exc}") from None
 
-    def read(self) -> RolloutState:
-        row = self._query_one("SELECT data FROM rollout_state WHERE id = 1")
-        return RolloutState.from_dict(json.loads(row[0])) if row else self._initial
+    def read(self, cohort: str = "") -> RolloutState:
+        with self._lock:
+            return self._current(cohort)
+
+    def read_all(self) -> CohortStates:
+        rows = self._query_all("SELECT cohort, data FROM rollout_cohort_state")
+        own = {str(c): RolloutState.from_dict(json.loads(d)) for c, d in rows}
+        return CohortStates(self.read(), own)
 
     def version(self) -> int:
-        row = self._query_one("SELECT version FROM rollout_state WHERE id = 1")
-        return int(row[0]) if row else self._initial.version
+        row = self._query_one(GENERATION)
+        return int(row[0]) if row and row[0] else self._initial.version
 
-    def apply(self, change: Change) -> tuple[RolloutState, RolloutEvent]:
+    def _current(self, cohort: str) -> RolloutState:
+        """The cohort's own state, else the default; under the lock (or a transaction)."""
+        try:
+            row = None
+            if cohort:
+                row = self._db.execute(
+                    "SELECT data FROM rollout_cohort_state WHERE cohort = ?", (cohort,)
+                ).fetchone()
+            if row is None:
+                row = self._db.execute("SELECT data FROM rollout_state WHERE id = 1").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"rollout store {self.path}: {exc}") from None
+        return RolloutState.from_dict(json.loads(row[0])) if row else self._initial
+
+    def apply(self, change: Change, cohort: str = "") -> tuple[RolloutState, RolloutEvent]:
         with self._transaction():
-            row = self._db.execute("SELECT data FROM rollout_state WHERE id = 1").fetchone()
-            current = RolloutState.from_dict(json.loads(row[0])) if row else self._initial
-            state, event = change(current)
-            self._db.execute(
-                "INSERT INTO rollout_state (id, data, version) VALUES (1, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET data = excluded.data, version = excluded.version",
-                (json.dumps(state.to_dict()), state.version),
-            )
-            self._db.execute(
-                "INSERT INTO rollout_history (version, at, data) VALUES (?, ?, ?)",
-                (state.version, event.at, json.dumps(event.to_dict())),
-            )
+            state, event = change(self._current(cohort))
+            event = replace(event, cohort=cohort)
+            if cohort:
+                self._write_cohort(cohort, state, event)
+            else:
+                self._write_default(state, event)
         return state, event
+
+    def _write_default(self, state: RolloutState, event: RolloutEvent) -> None:
+        self._db.execute(
+            "INSERT INTO rollout_state (id, data, version) VALUES (1, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET data = excluded.data, version = excluded.version",
+            (json.dumps(state.to_dict()), state.version),
+        )
+        self._db.execute(
+            "INSERT INTO rollout_history (version, at, data) VALUES (?, ?, ?)",
+            (state.version, event.at, json.dumps(event.to_dict())),
+        )
+
+    def _write_cohort(self, cohort: str, state: RolloutState, event: RolloutEvent) -> None:
+        self._db.execute(
+            "INSERT INTO rollout_cohort_state (cohort, data, version) VALUES (?, ?, ?) "
+            "ON CONFLICT (cohort) DO UPDATE SET data = excluded.data, version = excluded.version",
+            (cohort, json.dumps(state.to_dict()), state.version),
+        )
+        self._db.execute(
+            "INSERT INTO rollout_cohort_history (cohort, version, at, data) VALUES (?, ?, ?, ?)",
+            (cohort, state.version, event.at, json.dumps(event.to_dict())),
+        )
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -102,11 +153,15 @@ class SqliteRolloutStore:
         except sqlite3.Error as exc:
             raise StoreError(f"rollout store {self.path}: {exc}") from None
 
-    def history(self, limit: int = 100) -> list[RolloutEvent]:
+    def history(self, limit: int = 100, cohort: str | None = None) -> list[RolloutEvent]:
+        """Both tables, in time order (the default's changes, at their time, belong to every
+        cohort's history)."""
+        where, args = ("WHERE cohort = ?", (cohort,)) if cohort is not None else ("", ())
         rows = self._query_all(
-            "SELECT data FROM (SELECT version, data FROM rollout_history ORDER BY version DESC "
-            "LIMIT ?) ORDER BY version",
-            (limit,),
+            "SELECT data FROM (SELECT at, 0 AS seq, version, data FROM rollout_history "
+            f"UNION ALL SELECT at, seq, version, data FROM rollout_cohort_history {where} "
+            "ORDER BY at DESC, seq DESC, version DESC LIMIT ?) ORDER BY at, seq, version",
+            (*args, limit),
         )
         return [RolloutEvent.from_dict(json.loads(r[0])) for r in rows]
 

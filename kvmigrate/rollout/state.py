@@ -40,6 +40,8 @@ class RolloutState:
     last_good_percent: float = 0.0
     updated_at: float = 0.0
     updated_by: str = ""
+    # The candidate a split serves, chosen by `rollout --candidate`; "": the cohort's first.
+    candidate: str = ""
 
     @classmethod
     def from_config(cls, rollout: RolloutConfig) -> RolloutState:
@@ -47,7 +49,10 @@ class RolloutState:
         return cls(mode=Mode(rollout.mode), percent=rollout.percent)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.candidate:
+            del data["candidate"]  # a state without a choice reads back as it was written
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutState:
@@ -59,6 +64,7 @@ class RolloutState:
             last_good_percent=float(data.get("last_good_percent", 0.0)),
             updated_at=float(data.get("updated_at", 0.0)),
             updated_by=str(data.get("updated_by", "")),
+            candidate=str(data.get("candidate", "")),
         )
 
     def next(self, actor: str, **changes: Any) -> RolloutState:
@@ -66,11 +72,15 @@ class RolloutState:
             self, version=self.version + 1, updated_at=time.time(), updated_by=actor, **changes
         )
 
-    def snapshot(self, rollout: RolloutConfig) -> RolloutSnapshot:
-        """What the proxy routes by: this state, under the config's fixed rollout settings."""
+    def snapshot(self, rollout: RolloutConfig, candidates: tuple[str, ...] = ()) -> RolloutSnapshot:
+        """What the proxy routes by: this state, under the config's fixed rollout settings.
+        `candidates`: the cohort's candidate backends; the one not serving get shadow copies."""
+        candidates = candidates or (rollout.candidate,)
+        chosen = self.candidate if self.candidate in candidates else candidates[0]
         return RolloutSnapshot(
             primary=rollout.primary,
-            candidate=rollout.candidate,
+            candidate=chosen,
+            extra_shadows=tuple(c for c in candidates if c != chosen),
             mode=self.mode,
             percent=self.percent,
             shadow_sample=rollout.shadow_sample,
@@ -96,9 +106,17 @@ class RolloutEvent:
     forced: bool = False
     gates: list[dict[str, Any]] = field(default_factory=list)
     version: int = 0
+    # The cohort it changed; "" for the fleet-wide default (every event before cohorts).
+    cohort: str = ""
+    # The candidate chosen by `rollout --candidate` when the change was made ("": none).
+    candidate: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for name in ("cohort", "candidate"):
+            if not data[name]:
+                del data[name]  # a fleet-wide event reads back as it was written before
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutEvent:
@@ -114,7 +132,22 @@ class RolloutEvent:
             forced=bool(data.get("forced", False)),
             gates=list(data.get("gates", [])),
             version=int(data.get("version", 0)),
+            cohort=str(data.get("cohort", "")),
+            candidate=str(data.get("candidate", "")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortStates:
+    """Every stored state at once: the fleet-wide default (the whole state before cohorts
+    existed) and the cohorts that have one of their own. A cohort without its own follows
+    the default, so a store written before cohorts moves nothing when it is upgraded."""
+
+    default: RolloutState
+    own: dict[str, RolloutState] = field(default_factory=dict)
+
+    def of(self, cohort: str) -> RolloutState:
+        return self.own.get(cohort, self.default)
 
 
 @dataclass(frozen=True, slots=True)

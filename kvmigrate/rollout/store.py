@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import Final, Protocol
 
 from kvmigrate.lazy import implementation
-from kvmigrate.rollout.state import Link, Pin, RolloutEvent, RolloutState
+from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 
 # A change computes the new state and its audit event from the current state, so the
 # store can apply it atomically (and retry it after losing a race).
@@ -19,22 +19,32 @@ class StoreError(Exception):
 
 
 class RolloutStore(Protocol):
+    """State is kept per cohort (`""`: the fleet-wide default, which is all a store written
+    before cohorts holds, and what a cohort without a state of its own follows)."""
+
     url: str
 
-    def read(self) -> RolloutState:
-        """The current state (the initial state when nothing was written yet)."""
+    def read(self, cohort: str = "") -> RolloutState:
+        """The cohort's state (the initial state when nothing was written yet)."""
+        ...
+
+    def read_all(self) -> CohortStates:
+        """Every state at once: what a running proxy swaps in."""
         ...
 
     def version(self) -> int:
-        """The current version, cheaply: what running proxies poll."""
+        """A number that grows with every change to any cohort, cheaply: what running
+        proxies poll."""
         ...
 
-    def apply(self, change: Change) -> tuple[RolloutState, RolloutEvent]:
-        """Apply `change` atomically: state and event are written together or not at all."""
+    def apply(self, change: Change, cohort: str = "") -> tuple[RolloutState, RolloutEvent]:
+        """Apply `change` to the cohort atomically: state and event are written together or
+        not at all. A cohort's first change starts from the default it followed."""
         ...
 
-    def history(self, limit: int = 100) -> list[RolloutEvent]:
-        """The audit trail, oldest first."""
+    def history(self, limit: int = 100, cohort: str | None = None) -> list[RolloutEvent]:
+        """The audit trail, oldest first: every cohort's, or one cohort's with the
+        fleet-wide changes it followed."""
         ...
 
     def save_pins(self, pins: Sequence[Pin]) -> None:

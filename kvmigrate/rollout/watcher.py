@@ -79,6 +79,9 @@ class RollingWindow:
 
 
 class RollbackWatcher:
+    """Judges each cohort on its own traffic: a breach in one cohort rolls back that cohort
+    alone, and the others keep their share."""
+
     def __init__(
         self, live: LiveRollout, controller: RolloutController, interval: float = 1.0
     ) -> None:
@@ -86,13 +89,15 @@ class RollbackWatcher:
         self.supervisor = live.supervisor
         self.controller = controller
         self.interval = interval
-        rollout = controller.config.rollout
+        config = controller.config
+        self._primary = config.rollout.primary
+        # (cohort, backend) -> its window; cohorts and backends from the config (bounded).
         self.windows = {
-            rollout.primary: RollingWindow(rollout.primary),
-            rollout.candidate: RollingWindow(rollout.candidate),
+            (cohort, backend): RollingWindow(backend)
+            for cohort in live.cohorts or ("",)
+            for backend in (self._primary, *config.candidates_of(cohort))
         }
         self.actor = f"auto-rollback@{socket.gethostname()}"
-        self._candidate = rollout.candidate
         self._unchecked: deque[Exchange] = deque(maxlen=2_000)
         self._task: asyncio.Task[None] | None = None
         self._counter: Counter | None = None
@@ -100,21 +105,24 @@ class RollbackWatcher:
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         self._counter = Counter(
-            "kvmigrate_auto_rollbacks", "Rollbacks this proxy made by itself.", registry=registry
+            "kvmigrate_auto_rollbacks",
+            "Rollbacks this proxy made by itself.",
+            ["cohort"],
+            registry=registry,
         )
 
     def exchange_done(self, exchange: Exchange) -> None:
-        window = self.windows.get(exchange.backend)
+        window = self.windows.get((exchange.cohort, exchange.backend))
+        if window is None:
+            return
         if (
-            window is not None
-            and exchange.backend == self._candidate
+            exchange.backend != self._primary
             and exchange.route in TOOL_ROUTES
             and b'"tools"' in exchange.request_body
         ):
             self._unchecked.append(exchange)  # parsed off the response path, once a second
-        if window is not None:
-            failed = is_backend_error(exchange.status, exchange.error)
-            window.add(exchange.started, failed, exchange.ttft, exchange.duration)
+        failed = is_backend_error(exchange.status, exchange.error)
+        window.add(exchange.started, failed, exchange.ttft, exchange.duration)
 
     async def running(self) -> None:
         self._task = self.supervisor.start("auto-rollback", self._loop)
@@ -122,64 +130,77 @@ class RollbackWatcher:
     async def done(self) -> None:
         await self.supervisor.stop(self._task)
 
-    def _state_changed(self, state: RolloutState) -> None:
-        # Evidence gathered under the old state says nothing about the new one.
-        for window in self.windows.values():
-            window.clear()
+    def _state_changed(self, cohort: str, state: RolloutState) -> None:
+        # Evidence gathered under the old state says nothing about the new one; the other
+        # cohorts' evidence still holds.
+        for (of, _backend), window in self.windows.items():
+            if of == cohort:
+                window.clear()
+        kept = [x for x in self._unchecked if x.cohort != cohort]
         self._unchecked.clear()
+        self._unchecked.extend(kept)
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             if self._unchecked:
                 await asyncio.to_thread(self.check_tool_calls)
-            reason = self.check()
-            if reason is not None:
-                await self._roll_back(reason)
+            for cohort, reason in self.check():
+                await self._roll_back(cohort, reason)
 
     def check_tool_calls(self) -> None:
         """Count the candidate's broken tool calls (unknown tool, invalid JSON arguments)."""
-        window = self.windows[self._candidate]
         while self._unchecked:
             exchange = self._unchecked.popleft()
+            window = self.windows.get((exchange.cohort, exchange.backend))
             response = assemble(exchange.route, exchange.body())
             try:
                 request = orjson.loads(exchange.request_body)
             except orjson.JSONDecodeError:
                 continue
-            if response is not None and isinstance(request, dict):
+            if window is not None and response is not None and isinstance(request, dict):
                 total, invalid = invalid_tool_calls(request, response)
                 if total:
                     window.tools.append((exchange.started, total, invalid))
 
-    def check(self) -> str | None:
-        state = self.live.state
-        if state.mode != Mode.SPLIT or state.percent == 0:
-            return None
+    def check(self) -> list[tuple[str, str]]:
+        """(cohort, reason) of every cohort in split whose candidate breaches the limits."""
         config = self.controller.config.rollout
         since = time.perf_counter() - config.auto_rollback.window_seconds
-        primary = self.windows[config.primary].summary(since)
-        candidate = self.windows[config.candidate].summary(since)
-        return rollback_reason(primary, candidate, config.auto_rollback)
+        breaches = []
+        for cohort in self.live.cohorts or ("",):
+            state = self.live.state_of(cohort)
+            if state.mode != Mode.SPLIT or state.percent == 0:
+                continue
+            serving = self.live.current(cohort).candidate  # the one its split serves
+            if (cohort, serving) not in self.windows:
+                continue
+            primary = self.windows[cohort, self._primary].summary(since)
+            candidate = self.windows[cohort, serving].summary(since)
+            reason = rollback_reason(primary, candidate, config.auto_rollback)
+            if reason is not None:
+                breaches.append((cohort, reason))
+        return breaches
 
-    async def _roll_back(self, reason: str) -> None:
-        version = self.live.state.version
+    async def _roll_back(self, cohort: str, reason: str) -> None:
+        version = self.live.state_of(cohort).version
         try:
             outcome = await asyncio.to_thread(
-                self.controller.rollback, reason, self.actor, True, version
+                self.controller.rollback, reason, self.actor, True, version, cohort or None
             )
         except RolloutError as exc:
-            log.info("auto-rollback skipped: %s", exc)
+            log.info("auto-rollback of %s skipped: %s", cohort, exc)
             return
         except StoreError as exc:
             log.error("auto-rollback could not write the rollout store: %s", exc)
             return
         if self._counter is not None:
-            self._counter.inc()
+            self._counter.labels(cohort).inc()
         log.warning(
-            "auto-rollback: %s; percent %g -> %g",
+            "auto-rollback of %s: %s; percent %g -> %g",
+            cohort,
             reason,
             outcome.event.from_percent,
             outcome.event.to_percent,
         )
-        self._state_changed(outcome.state)
+        self._state_changed(cohort, outcome.state)

@@ -93,19 +93,22 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -
 
 
 def set_split(config: Config, percent: float) -> None:
+    """The chat model's cohort (the first model; an embeddings model has no candidate)."""
     controller = open_controller(config)
+    chat = config.models[0].model_name
     try:
-        controller.set_percent(percent, reason="test", actor="test", force=True)
+        controller.set_percent(percent, reason="test", actor="test", force=True, cohort=chat)
     finally:
         controller.store.close()
 
 
 def set_shadow(config: Config) -> None:
     controller = open_controller(config)
+    chat = config.models[0].model_name
     try:
-        if controller.store.read().percent:
-            controller.set_percent(0, reason="test", actor="test")
-        controller.set_mode("shadow", reason="test", actor="test")
+        if controller.read(chat).percent:
+            controller.set_percent(0, reason="test", actor="test", cohort=chat)
+        controller.set_mode("shadow", reason="test", actor="test", cohort=chat)
     finally:
         controller.store.close()
 

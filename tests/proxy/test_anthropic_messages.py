@@ -392,11 +392,11 @@ def test_metrics_count_messages_by_route_with_anthropic_token_counts(
     proxy.client().messages.create(**ask("hello", system="Be brief."))
     proxy.exchanges.wait(2)
     text = urllib.request.urlopen(proxy.server.url + "/metrics", timeout=5).read().decode()
-    assert (
-        'kvmigrate_requests_total{backend="hosted",role="serve",route="messages",status="200"} 1.0'
-        in text
-    )
-    assert 'kvmigrate_requests_total{backend="vllm",role="shadow",route="messages"' in text
+    # Labels in name order; the cohort is the model's own (the config names none).
+    served = f'backend="hosted",cohort="{CLAUDE}",role="serve",route="messages",status="200"'
+    assert f"kvmigrate_requests_total{{{served}}} 1.0" in text
+    shadow = f'backend="vllm",cohort="{CLAUDE}",role="shadow",route="messages"'
+    assert f"kvmigrate_requests_total{{{shadow}" in text
     # Anthropic's usage read as prompt (input + cache reads + writes) and completion tokens.
     assert 'kvmigrate_tokens_total{backend="hosted",kind="prompt",role="serve"}' in text
 

@@ -129,7 +129,8 @@ def _metric(pool: Pool, pattern: str) -> float:
 
 
 ROLLOUT = [sys.executable, "-m", "kvmigrate", "rollout"]
-SERVED = r'kvmigrate_requests_total\{backend="hosted",role="serve"[^}]*\}'
+# The labels in any order (the multiprocess collector sorts them; one is the cohort).
+SERVED = r'kvmigrate_requests_total\{(?=[^}]*backend="hosted")(?=[^}]*role="serve")[^}]*\}'
 
 
 def test_workers_are_processes_listening_on_one_port(pool: Pool) -> None:
@@ -182,7 +183,7 @@ def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
     version = int(re.search(r"version (\d+)", change.stdout).group(1))  # type: ignore[union-attr]
     # The gauge is the lowest version any live worker applies: every worker has it.
     deadline = time.monotonic() + DEADLINE_S
-    while _metric(pool, "kvmigrate_rollout_version") < version:
+    while _metric(pool, r"kvmigrate_rollout_version\{[^}]*\}") < version:  # the one cohort
         assert time.monotonic() < deadline, "not every worker applied the change"
         time.sleep(0.05)
     assert set(_backends_of(pool, 20)) == {"vllm"}

@@ -92,8 +92,8 @@ def test_a_client_that_gives_up_cancels_the_upstream_and_counts_against_it(
     lags = [c - g for c, g in zip(slow.cancelled, gave_up, strict=True)]
     assert max(lags) < 2.0, lags
     assert (
-        'kvmigrate_errors_total{backend="vllm",error="client_cancelled",role="serve"} 6.0'
-        in metrics
+        'kvmigrate_errors_total{backend="vllm",cohort="gpt-4o-mini",error="client_cancelled",'
+        'role="serve"} 6.0' in metrics
     )
 
     with open_store(db) as store:

@@ -148,9 +148,15 @@ record: {{db: "sqlite:///{records_db}", content: redacted}}
     # The files: intact.
     assert integrity(records_db) == "ok"
     assert integrity(state_db) == "ok"
-    # The rollout state: one version, the last history entry's.
-    version, data = query(state_db, "SELECT version, data FROM rollout_state WHERE id = 1")[0]
-    history = query(state_db, "SELECT max(version), count(*) FROM rollout_history")[0]
+    # The rollout state: one version, the last history entry's (the model's cohort's own).
+    version, data = query(
+        state_db, "SELECT version, data FROM rollout_cohort_state WHERE cohort = ?", (HOSTED_MODEL,)
+    )[0]
+    history = query(
+        state_db,
+        "SELECT max(version), count(*) FROM rollout_cohort_history WHERE cohort = ?",
+        (HOSTED_MODEL,),
+    )[0]
     assert changes >= 5
     assert json.loads(data)["version"] == version == history[0]
     assert history[1] == changes  # every change, once

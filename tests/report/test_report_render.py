@@ -283,8 +283,7 @@ def test_divergences_view_shows_pairs_side_by_side_and_filters_in_chromium(
                        parity_kind="noise", parity_score=0.8,
                        parity_applicable='["length", "text"]', parity_disagree='["length"]')  # fmt: skip
         store.insert([noise])
-        # Records of a cohort-aware proxy carry a cohort column (issue 19); older ones do not.
-        store.query("ALTER TABLE records ADD COLUMN cohort TEXT")
+        # Records carry the cohort they were routed in (issue 19, migration m008_cohort).
         store.query("UPDATE records SET cohort = 'beta' WHERE request_id = 'c1'")
         store.query("UPDATE records SET cohort = 'alpha' WHERE request_id IN ('c2', 'c3')")
         report = build_report(store, since=0)

@@ -50,7 +50,9 @@ def config(tmp_path: Path) -> Config:
 def evidence(config: Config) -> Iterator[tuple[RolloutController, list[dict[str, BackendWindow]]]]:
     looks: list[dict[str, BackendWindow]] = []
     controller = RolloutController(
-        config, open_store(config.rollout.state, initial_state(config)), lambda _since: looks[0]
+        config,
+        open_store(config.rollout.state, initial_state(config)),
+        lambda _since, _cohort: looks[0],
     )
     yield controller, looks
     controller.store.close()
@@ -101,7 +103,7 @@ def test_growing_evidence_is_promoted_once_the_interval_clears(
     # ... and not on an earlier look, where it was not yet clear
     assert seen
     earlier = RolloutController(
-        controller.config, controller.store, lambda _s: windows(seen[-1], seen[-1] // 100)
+        controller.config, controller.store, lambda _s, _c: windows(seen[-1], seen[-1] // 100)
     )
     assert [g.verdict.value for g in earlier.evaluate() if g.name == "error_rate"] == [
         "inconclusive"

@@ -71,7 +71,9 @@ def controller(state_url: str) -> Iterator[RolloutController]:
     config = make_config(state_url)
     evidence = {"windows": GOOD}
     ctl = RolloutController(
-        config, open_store(state_url, initial_state(config)), lambda since: evidence["windows"]
+        config,
+        open_store(state_url, initial_state(config)),
+        lambda since, cohort: evidence["windows"],
     )
     ctl.evidence = evidence  # type: ignore[attr-defined]
     yield ctl
@@ -96,11 +98,11 @@ def test_promotion_passes_gates_and_records_them(controller: RolloutController) 
 
 def test_failing_gate_refuses_and_changes_nothing(controller: RolloutController) -> None:
     controller.evidence["windows"] = BAD  # type: ignore[attr-defined]
-    before = controller.store.read()
+    before = controller.read()
     with pytest.raises(GatesRefused) as refused:
         controller.set_percent(10)
     assert "error_rate failed" in str(refused.value)
-    assert controller.store.read() == before
+    assert controller.read() == before
     assert controller.store.history() == []
 
 
@@ -145,7 +147,7 @@ def test_conditional_rollback_happens_once(controller: RolloutController) -> Non
     controller.rollback(actor="proxy-a", automatic=True, expected_version=state.version)
     with pytest.raises(RolloutError, match="changed since"):
         controller.rollback(actor="proxy-b", automatic=True, expected_version=state.version)
-    assert controller.store.read().percent == 10  # one rollback, not two
+    assert controller.read().percent == 10  # one rollback, not two
 
 
 @pytest.mark.parametrize("percent", [-1, 100.5, float("nan")])
@@ -200,7 +202,7 @@ def run_writers(
 
 
 def assert_consistent(controller: RolloutController) -> list[int]:
-    state = controller.store.read()
+    state = controller.read()
     versions = [e.version for e in controller.store.history(100_000)]
     assert versions == list(range(1, len(versions) + 1)), "lost or duplicated versions"
     assert state.version == len(versions)

@@ -121,12 +121,17 @@ DEADLINE_S = 30.0
 
 
 def applied_version(proxy: BackgroundServer) -> float:
-    """The rollout state version the proxy reports it applies (its own metric)."""
+    """The rollout state version the proxy reports it applies (its own metric, one series
+    per cohort: the lowest, so every cohort has it)."""
     with urllib.request.urlopen(proxy.url + "/metrics", timeout=10) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("kvmigrate_rollout_version "):
-                return float(line.split()[-1])
-    raise AssertionError("no kvmigrate_rollout_version metric")
+        versions = [
+            float(line.split()[-1])
+            for line in response.read().decode().splitlines()
+            if line.startswith(("kvmigrate_rollout_version ", "kvmigrate_rollout_version{"))
+        ]
+    if not versions:
+        raise AssertionError("no kvmigrate_rollout_version metric")
+    return min(versions)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float) -> float:
@@ -292,7 +297,7 @@ def test_failing_candidate_is_rolled_back_automatically(
     import urllib.request
 
     metrics = urllib.request.urlopen(proxy.url + "/metrics").read().decode()
-    assert "kvmigrate_auto_rollbacks_total 1.0" in metrics
+    assert 'kvmigrate_auto_rollbacks_total{cohort="gpt-4o-mini"} 1.0' in metrics
 
 
 @pytest.fixture
