@@ -18,7 +18,8 @@ from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
-from kvmigrate.proxy.service import ProxyService, RolloutSource
+from kvmigrate.proxy.rollout_source import RolloutSource
+from kvmigrate.proxy.service import ProxyService
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
 from kvmigrate.wire.anthropic import anthropic_model_list

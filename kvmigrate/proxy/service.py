@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import aiohttp
-import orjson
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies import RolloutSnapshot, Route, route
+from kvmigrate.policies import Route
 from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
@@ -22,6 +21,7 @@ from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.cohorts import CohortResolver
+from kvmigrate.proxy.copy_usage import with_usage
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import (
     ProxyError,
@@ -53,39 +53,16 @@ from kvmigrate.proxy.headers import (
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
+from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
-from kvmigrate.rollout.state import RolloutState
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
-
-
-def with_usage(call: Call, body: RequestBody, path: str = "") -> Call:
-    """A streamed copy asks for the usage chunk even when the client did not: nobody reads
-    the copy but us, and its token counts (cached tokens above all) are the evidence. A
-    Responses stream always ends with its usage, in `response.completed`."""
-    options = body.data.get("stream_options")
-    if not body.stream or (isinstance(options, dict) and options.get("include_usage")):
-        return call
-    if path == RESPONSES:
-        return call
-    start = call.body.lstrip()
-    if "stream_options" not in body.data and start[:1] == b"{":
-        # Spliced in front, as `model` is: re-encoding the copy's whole body (an agent's
-        # context, often 100 KB) was a parse and a dump per shadow copy.
-        spliced = b'{"stream_options":{"include_usage":true},' + start[1:]
-        return Call(call.method, call.url, spliced, call.headers)
-    data = orjson.loads(call.body)
-    data["stream_options"] = {
-        **(options if isinstance(options, dict) else {}),
-        "include_usage": True,
-    }
-    return Call(call.method, call.url, orjson.dumps(data), call.headers)
 
 
 def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
@@ -93,33 +70,6 @@ def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
         kind,
         ProxyError(502, f"Backend `{backend}` failed ({kind}).", "server_error", "upstream_error"),
     )
-
-
-class RolloutSource(Protocol):
-    def current(self) -> RolloutSnapshot: ...
-
-    async def route(
-        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
-    ) -> Route:
-        """Route one request of `conversation` (`policies.route`, with the state the source
-        keeps: the cohort's snapshot and the conversation's pin)."""
-        ...
-
-
-class StaticRollout:
-    """The rollout as the config file sets it, without pins."""
-
-    def __init__(self, config: Config) -> None:
-        r = config.rollout
-        self._snapshot = RolloutState.from_config(r).snapshot(r)
-
-    def current(self) -> RolloutSnapshot:
-        return self._snapshot
-
-    async def route(
-        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
-    ) -> Route:
-        return route(conversation, self._snapshot, served)
 
 
 @dataclass(frozen=True, slots=True)

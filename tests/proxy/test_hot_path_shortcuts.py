@@ -9,8 +9,8 @@ import pytest
 from kvmigrate.exchange import _stream_usage
 from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.proxy.body import parse_body
+from kvmigrate.proxy.copy_usage import with_usage
 from kvmigrate.proxy.forward import Call
-from kvmigrate.proxy.service import with_usage
 from kvmigrate.proxy.stream_check import SseCheck, _all_data_parses, malformed_kind
 
 CHUNK = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'

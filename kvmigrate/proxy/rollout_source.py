@@ -1,0 +1,37 @@
+"""Where the proxy's routing state comes from: the config file alone, or a live store."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
+
+from kvmigrate.config import Config
+from kvmigrate.policies import RolloutSnapshot, Route, route
+from kvmigrate.rollout.state import RolloutState
+
+
+class RolloutSource(Protocol):
+    def current(self) -> RolloutSnapshot: ...
+
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
+        """Route one request of `conversation` (`policies.route`, with the state the source
+        keeps: the cohort's snapshot and the conversation's pin)."""
+        ...
+
+
+class StaticRollout:
+    """The rollout as the config file sets it, without pins."""
+
+    def __init__(self, config: Config) -> None:
+        r = config.rollout
+        self._snapshot = RolloutState.from_config(r).snapshot(r)
+
+    def current(self) -> RolloutSnapshot:
+        return self._snapshot
+
+    async def route(
+        self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
+    ) -> Route:
+        return route(conversation, self._snapshot, served)
