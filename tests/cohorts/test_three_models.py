@@ -6,6 +6,7 @@ serves, and only that one serves."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -110,9 +111,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
 
 def test_three_models_each_follow_their_own_rollout(setup: tuple[Path, str]) -> None:
     config, url = setup
+    probes = itertools.count()
+
+    def fresh() -> str:
+        # A new conversation per probe: a probe answered before the change applied is
+        # pinned where it went, and would be answered there forever after.
+        return f"probe-{next(probes)}"
+
     cli(config, "rollout", "--model", "gpt-4o-mini", "--percent", "100")
     cli(config, "rollout", "--model", "gpt-4o", "--percent", "50")
-    wait_until(lambda: turn(url, "gpt-4o-mini", "probe") == "vllm", DEADLINE_S)
+    wait_until(lambda: turn(url, "gpt-4o-mini", fresh()) == "vllm", DEADLINE_S)
     wait_until(lambda: in_candidate_share("kvmigrate", "p2", 50) == (turn(url, "gpt-4o", "p2") == "vllm"), DEADLINE_S)  # fmt: skip
 
     sessions = [f"s{i}" for i in range(24)]
@@ -133,13 +141,13 @@ def test_three_models_each_follow_their_own_rollout(setup: tuple[Path, str]) -> 
 
     # Raising gpt-4o moves new conversations only: pins hold the started ones.
     cli(config, "rollout", "--model", "gpt-4o", "--percent", "100")
-    wait_until(lambda: turn(url, "gpt-4o", "new-0") == "vllm", DEADLINE_S)
+    wait_until(lambda: turn(url, "gpt-4o", fresh()) == "vllm", DEADLINE_S)
     for s, backends in big.items():
         assert turn(url, "gpt-4o", s) == next(iter(backends))
 
     # A split of o3-mini serves the chosen candidate only; the other keeps its copies.
     cli(config, "rollout", "--model", "o3-mini", "--percent", "100", "--candidate", "vllm-fp8")
-    wait_until(lambda: turn(url, "o3-mini", "fp8-probe") == "vllm-fp8", DEADLINE_S)
+    wait_until(lambda: turn(url, "o3-mini", fresh()) == "vllm-fp8", DEADLINE_S)
     served = {turn(url, "o3-mini", f"n{i}") for i in range(8)}
     assert served == {"vllm-fp8"}
     assert turn(url, "gpt-4o-mini", "after") == "vllm"  # the others did not move
