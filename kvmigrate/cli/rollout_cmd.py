@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 import click
 import msgspec
@@ -16,80 +18,95 @@ from kvmigrate.config.model import RolloutMode
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import gate_summary, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
-from kvmigrate.rollout.client import LocalRollout, RemoteRollout, RolloutClient
+from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
-from kvmigrate.rollout.controller import GatesRefused, RolloutError
+from kvmigrate.rollout.controller import GatesRefused, RolloutError, RolloutStatus
 from kvmigrate.rollout.status_table import render_status_table
 from kvmigrate.rollout.store import StoreError
 
-F = TypeVar("F", bound=Callable[..., Any])
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a command goes (the store from the config, or a running proxy), which cohort
+    it is about, and how it answers: what `target_options` gives every command."""
+
+    config_path: str
+    proxy_url: str | None
+    admin_key: str | None
+    as_json: bool
+    model: str | None
+    cohort_name: str | None
+
+    @property
+    def cohort(self) -> str | None:
+        """The cohort `--model` or `--cohort` names (None: the config's only one)."""
+        if self.model is not None and self.cohort_name is not None:
+            raise click.UsageError("give --model or --cohort, not both")
+        return self.model if self.model is not None else self.cohort_name
+
+    @contextmanager
+    def client(self, candidate: str | None = None) -> Iterator[RolloutClient]:
+        """The client, bound to the selected cohort, with every refusal turned into a
+        one-line error and a non-zero exit."""
+        name = self.cohort
+        try:
+            if self.proxy_url:
+                yield RemoteRollout(
+                    self.proxy_url, self.admin_key, cohort=name, candidate=candidate
+                )
+                return
+            config = load_or_exit(self.config_path)
+            if self.model is not None and config.route(self.model) is None:
+                known = ", ".join(m.model_name for m in config.models)
+                raise click.ClickException(
+                    f"no model {self.model!r} in the config; models: {known}"
+                )
+            controller = open_controller(config)
+            try:
+                yield LocalRollout(controller, cohort=name, candidate=candidate)
+            finally:
+                controller.store.close()
+        except GatesRefused as refused:
+            click.echo(render_gates([g.to_dict() for g in refused.results]), err=True)
+            raise click.ClickException(str(refused)) from None
+        except (RolloutError, StoreError) as exc:
+            raise click.ClickException(str(exc)) from None
 
 
-def target_options(func: F) -> F:
-    """Where the change goes: the store from the config, or a running proxy; and which
-    cohort it is about."""
-    func = click.option(
+def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every rollout command shares (`--config`, `--proxy-url`, `--admin-key`,
+    `--json`, `--model`, `--cohort`), handed to the command as one `target: Target`."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        fields = {name: kwargs.pop(name) for name in Target.__dataclass_fields__}
+        return func(*args, target=Target(**fields), **kwargs)
+
+    # functools.wraps carried over the options declared below this decorator, so the
+    # order of the options in --help is the same as before.
+    wrapped: Callable[..., Any] = click.option(
         "--cohort",
         "cohort_name",
         metavar="NAME",
         help="A cohort named in the config's cohorts: section.",
-    )(func)
-    func = click.option(
+    )(command)
+    wrapped = click.option(
         "--model",
         metavar="MODEL",
         help="The cohort of a model's traffic (its models[].model_name) that no named "
         "cohort matched. A config of several cohorts needs --model or --cohort.",
-    )(func)
-    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
-    func = click.option(
+    )(wrapped)
+    wrapped = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(wrapped)
+    wrapped = click.option(
         "--admin-key",
         envvar="KVMIGRATE_ADMIN_KEY",
         help="The proxy's server.admin_key (or $KVMIGRATE_ADMIN_KEY).",
-    )(func)
-    func = click.option(
+    )(wrapped)
+    wrapped = click.option(
         "--proxy-url",
         help="Change a running proxy through its /admin API instead of writing the store directly.",
-    )(func)
-    return config_option(func)
-
-
-def selected(model: str | None, cohort: str | None) -> str | None:
-    """The cohort `--model` or `--cohort` names (None: the config's only one)."""
-    if model is not None and cohort is not None:
-        raise click.UsageError("give --model or --cohort, not both")
-    return model if model is not None else cohort
-
-
-@contextmanager
-def rollout_client(
-    config_path: str,
-    proxy_url: str | None,
-    admin_key: str | None,
-    model: str | None = None,
-    cohort: str | None = None,
-    candidate: str | None = None,
-) -> Iterator[RolloutClient]:
-    """The client, bound to the selected cohort, with every refusal turned into a one-line
-    error and a non-zero exit."""
-    name = selected(model, cohort)
-    try:
-        if proxy_url:
-            yield RemoteRollout(proxy_url, admin_key, cohort=name, candidate=candidate)
-            return
-        config = load_or_exit(config_path)
-        if model is not None and config.route(model) is None:
-            known = ", ".join(m.model_name for m in config.models)
-            raise click.ClickException(f"no model {model!r} in the config; models: {known}")
-        controller = open_controller(config)
-        try:
-            yield LocalRollout(controller, cohort=name, candidate=candidate)
-        finally:
-            controller.store.close()
-    except GatesRefused as refused:
-        click.echo(render_gates([g.to_dict() for g in refused.results]), err=True)
-        raise click.ClickException(str(refused)) from None
-    except (RolloutError, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
+    )(wrapped)
+    return config_option(wrapped)
 
 
 @click.group("rollout", invoke_without_command=True)
@@ -115,12 +132,7 @@ def rollout(
     reason: str,
     force: bool,
     candidate: str | None,
-    config_path: str,
-    proxy_url: str | None,
-    admin_key: str | None,
-    as_json: bool,
-    model: str | None,
-    cohort_name: str | None,
+    target: Target,
 ) -> None:
     """Change the rollout: `kvmigrate rollout --percent 50`. Raising the percent is a
     promotion, checked by the gates over recorded traffic. Running proxies apply any change
@@ -132,13 +144,12 @@ def rollout(
         raise click.UsageError("give --percent N or --mode shadow|split, or a subcommand")
     if candidate is not None and percent is None:
         raise click.UsageError("--candidate goes with --percent N")
-    selector = (model, cohort_name, candidate)
-    with rollout_client(config_path, proxy_url, admin_key, *selector) as client:
+    with target.client(candidate) as client:
         outcome = client.set_mode(mode, reason) if mode else None
         if percent is not None:
             outcome = client.set_percent(percent, reason, force)
     assert outcome is not None  # one of the two was given
-    if as_json:
+    if target.as_json:
         _echo_json(outcome)
         return
     event = outcome.event
@@ -155,28 +166,22 @@ def rollout(
 @rollout.command("status")
 @target_options
 def status(
-    config_path: str,
-    proxy_url: str | None,
-    admin_key: str | None,
-    as_json: bool,
-    model: str | None,
-    cohort_name: str | None,
+    target: Target,
 ) -> None:
     """Where the rollout stands, and what the next step's gates say.
 
     One cohort's in detail, or, on a config of several cohorts and none named, a table of
     them all: mode, percent, candidate, last change, and the next step's gates."""
-    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
-        one = selected(model, cohort_name) is not None
-        reports = [client.status()] if one else client.statuses()
+    with target.client() as client:
+        reports = [client.status()] if target.cohort is not None else _statuses(client)
     if len(reports) > 1:
-        if as_json:
+        if target.as_json:
             _echo_json(reports)
         else:
             click.echo(render_status_table(reports))
         return
     report = reports[0]
-    if as_json:
+    if target.as_json:
         _echo_json(report)
         return
     state = report.state
@@ -200,19 +205,14 @@ def status(
 @target_options
 def history(
     limit: int,
-    config_path: str,
-    proxy_url: str | None,
-    admin_key: str | None,
-    as_json: bool,
-    model: str | None,
-    cohort_name: str | None,
+    target: Target,
 ) -> None:
     """Every change: when, who, from what to what, why, and the gates' verdicts. Every
     cohort's, or with --model/--cohort one cohort's (with the fleet-wide changes it
     followed)."""
-    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
+    with target.client() as client:
         events = client.history(limit)
-    if as_json:
+    if target.as_json:
         _echo_json(events)
         return
     if not events:
@@ -252,25 +252,20 @@ def auto(
     step_timeout: float,
     poll: float,
     candidate: str | None,
-    config_path: str,
-    proxy_url: str | None,
-    admin_key: str | None,
-    as_json: bool,
-    model: str | None,
-    cohort_name: str | None,
+    target: Target,
 ) -> None:
     """Walk the cohort's steps (rollout.steps, e.g. 10, 50, 100) with a bake time each;
     exit non-zero when a gate fails or the cohort is rolled back meanwhile."""
     if bake is None:
-        config = load_or_exit(config_path)
-        named = config.cohort(cohort_name) if cohort_name else None
+        config = load_or_exit(target.config_path)
+        named = config.cohort(target.cohort_name) if target.cohort_name else None
         bake = named.bake_seconds if named and named.bake_seconds is not None else None
         bake = config.rollout.bake_seconds if bake is None else bake
     settings = AutoSettings(bake, step_timeout, poll)
-    selector = (model, cohort_name, candidate)
-    with rollout_client(config_path, proxy_url, admin_key, *selector) as client:
-        result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=as_json))
-    if as_json:
+    with target.client(candidate) as client:
+        echo_to_stderr = target.as_json
+        result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=echo_to_stderr))
+    if target.as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         click.echo(result.message)
@@ -283,25 +278,33 @@ def auto(
 @target_options
 def rollback(
     reason: str,
-    config_path: str,
-    proxy_url: str | None,
-    admin_key: str | None,
-    as_json: bool,
-    model: str | None,
-    cohort_name: str | None,
+    target: Target,
 ) -> None:
     """Back to the last step whose gates passed, or to 0%.
 
     Only the selected cohort moves; the others keep their share."""
-    with rollout_client(config_path, proxy_url, admin_key, model, cohort_name) as client:
+    with target.client() as client:
         outcome = client.rollback(reason)
-    if as_json:
+    if target.as_json:
         _echo_json(outcome)
         return
     event = outcome.event
     click.echo(
         f"rolled back: {event.from_percent:g}% -> {event.to_percent:g}% (version {event.version})"
     )
+
+
+def _statuses(client: RolloutClient) -> list[RolloutStatus]:
+    """Every cohort's status; from a proxy older than cohorts (no /admin/rollout/cohorts),
+    its one status, said so."""
+    try:
+        return client.statuses()
+    except EndpointMissing as missing:
+        click.echo(
+            f"note: {missing}: the proxy predates cohorts; showing its one rollout's status",
+            err=True,
+        )
+        return [client.status()]
 
 
 def _echo_json(value: object) -> None:

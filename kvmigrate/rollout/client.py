@@ -37,6 +37,10 @@ from kvmigrate.rollout.store import StoreError
 T = TypeVar("T")
 
 
+class EndpointMissing(RolloutError):
+    """The proxy has no such admin endpoint: a release that predates it."""
+
+
 class RolloutClient(Protocol):
     """Bound to one cohort (None: the config's only one), except `statuses`, which lists
     every cohort, and `history`, which without a cohort shows every cohort's changes."""
@@ -170,6 +174,8 @@ def _remote_error(exc: urllib.error.HTTPError) -> Exception:
         message, gates = refusal.error.message, refusal.gates
     except msgspec.DecodeError:
         message, gates = f"HTTP {exc.code}", []
+    if exc.code == 404:  # the admin API never answers 404 itself
+        return EndpointMissing(f"{exc.url} answered 404 ({message})")
     if gates:
         refused = GatesRefused(0.0, gates)
         refused.args = (message,)
