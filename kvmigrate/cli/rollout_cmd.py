@@ -196,7 +196,9 @@ def status(
         f"steps {', '.join(f'{s:g}' for s in report.steps)}; next: "
         + (f"{report.next_step:g}%" if report.next_step else "none (complete)")
     )
-    if report.gates_for_next_step:
+    if len(report.candidates) > 1:
+        _echo_candidates(report)
+    elif report.gates_for_next_step:
         click.echo(render_gates([g.to_dict() for g in report.gates_for_next_step]))
 
 
@@ -292,6 +294,18 @@ def rollback(
     click.echo(
         f"rolled back: {event.from_percent:g}% -> {event.to_percent:g}% (version {event.version})"
     )
+
+
+def _echo_candidates(report: RolloutStatus) -> None:
+    """Each candidate's gates on its own traffic, then each pair compared."""
+    for candidate in report.candidates:
+        chosen = " (selected: a split serves it)" if candidate.serving else ""
+        click.echo(f"candidate {candidate.backend}{chosen}:")
+        if candidate.gates:
+            click.echo(render_gates([g.to_dict() for g in candidate.gates]))
+    click.echo("candidates compared (A - B):")
+    for d in report.comparisons:
+        click.echo(f"  {d.measure:<10}  {d.detail}")
 
 
 def _statuses(client: RolloutClient) -> list[RolloutStatus]:

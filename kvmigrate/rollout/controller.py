@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kvmigrate.config import Config, safe_url
 from kvmigrate.policies import Mode
+from kvmigrate.policies.candidate_compare import PairDifference, compare_candidates
 from kvmigrate.policies.gates import GateResult, Verdict, all_passed, evaluate_gates
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.state import Action, RolloutEvent, RolloutState
@@ -46,6 +47,16 @@ class ChangeOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class CandidateGates:
+    """One candidate of a cohort, judged on its own traffic (its shadow copies, or what it
+    served) against the primary: what the next step's gates would say if it served."""
+
+    backend: str
+    serving: bool  # the one the cohort's split gives its share to
+    gates: list[GateResult]
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutStatus:
     """Where the rollout stands, and what the next step's gates say."""
 
@@ -56,6 +67,10 @@ class RolloutStatus:
     store: str  # its URL, without a password
     cohort: str = ""  # "": the fleet-wide default (a config without models)
     candidate: str = ""  # the backend a split gives the share to
+    # Every candidate of the cohort with its own gates (the serving one's are
+    # gates_for_next_step), and with several, each pair against each other.
+    candidates: list[CandidateGates] = field(default_factory=list)
+    comparisons: list[PairDifference] = field(default_factory=list)
 
 
 def initial_state(config: Config) -> RolloutState:
@@ -102,13 +117,21 @@ class RolloutController:
         split serves (or `candidate`) against the primary."""
         name = self.cohort_of(cohort)
         state = state or self.store.read(name)
-        gates = self.config.rollout.gates
-        since = max(time.time() - gates.window_seconds, state.updated_at)
-        found = self.windows(since, name) if self.windows else {}
-        primary_name = self.config.rollout.primary
-        chosen = candidate or self.serving(state, name)
-        primary = found.get(primary_name, BackendWindow(primary_name))
-        return evaluate_gates(primary, found.get(chosen, BackendWindow(chosen)), gates)
+        found = self._evidence(state, name)
+        return self._gates(found, candidate or self.serving(state, name))
+
+    def _evidence(self, state: RolloutState, cohort: str) -> dict[str, BackendWindow]:
+        """Each backend's window of the cohort's traffic since its last change."""
+        since = max(time.time() - self.config.rollout.gates.window_seconds, state.updated_at)
+        return self.windows(since, cohort) if self.windows else {}
+
+    def _gates(self, found: dict[str, BackendWindow], candidate: str) -> list[GateResult]:
+        primary = self.config.rollout.primary
+        return evaluate_gates(
+            found.get(primary, BackendWindow(primary)),
+            found.get(candidate, BackendWindow(candidate)),
+            self.config.rollout.gates,
+        )
 
     def serving(self, state: RolloutState, cohort: str) -> str:
         """The candidate the cohort's split gives its share to."""
@@ -249,15 +272,26 @@ class RolloutController:
         return self.store.history(limit, None if cohort is None else self.cohort_of(cohort))
 
     def _status(self, name: str, state: RolloutState) -> RolloutStatus:
+        """The next step's gates for every candidate of the cohort, each on its own
+        traffic, and with several, how they compare: from one read of the evidence."""
         step = self._next(state, name)
+        serving = self.serving(state, name)
+        backends = self.config.candidates_of(name)
+        found = self._evidence(state, name) if step or len(backends) > 1 else {}
+        candidates = [
+            CandidateGates(b, b == serving, self._gates(found, b) if step else []) for b in backends
+        ]
+        windows = [found.get(b, BackendWindow(b)) for b in backends]
         return RolloutStatus(
             state=state,
             steps=list(self.config.steps_of(name)),
             next_step=step,
-            gates_for_next_step=self.evaluate(state, name or None) if step else [],
+            gates_for_next_step=next(c.gates for c in candidates if c.serving),
             store=safe_url(self.store.url),
             cohort=name,
-            candidate=self.serving(state, name),
+            candidate=serving,
+            candidates=candidates,
+            comparisons=compare_candidates(windows, self.config.rollout.gates),
         )
 
 
