@@ -60,7 +60,21 @@ class ChainEntry:
     conversation: str
     turn: int
     backend: str  # where the response is stored: the only backend that can continue it
-    mirror: str = ""  # the candidate's own id for the shadow copy of this turn, if any
+    # The candidate's own id for the shadow copy of this turn, when the model has one
+    # candidate (or the entry predates several); with several, each one's own id in
+    # `mirrors` as (candidate, id), so each copy continues its own chain.
+    mirror: str = ""
+    mirrors: tuple[tuple[str, str], ...] = ()
+
+    def mirror_for(self, owner: str) -> str:
+        """The id the shadow copy to `owner` (""): the only candidate) continues."""
+        return dict(self.mirrors).get(owner, "") if owner else self.mirror
+
+    def with_mirror(self, owner: str, candidate_id: str) -> ChainEntry:
+        if not owner:
+            return replace(self, mirror=candidate_id)
+        others = tuple(m for m in self.mirrors if m[0] != owner)
+        return replace(self, mirrors=(*others, (owner, candidate_id)))
 
 
 def stick(routed: Route, backend: str) -> Route:

@@ -1,6 +1,7 @@
 """`/admin/rollout`: the rollout controller over HTTP, guarded by `server.admin_key`.
 
-    GET  /admin/rollout              status: state, steps, next step, gate verdicts
+    GET  /admin/rollout              status: state, steps, next step, gate verdicts (for
+                                     each candidate, and the candidates compared)
                                      (?cohort=NAME; required when the config has several)
     GET  /admin/rollout/cohorts      every cohort's status
     GET  /admin/rollout/history      the audit trail (?limit=N, ?cohort=NAME)

@@ -49,20 +49,21 @@ class ChainRouting:
             conversation_id=ref.conversation if ref else None,
         )
 
-    def expect_mirror(self, chain: object) -> str | None:
-        """The primary's response id a shadow copy about to go out mirrors: the next turn's
-        copy will wait for the candidate's own id of this one."""
+    def expect_mirror(self, chain: object, owner: str = "") -> str | None:
+        """The primary's response id a shadow copy about to go out (to `owner`, "" for the
+        model's only candidate) mirrors: the next turn's copy will wait for the
+        candidate's own id of this one."""
         primary_id = chain.response_id if isinstance(chain, ChainTurn) else None
         if primary_id is not None:
-            self.chains.expect_mirror(primary_id)
+            self.chains.expect_mirror(primary_id, owner)
         return primary_id
 
-    async def copy_body(self, body: bytes, ref: ChainRef) -> bytes | None:
+    async def copy_body(self, body: bytes, ref: ChainRef, owner: str = "") -> bytes | None:
         """A shadow copy's body continuing the candidate's own chain (its id for the turn
         the request continues, spliced in); None (the copy is skipped, and counted) when the
         candidate has no such turn: mirroring started mid-chain, the previous copy failed,
         or the chain is a Conversations API one."""
-        own = await self.chains.mirror_of(ref.previous) if ref.previous else None
+        own = await self.chains.mirror_of(ref.previous, owner) if ref.previous else None
         if own is None:
             self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
             return None

@@ -246,17 +246,16 @@ class ProxyService:
         chosen = routed.route
         if not exchange.mirrored or chosen.shadow is None:
             return
-        mirrors = self.chained.expect_mirror(exchange.chain)
-        sent = self._dispatch_copy(
-            request, routed, chosen.shadow, SHADOW, exchange.request_id, mirrors
-        )
-        if mirrors is not None and not sent:
-            self.chains.mirrored(mirrors, None)
-        if routed.chain is None:
-            # Further candidates copy only what needs no candidate-side chain: the chain map
-            # knows one candidate's own response ids, which another backend would not have.
-            for backend in chosen.extra_shadows(routed.served):
-                self._dispatch_copy(request, routed, backend, SHADOW, exchange.request_id)
+        extra = chosen.extra_shadows(routed.served)
+        for backend in (chosen.shadow, *extra):
+            # With several candidates the chain map keeps each one's own response ids.
+            owner = backend if extra else ""
+            mirrors = self.chained.expect_mirror(exchange.chain, owner)
+            sent = self._dispatch_copy(
+                request, routed, backend, SHADOW, exchange.request_id, mirrors, owner
+            )
+            if mirrors is not None and not sent:
+                self.chains.mirrored(mirrors, None, owner)
         if chosen.noise and self.noise_budget.take():
             self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
@@ -420,10 +419,12 @@ class ProxyService:
         role: Role,
         primary_id: str,
         mirrors: str | None = None,
+        owner: str = "",
     ) -> bool:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted.
-        `mirrors`: the primary's response id of the answer a shadow copy mirrors."""
+        `mirrors`: the primary's response id of the answer a shadow copy mirrors (for
+        `owner`, the candidate whose chain it continues; "": the model's only one)."""
         call = self._model_call(request, routed, backend)
 
         async def copy() -> None:
@@ -431,7 +432,7 @@ class ProxyService:
                 await send_copy()
             finally:
                 if mirrors is not None:
-                    self.chains.mirrored(mirrors, None)  # no-op once its id is known
+                    self.chains.mirrored(mirrors, None, owner)  # no-op once its id is known
 
         async def send_copy() -> None:
             nonlocal call
@@ -439,14 +440,14 @@ class ProxyService:
             if routed.path not in MESSAGES_ROUTES:
                 call = with_usage(call, routed.body, routed.path)
             if role == SHADOW and routed.chain is not None:
-                body = await self.chained.copy_body(call.body, routed.chain)
+                body = await self.chained.copy_body(call.body, routed.chain, owner)
                 if body is None:
                     return
                 call = Call(call.method, call.url, body, call.headers)
             exchange = self._exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
             if isinstance(exchange.chain, ChainTurn):
-                exchange.chain.mirrors = mirrors
+                exchange.chain.mirrors, exchange.chain.mirror_owner = mirrors, owner
             exchange.request_body = call.body
             upstream = self.upstreams[backend]
             try:

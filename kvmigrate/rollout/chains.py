@@ -9,7 +9,9 @@ every proxy sharing the store (Redis) continues a chain another one started.
 
 Mirrored chains: the shadow copy of turn N must name the candidate's own id of turn N-1.
 While that copy runs, a future stands for its id in this process; once it is known it goes
-into the map as the primary entry's `mirror`.
+into the map as the primary entry's `mirror`. A model with several candidates mirrors each
+on its own chain: their ids are kept by candidate (the "owner" below; "" where the model
+has only one, which keeps such entries in the layout earlier releases wrote and read).
 
 Proxy addon: `exchange_done` reads ids, `register_metrics` adds the miss counter.
 """
@@ -20,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -53,6 +55,7 @@ class ChainTurn:
     stores: bool  # `store` was not false: the answer can be continued
     conversation_id: str | None = None  # a Conversations API id the request named
     mirrors: str | None = None  # a shadow copy: the primary's response id it mirrors
+    mirror_owner: str = ""  # ... for this candidate ("": the model's only one)
     response_id: str | None = None
 
 
@@ -62,7 +65,7 @@ class ChainMap:
         self.links = links
         self.max_local = max_local
         self._local: OrderedDict[str, ChainEntry] = OrderedDict()
-        self._mirrors: dict[str, asyncio.Future[str | None]] = {}
+        self._mirrors: dict[tuple[str, str], asyncio.Future[str | None]] = {}
         self._misses: Counter | None = None
         self.misses = 0
 
@@ -125,7 +128,7 @@ class ChainMap:
             turn.response_id = response_id(exchange.chunks)
         if exchange.role == Role.SHADOW:
             if turn.mirrors is not None:
-                self.mirrored(turn.mirrors, turn.response_id)
+                self.mirrored(turn.mirrors, turn.response_id, turn.mirror_owner)
             return
         if exchange.role != Role.SERVE or turn.response_id is None or not turn.stores:
             return
@@ -136,7 +139,11 @@ class ChainMap:
 
     def keep(self, key: str, entry: ChainEntry) -> None:
         self._put(key, entry)
-        detail = orjson.dumps([entry.backend, entry.mirror]).decode()
+        # [backend, mirror] as before several candidates; a third item only when there are.
+        kept: list[object] = [entry.backend, entry.mirror]
+        if entry.mirrors:
+            kept.append(dict(entry.mirrors))
+        detail = orjson.dumps(kept).decode()
         expires = time.time() + self.links.ttl_seconds
         self.links.save(Link(key, entry.conversation, entry.turn, expires, detail))
 
@@ -148,33 +155,35 @@ class ChainMap:
 
     # -- mirrored chains ----------------------------------------------------------------------
 
-    def expect_mirror(self, primary_id: str) -> None:
-        """A shadow copy of the turn that answered `primary_id` is on its way."""
-        self._mirrors[primary_id] = asyncio.get_running_loop().create_future()
+    def expect_mirror(self, primary_id: str, owner: str = "") -> None:
+        """A shadow copy (to `owner`) of the turn that answered `primary_id` is on its way."""
+        self._mirrors[primary_id, owner] = asyncio.get_running_loop().create_future()
 
-    def mirrored(self, primary_id: str, candidate_id: str | None) -> None:
-        """The copy of `primary_id`'s turn ended: with the candidate's own id, or without one
-        (it failed, or was never sent). Safe to call more than once."""
-        future = self._mirrors.pop(primary_id, None)
+    def mirrored(self, primary_id: str, candidate_id: str | None, owner: str = "") -> None:
+        """The copy of `primary_id`'s turn to `owner` ended: with the candidate's own id, or
+        without one (it failed, or was never sent). Safe to call more than once."""
+        future = self._mirrors.pop((primary_id, owner), None)
         if future is not None and not future.done():
             future.set_result(candidate_id)
         entry = self._local.get(RESPONSE_PREFIX + primary_id)
         if candidate_id is not None and entry is not None:
-            self.keep(RESPONSE_PREFIX + primary_id, replace(entry, mirror=candidate_id))
+            self.keep(RESPONSE_PREFIX + primary_id, entry.with_mirror(owner, candidate_id))
 
-    async def mirror_of(self, primary_id: str) -> str | None:
-        """The candidate's own id for the turn that answered `primary_id`, waiting for its
-        copy if it is still running; None when the candidate has no such turn."""
-        future = self._mirrors.get(primary_id)
+    async def mirror_of(self, primary_id: str, owner: str = "") -> str | None:
+        """The candidate's (`owner`'s) own id for the turn that answered `primary_id`,
+        waiting for its copy if it is still running; None when it has no such turn."""
+        future = self._mirrors.get((primary_id, owner))
         if future is not None:
             return await asyncio.shield(future)
         key = RESPONSE_PREFIX + primary_id
         entry = await self.find(key)
-        if entry is None or entry.mirror or not self.links.shared:
-            return entry.mirror if entry is not None and entry.mirror else None
-        return await self._mirror_from_store(key)
+        if entry is None:
+            return None
+        if entry.mirror_for(owner) or not self.links.shared:
+            return entry.mirror_for(owner) or None
+        return await self._mirror_from_store(key, owner)
 
-    async def _mirror_from_store(self, key: str) -> str | None:
+    async def _mirror_from_store(self, key: str, owner: str) -> str | None:
         """Another proxy served the turn, and its copy may still be running: its id comes
         into the shared store when the copy ends."""
         loop = asyncio.get_running_loop()
@@ -183,9 +192,9 @@ class ChainMap:
             await asyncio.sleep(MIRROR_POLL)
             links = await self.links.load([key])
             entry = _entry(links[0]) if links else None
-            if entry is not None and entry.mirror:
+            if entry is not None and entry.mirror_for(owner):
                 self._put(key, entry)
-                return entry.mirror
+                return entry.mirror_for(owner)
         return None
 
     # -- addon hooks --------------------------------------------------------------------------
@@ -200,8 +209,12 @@ class ChainMap:
 
 
 def _entry(link: Link) -> ChainEntry:
+    """A stored link as an entry: `[backend, mirror]`, as every release writes it, with
+    `{candidate: id}` after them where a model has several candidates."""
     try:
-        backend, mirror = orjson.loads(link.detail)
+        backend, mirror, *more = orjson.loads(link.detail)
+        named = more[0] if more and isinstance(more[0], dict) else {}
     except (orjson.JSONDecodeError, ValueError, TypeError):
-        backend, mirror = "", ""
-    return ChainEntry(link.conversation, link.turn, str(backend), str(mirror or ""))
+        backend, mirror, named = "", "", {}
+    mirrors = tuple((str(owner), str(own)) for owner, own in named.items())
+    return ChainEntry(link.conversation, link.turn, str(backend), str(mirror or ""), mirrors)
