@@ -19,9 +19,9 @@ import msgspec
 import openai
 import pytest
 from aiohttp import web
+from candidate_backends import two_candidates
 
 from kvmigrate.config import parse_config
-from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.emulator.settings import FaultRates
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.runtime import build_app as build_runtime_app
@@ -33,19 +33,8 @@ CONVERSATIONS = 40
 
 @pytest.fixture(scope="module")
 def emulators() -> Iterator[dict[str, BackgroundServer]]:
-    settings = {
-        "hosted": EmulatorSettings("hosted", time_scale=0),
-        "vllm": EmulatorSettings("vllm", time_scale=0),
-        "vllm-fp8": EmulatorSettings(
-            "vllm", name="vllm-fp8", time_scale=0, faults=FaultRates(error_rate=1.0)
-        ),
-    }
-    servers = {n: BackgroundServer(lambda s=s: build_app(s)) for n, s in settings.items()}
-    for server in servers.values():
-        server.start()
-    yield servers
-    for server in servers.values():
-        server.stop()
+    with two_candidates(time_scale=0, fp8_faults=FaultRates(error_rate=1.0)) as servers:
+        yield servers
 
 
 @pytest.fixture(scope="module")

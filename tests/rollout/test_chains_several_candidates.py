@@ -10,13 +10,14 @@ import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import orjson
 import pytest
+from candidate_backends import two_candidates
 
 from kvmigrate.config import Config, parse_config
-from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.policies.chain import RESPONSE_PREFIX
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.rollout.chains import ChainMap
@@ -31,21 +32,13 @@ SERVED = "meta-llama/Llama-3.1-8B-Instruct"
 CANDIDATES = ("vllm", "vllm-fp8")
 CHAINS = 3
 TURNS = 4
+Copy = tuple[int, int, dict[str, Any], dict[str, Any]]  # turn, status, request, response
 
 
 @pytest.fixture(scope="module")
 def emulators() -> Iterator[dict[str, BackgroundServer]]:
-    settings = {
-        "hosted": EmulatorSettings("hosted", time_scale=0.02),
-        "vllm": EmulatorSettings("vllm", time_scale=0.02),
-        "vllm-fp8": EmulatorSettings("vllm", name="vllm-fp8", time_scale=0.02),
-    }
-    servers = {n: BackgroundServer(lambda s=s: build_app(s)) for n, s in settings.items()}
-    for server in servers.values():
-        server.start()
-    yield servers
-    for server in servers.values():
-        server.stop()
+    with two_candidates(time_scale=0.02) as servers:
+        yield servers
 
 
 def config_for(tmp_path: Path, emulators: dict[str, BackgroundServer], state: str) -> Config:
@@ -66,7 +59,7 @@ record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
     )
 
 
-def shadow_turns(config: Config) -> dict[tuple[str, str], list[tuple[int, int, dict, dict]]]:
+def shadow_turns(config: Config) -> dict[tuple[str, str], list[Copy]]:
     """(candidate, conversation) -> its copies by turn: (turn, status, request, response)."""
     store = open_record_store(config.record.db)
     try:
@@ -77,7 +70,7 @@ def shadow_turns(config: Config) -> dict[tuple[str, str], list[tuple[int, int, d
         )
     finally:
         store.close()
-    copies: dict[tuple[str, str], list[tuple[int, int, dict, dict]]] = {}
+    copies: dict[tuple[str, str], list[Copy]] = {}
     for backend, conversation, turn, status, request, response in rows:
         copies.setdefault((str(backend), str(conversation)), []).append(
             (int(turn), int(status or 0), orjson.loads(request), orjson.loads(response or "{}"))
@@ -106,7 +99,7 @@ def test_each_candidate_continues_its_own_chain(
                 model=MODEL,
                 input=f"Chain {number}: and step {turn}?",
                 max_output_tokens=32,
-                **({"previous_response_id": previous} if previous else {}),
+                previous_response_id=previous or openai.omit,
             )
             assert answer.output_text
             previous = answer.id
