@@ -165,9 +165,7 @@ def rollout(
 
 @rollout.command("status")
 @target_options
-def status(
-    target: Target,
-) -> None:
+def status(target: Target) -> None:
     """Where the rollout stands, and what the next step's gates say.
 
     One cohort's in detail, or, on a config of several cohorts and none named, a table of
@@ -205,10 +203,7 @@ def status(
 @rollout.command("history", short_help="Every change: when, who, why, and the gates' verdicts.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @target_options
-def history(
-    limit: int,
-    target: Target,
-) -> None:
+def history(limit: int, target: Target) -> None:
     """Every change: when, who, from what to what, why, and the gates' verdicts. Every
     cohort's, or with --model/--cohort one cohort's (with the fleet-wide changes it
     followed)."""
@@ -265,8 +260,7 @@ def auto(
         bake = config.rollout.bake_seconds if bake is None else bake
     settings = AutoSettings(bake, step_timeout, poll)
     with target.client(candidate) as client:
-        echo_to_stderr = target.as_json
-        result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=echo_to_stderr))
+        result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=target.as_json))
     if target.as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -278,10 +272,7 @@ def auto(
 @click.command("rollback")
 @click.option("--reason", default="", help="Why: kept in the rollout history.")
 @target_options
-def rollback(
-    reason: str,
-    target: Target,
-) -> None:
+def rollback(reason: str, target: Target) -> None:
     """Back to the last step whose gates passed, or to 0%.
 
     Only the selected cohort moves; the others keep their share."""
