@@ -167,7 +167,8 @@ class Link:
     `key` is namespaced by kind: `c:<digest>` for a history and its answer (continuity, issue
     25); `r:<response id>` and `v:<conversation id>` for Responses API chains (issue 17,
     kvmigrate.rollout.chains). `detail` is free text for what a kind needs besides (a chain's
-    backend and the candidate's own response id, as a JSON pair).
+    backend and the candidate's own response id, as a JSON pair; with several candidates a
+    third item maps each to its own id).
     """
 
     key: str
