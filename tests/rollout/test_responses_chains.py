@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+from settling import wait_settled
 
 from kvmigrate.config import Config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -115,6 +116,7 @@ def test_shadow_mode_mirrors_each_chain_on_the_candidates_own_chain(
     client = client_for(proxy)
     run_chains([client], stream)
     client.close()
+    wait_settled(proxy.url)  # the last turn's copy may still be in flight
     proxy.stop()  # flushes the recorder
 
     rows = record_rows(config)
@@ -222,6 +224,9 @@ def test_two_proxies_sharing_redis_mirror_each_others_chains(
     proxies = [start(config), start(config)]
     clients = [client_for(p) for p in proxies]
     run_chains(clients, stream=False)
+    for proxy in proxies:
+        # A copy may wait for the other proxy's previous copy, so it can outlive its answer.
+        wait_settled(proxy.url)
     skipped = sum(
         _metric(p, "kvmigrate_shadow_dropped_total", 'reason="no_candidate_chain"') for p in proxies
     )
