@@ -96,8 +96,9 @@ STRUCTURAL_KEYS = frozenset(
 
 MESSAGE_STRUCTURAL_KEYS = STRUCTURAL_KEYS - {"name"}
 MEMO_MAX_CHARS = 16 * 1024 * 1024  # per generation of the memo
-# Values that identify a person whatever they look like: the end-user id fields.
-PERSONAL_KEYS = frozenset({"user", "safety_identifier"})
+# Values that identify a person whatever they look like: the end-user id fields
+# (Anthropic's Messages API has `metadata.user_id` for `user`).
+PERSONAL_KEYS = frozenset({"user", "safety_identifier", "user_id"})
 
 
 def luhn_ok(digits: str) -> bool:

@@ -94,6 +94,7 @@ def test_a_lone_surrogate_does_not_stop_redaction() -> None:
         (["jdoe-customer-42", "other-customer"], "user", [USER, USER]),
         ({"user": ["jdoe-customer-42"]}, None, {"user": [USER]}),
         ({"user": "jdoe-customer-42"}, None, {"user": USER}),
+        ({"metadata": {"user_id": "jdoe-customer-42"}}, None, {"metadata": {"user_id": USER}}),
         ("a@b.co", "id", "a@b.co"),  # structural: kept verbatim
         ("a@b.co", "model", "a@b.co"),
         ("a@b.co", "content", EMAIL),

@@ -100,7 +100,7 @@ def test_each_rule_leaves_its_near_miss_alone(rule: str, text: str) -> None:
     assert through_a_message(text) == text
 
 
-@pytest.mark.parametrize("key", ["user", "safety_identifier"])
+@pytest.mark.parametrize("key", ["user", "safety_identifier", "user_id"])
 def test_end_user_ids_are_replaced_whatever_they_look_like(key: str) -> None:
     assert redact({"model": "m", key: "u1"})[key] == "[USER]"
 

@@ -20,6 +20,7 @@ from kvmigrate.policies.volatile import mask_volatile
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 SESSION_HEADER = "x-session-id"
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,13 @@ def conversation_key(
         orjson.dumps([model, anchor], option=orjson.OPT_SORT_KEYS), digest_size=12
     ).hexdigest()
     return ConversationKey("h:" + digest, source)
+
+
+def is_derived_key(conversation: str) -> bool:
+    """`h:` and 24 hex digits, as `conversation_key` makes them: a digest of the opening,
+    which names nobody (a declared key, from a header or `user`, may be an email)."""
+    body = conversation[2:]
+    return conversation.startswith("h:") and len(body) == 24 and set(body) <= _HEX
 
 
 def _as_text(value: str) -> str:

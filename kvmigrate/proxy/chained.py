@@ -27,11 +27,16 @@ class ChainRouting:
         self.metrics = metrics
 
     async def route(
-        self, ref: ChainRef, body: RequestBody, served: Collection[str], route_for: RouteFor
+        self,
+        ref: ChainRef,
+        body: RequestBody,
+        served: Collection[str],
+        route_for: RouteFor,
+        declared: str | None = None,
     ) -> tuple[Identity, Route]:
         """A request continuing a stored response goes where that response is stored,
         whatever the split or a pin says, and nowhere else if that backend fails."""
-        identity, backend = await self.chains.identify(ref)
+        identity, backend = await self.chains.identify(ref, declared)
         chosen = await route_for(identity.conversation, identity.turn, served)
         if backend is None:
             return identity, unknown_chain(chosen, served)

@@ -15,6 +15,7 @@ from aiohttp import web
 from kvmigrate.config import Config
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import ChainRef, chain_ref
+from kvmigrate.policies.conversation import declared_key
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
@@ -165,8 +166,13 @@ class ProxyService:
         else:
             # A continued chain still goes where it is stored; the cohort only picks whose
             # rollout (and pins) the rest of the decision follows.
+            declared = declared_key(request.headers, body.data, path)
             identity, chosen = await self.chained.route(
-                ref, body, served, lambda c, t, s: self.rollout.route(c, t, s, cohort)
+                ref,
+                body,
+                served,
+                lambda c, t, s: self.rollout.route(c, t, s, cohort),
+                declared.value if declared else None,
             )
         conversation, turn = identity.conversation, identity.turn
         return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort)

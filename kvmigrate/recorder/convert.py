@@ -12,6 +12,7 @@ import orjson
 from kvmigrate.exchange import Exchange, Role
 from kvmigrate.parity.answer import UNSET
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
+from kvmigrate.policies.conversation import is_derived_key
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
 from kvmigrate.redaction import Redactor
@@ -82,20 +83,10 @@ def stored_conversation(conversation: str, content: str, key: bytes = DEFAULT_HA
     personal data (an email, a user id): unless `content: full` it is stored as a keyed
     hash, stable across turns, so reports still group a conversation without naming anyone.
     Ids the proxy derived itself (`h:` + a digest of the prompt prefix) are already hashes."""
-    if content == "full" or not conversation or _is_prefix_hash(conversation):
+    if content == "full" or not conversation or is_derived_key(conversation):
         return conversation
     digest = hmac.new(key, conversation.encode("utf-8", "surrogateescape"), hashlib.blake2b)
     return "k:" + digest.hexdigest()[:24]
-
-
-def _is_prefix_hash(conversation: str) -> bool:
-    # `h:` and 24 hex digits, as policies.conversation_key makes them.
-    body = conversation[2:]
-    return (
-        conversation.startswith("h:")
-        and len(body) == 24
-        and all(c in "0123456789abcdef" for c in body)
-    )
 
 
 def to_record(

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter
 from kvmigrate.exchange import Role
 from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
+from kvmigrate.rollout.keys import is_hashed
 from kvmigrate.rollout.state import Link
 from kvmigrate.wire.response_id import response_id
 
@@ -71,12 +72,19 @@ class ChainMap:
 
     # -- resolving ----------------------------------------------------------------------------
 
-    async def identify(self, ref: ChainRef) -> tuple[Identity, str | None]:
+    async def identify(
+        self, ref: ChainRef, declared: str | None = None
+    ) -> tuple[Identity, str | None]:
         """The request's conversation and turn, and the backend that holds its chain (None:
-        an id nobody remembers, counted and logged once)."""
+        an id nobody remembers, counted and logged once). `declared`: the conversation key
+        the request states, which recovers a conversation the store keeps hashed."""
         entry = await self.find(ref.key)
         if entry is not None:
-            return Identity(entry.conversation, entry.turn + 1, "chain"), entry.backend
+            conversation = entry.conversation
+            if is_hashed(conversation) and self.links.store is not None:
+                candidates = (declared, ref.conversation_key)
+                conversation = self.links.store.keys.recover(conversation, candidates)
+            return Identity(conversation, entry.turn + 1, "chain"), entry.backend
         if ref.previous is None:
             # A Conversations API id seen for the first time: its first turn. Conversations
             # are created through the primary (a pass-through route), so they live there.

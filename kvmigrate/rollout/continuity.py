@@ -153,7 +153,7 @@ class ContinuityResolver:
             return []
         try:
             return await asyncio.wait_for(
-                asyncio.to_thread(self.store.load_links, keys), self.remote_timeout
+                asyncio.to_thread(_load_links, self.store, keys), self.remote_timeout
             )
         except (TimeoutError, StoreError):
             return []
@@ -246,7 +246,26 @@ class ContinuityResolver:
             return
         batch, self._unsaved = self._unsaved, []
         try:
-            await asyncio.to_thread(self.store.save_links, batch)
+            await asyncio.to_thread(_save_links, self.store, batch)
         except StoreError:
             self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
             raise
+
+
+# The store keeps a link's key, and a conversation a client declared, as the store's keyed
+# hash (kvmigrate.rollout.keys); this process knows them in the clear. Run in a thread:
+# a Redis store reads its secret at first use.
+def _save_links(store: RolloutStore, links: list[Link]) -> None:
+    keys = store.keys
+    store.save_links(
+        [
+            replace(k, key=keys.key(k.key), conversation=keys.conversation(k.conversation))
+            for k in links
+        ]
+    )
+
+
+def _load_links(store: RolloutStore, clear: list[str]) -> list[Link]:
+    """The links of `clear` keys, under those keys (their conversations as stored)."""
+    hashed = {store.keys.key(k): k for k in clear}
+    return [replace(k, key=hashed[k.key]) for k in store.load_links(list(hashed))]

@@ -21,6 +21,7 @@ from kvmigrate.config import Config
 from kvmigrate.policies import Mode, RolloutSnapshot
 from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.route import Route, route
+from kvmigrate.rollout.keys import random_keys
 from kvmigrate.rollout.state import CohortStates, Pin, RolloutState
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
@@ -60,6 +61,10 @@ class LiveRollout:
         self._listeners: list[Callable[[str, RolloutState], None]] = []
         self.store_errors = 0
         self._gauges: tuple[Gauge, Gauge, Gauge] | None = None
+        # The store's keys, read at start; until then (a store down at start) pins are
+        # kept under a secret of this process's own, which no other proxy shares.
+        self.keys = random_keys()
+        self._keys_read = False
 
     def current(self, cohort: str = "") -> RolloutSnapshot:
         return self._snapshots.get(cohort, self._snapshot)
@@ -83,11 +88,13 @@ class LiveRollout:
         now = time.time()
         # A pin is the cohort's: one session may use two models that move apart. A pin
         # made before cohorts (keyed by the conversation alone) still holds.
-        key = f"{cohort}:{conversation}" if cohort else conversation
-        found = key if key in self._pins else conversation
+        # Pins are keyed by the store's keyed hash: a session id is often an email.
+        pin_key = self.keys.key
+        key = pin_key(f"{cohort}:{conversation}" if cohort else conversation)
+        found = key if key in self._pins or not cohort else pin_key(conversation)
         pin = self._pins.get(found)
         if pin is None and turn > 1 and self.shared_pins:
-            found, pin = key, await self._remote_pin(key, conversation)
+            found, pin = key, await self._remote_pin(key, pin_key(conversation))
         if pin is not None:
             self._pins.move_to_end(found)
         routed = route(conversation, snapshot, served, pin, now)
@@ -158,6 +165,7 @@ class LiveRollout:
     async def running(self) -> None:
         """Read the state (and the saved pins) before serving, then watch for changes."""
         try:
+            await self._read_keys()
             generation = await asyncio.to_thread(self.store.version)
             self._swap(await asyncio.to_thread(self.store.read_all), generation)
             if not self.shared_pins:
@@ -179,6 +187,8 @@ class LiveRollout:
         while True:
             await asyncio.sleep(self.poll_interval)
             try:
+                if not self._keys_read:
+                    await self._read_keys()
                 # Read before the states: a change between the two is seen again next poll.
                 generation = await asyncio.to_thread(self.store.version)
                 if generation != self.generation:
@@ -189,6 +199,10 @@ class LiveRollout:
                 if time.monotonic() - last_error > 30:  # one line per outage, not per poll
                     last_error = time.monotonic()
                     log.error("rollout store unavailable, keeping the last state: %s", exc)
+
+    async def _read_keys(self) -> None:
+        self.keys = await asyncio.to_thread(lambda: self.store.keys)
+        self._keys_read = True
 
     async def _flush_pins(self) -> None:
         if not self._unsaved:

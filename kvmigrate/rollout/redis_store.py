@@ -9,10 +9,15 @@ Cohorts (issue 19) only add keys: the round-1 `state`, `version` and `history` s
 fleet-wide default that a cohort without its own follows; each cohort's own state is a field
 of the `cohorts` hash, its changes go to the `events` list, and `generation` counts them, so
 `version` + `generation` grows with every change, which is what proxies poll.
+
+Pins and links are keyed by keyed hashes (kvmigrate.rollout.keys) under the `secret` key's
+secret. The proxy that creates it (SET NX) hashes the pins and links written in the clear
+by an older version, keeping their TTLs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -22,6 +27,7 @@ from typing import Any
 import redis
 
 from kvmigrate.config import safe_url
+from kvmigrate.rollout.keys import StoreKeys, is_hashed, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
@@ -40,6 +46,51 @@ class RedisRolloutStore:
             )
         except ValueError as exc:
             raise StoreError(f"bad Redis URL {url!r}: {exc}") from None
+        self._keys: StoreKeys | None = None
+        # Read (and keys in the clear hashed) at open; a store opened while Redis is down
+        # still opens, reads them at first use, and its first call raises StoreError.
+        with contextlib.suppress(StoreError):
+            self._keys = self._open_keys()
+
+    @property
+    def keys(self) -> StoreKeys:
+        if self._keys is None:
+            self._keys = self._open_keys()
+        return self._keys
+
+    def _open_keys(self) -> StoreKeys:
+        secret, name = new_secret(), self._key("secret")
+        if self._call(lambda: self._redis.set(name, secret, nx=True)):
+            keys = StoreKeys(secret)
+            self._hash_clear_keys(keys)
+            return keys
+        return StoreKeys(str(self._call(self._redis.get, name)))
+
+    def _hash_clear_keys(self, keys: StoreKeys) -> None:
+        """Each pin and link in the clear moves to its hashed key, with the TTL it had."""
+        for kind in ("pin", "link"):
+            start = self._key(f"{kind}:")
+            for name in list(self._call(self._redis.scan_iter, start + "*", 1000)):
+                clear = name.removeprefix(start)
+                if is_hashed(clear):
+                    continue
+                value, ttl = self._call(self._value_and_ttl, name)
+                if value is None:
+                    continue  # expired meanwhile
+                if kind == "link":
+                    conversation, *rest = json.loads(value)
+                    value = json.dumps([keys.conversation(conversation), *rest])
+                with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.set(start + keys.key(clear), value, ex=ttl if ttl > 0 else None, nx=True)
+                    pipe.delete(name)
+                    self._call(pipe.execute)
+
+    def _value_and_ttl(self, name: str) -> tuple[str | None, int]:
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(name)
+            pipe.ttl(name)
+            value, ttl = pipe.execute()
+        return value, int(ttl)
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}:{name}"

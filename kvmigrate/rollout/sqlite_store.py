@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.rollout.keys import StoreKeys, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError
 
@@ -34,6 +35,7 @@ CREATE TABLE IF NOT EXISTS rollout_cohort_state (cohort TEXT PRIMARY KEY, data T
 CREATE TABLE IF NOT EXISTS rollout_cohort_history (seq INTEGER PRIMARY KEY AUTOINCREMENT,
                                                    cohort TEXT NOT NULL, version INTEGER NOT NULL,
                                                    at REAL NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollout_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS rollout_links_expiry ON rollout_links (expires_at);
 CREATE INDEX IF NOT EXISTS rollout_pins_expiry ON rollout_pins (expires_at);
 """
@@ -42,7 +44,11 @@ CREATE INDEX IF NOT EXISTS rollout_pins_expiry ON rollout_pins (expires_at);
 # Every table is created if missing, so a store written by an older version gains the new
 # ones in place the first time a newer proxy opens it. The migration only appends: the
 # round-1 tables keep the fleet-wide default (cohort "") and its history, untouched, and
-# each cohort's own state and history go to the rollout_cohort_* tables.
+# each cohort's own state and history go to the rollout_cohort_* tables. rollout_meta holds
+# the secret of the keyed hashes that key pins and links (kvmigrate.rollout.keys); a store
+# without one was written with keys in the clear, and they are hashed in the same
+# transaction that creates it.
+KEY_SECRET = "key_secret"
 
 # What proxies poll: the default's version plus every cohort's. A change raises exactly
 # one of them (a cohort's first change from the default's version, which is larger than
@@ -78,6 +84,38 @@ class SqliteRolloutStore:
             self._db.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open rollout store {self.path}: {exc}") from None
+        self.keys = self._open_keys()
+
+    def _open_keys(self) -> StoreKeys:
+        """The store's secret; made, and every key written in the clear hashed, at the
+        first open by a version that hashes keys (one transaction: no half-hashed store)."""
+        read = "SELECT value FROM rollout_meta WHERE name = ?"
+        row = self._query_one(read, (KEY_SECRET,))
+        if row is not None:  # every open but the first: no write lock taken
+            return StoreKeys(str(row[0]))
+        with self._transaction():
+            row = self._db.execute(read, (KEY_SECRET,)).fetchone()
+            if row is not None:  # another process made it between our two reads
+                return StoreKeys(str(row[0]))
+            secret = new_secret()
+            keys = StoreKeys(secret)
+            self._hash_clear_keys(keys)
+            self._db.execute("INSERT INTO rollout_meta VALUES (?, ?)", (KEY_SECRET, secret))
+        return keys
+
+    def _hash_clear_keys(self, keys: StoreKeys) -> None:
+        pins = self._db.execute("SELECT * FROM rollout_pins").fetchall()
+        links = self._db.execute("SELECT * FROM rollout_links").fetchall()
+        self._db.execute("DELETE FROM rollout_pins")
+        self._db.execute("DELETE FROM rollout_links")
+        self._db.executemany(
+            "INSERT OR IGNORE INTO rollout_pins VALUES (?, ?, ?, ?)",
+            [(keys.key(c), b, e, x) for c, b, e, x in pins],
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO rollout_links VALUES (?, ?, ?, ?, ?)",
+            [(keys.key(k), keys.conversation(c), t, x, d) for k, c, t, x, d in links],
+        )
 
     def read(self, cohort: str = "") -> RolloutState:
         with self._lock:

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Final, Protocol
 
 from kvmigrate.lazy import implementation
+from kvmigrate.rollout.keys import StoreKeys
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 
 # A change computes the new state and its audit event from the current state, so the
@@ -23,6 +24,12 @@ class RolloutStore(Protocol):
     before cohorts holds, and what a cohort without a state of its own follows)."""
 
     url: str
+
+    @property
+    def keys(self) -> StoreKeys:
+        """The keyed hash pins and links are keyed by (kvmigrate.rollout.keys): keys and
+        conversations reach the store hashed, never in the clear."""
+        ...
 
     def read(self, cohort: str = "") -> RolloutState:
         """The cohort's state (the initial state when nothing was written yet)."""
@@ -48,7 +55,8 @@ class RolloutStore(Protocol):
         ...
 
     def save_pins(self, pins: Sequence[Pin]) -> None:
-        """Keep conversation pins; a pin already present for a conversation is kept."""
+        """Keep conversation pins (keyed by `keys.key(...)`); a pin already present for a
+        conversation is kept."""
         ...
 
     def load_pins(self, conversations: Sequence[str] | None = None) -> list[Pin]:

@@ -72,9 +72,11 @@ def test_every_cohort_starts_where_the_round1_rollout_stood(
         assert (state.mode, state.percent, state.epoch, state.version) == (Mode.SPLIT, 25, 1, 4)
     assert [e.action for e in controller.history()] == ROUND1_ACTIONS
     assert [e.action for e in controller.history(cohort="gpt-4o")] == ROUND1_ACTIONS
+    # Keyed by the store's keyed hash since (test_store_keys_upgrade.py).
+    keys = controller.store.keys
     assert {p.conversation: p.backend for p in controller.store.load_pins()} == {
-        "conv-1": "vllm",
-        "conv-2": "hosted",
+        keys.key("conv-1"): "vllm",
+        keys.key("conv-2"): "hosted",
     }
 
 
@@ -154,7 +156,7 @@ def test_round1_pins_still_hold_and_new_pins_are_the_cohorts(round1_url: str) ->
 
         asyncio.run(pin_fresh())
         keys = {p.conversation for p in store.load_pins()}
-        assert f"gpt-4o:{fresh}" in keys
-        assert fresh not in keys
+        assert store.keys.key(f"gpt-4o:{fresh}") in keys
+        assert store.keys.key(fresh) not in keys
     finally:
         store.close()

@@ -49,7 +49,8 @@ def test_an_existing_sqlite_store_gains_the_link_table_in_place(tmp_path: Path) 
     old.commit()
     old.close()
     store = open_store(f"sqlite:///{path}", RolloutState())
-    assert store.load_pins() == [Pin("kept", "vllm", 0, 9e12)]
+    # The pin written in the clear is hashed in place (kvmigrate.rollout.keys).
+    assert store.load_pins() == [Pin(store.keys.key("kept"), "vllm", 0, 9e12)]
     store.save_links([Link("c:a", "kept", 1, time.time() + 60)])
     assert [link.conversation for link in store.load_links(["c:a"])] == ["kept"]
     store.close()
@@ -76,7 +77,9 @@ async def stored(resolver: ContinuityResolver, link: str) -> None:
     assert resolver.store is not None
     async with asyncio.timeout(10):
         # The store has no event to wait on, only its contents: poll them.
-        while not await asyncio.to_thread(resolver.store.load_links, [link]):  # noqa: ASYNC110
+        # The store keeps the link under its keyed hash (kvmigrate.rollout.keys).
+        key = resolver.store.keys.key(link)
+        while not await asyncio.to_thread(resolver.store.load_links, [key]):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
 
