@@ -96,6 +96,16 @@ def test_bad_values_are_refused_with_path(extra: str, path: str, reason: str) ->
         ("backends: {hosted: {api_base: 'ftp://x'}}\n", "backends.hosted.api_base", "http"),
         ("backends: {hosted: {api_base: []}}\n", "backends.hosted.api_base", "empty"),
         (
+            "backends: {hosted: {api_base: 'http://a', candidate_headers: ['x a']}}\n",
+            "backends.hosted.candidate_headers[0]",
+            "not an HTTP header name",
+        ),
+        (
+            "backends: {hosted: {api_base: 'http://a', candidate_headers: x-a}}\n",
+            "backends.hosted.candidate_headers",
+            "expected a list",
+        ),
+        (
             "backends: {hosted: {api_base: 'http://a', apikey: x}}\n",
             "backends.hosted.apikey",
             "did you mean 'api_key'",

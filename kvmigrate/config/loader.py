@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from kvmigrate.config.secret import Secret
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
 # What kvmigrate itself passes to litellm: from the backend's own keys or from the request.
 LITELLM_OWN_PARAMS = {
     "api_key": "set `api_key` on the backend",
@@ -123,11 +125,23 @@ def _backend(name: str, s: Section) -> BackendConfig:
         "type": kind,
         "api_bases": _api_bases(s, kind),
         "litellm_params": _litellm_params(s, kind),
+        "candidate_headers": _header_names(s, "candidate_headers"),
     }
     backend = read_struct(s, BackendConfig, given)
     if backend.type == "azure" and not backend.api_version:
         raise s.error("api_version", "is required for an azure backend, e.g. 2024-10-21")
     return backend
+
+
+def _header_names(s: Section, key: str) -> tuple[str, ...]:
+    """A list of HTTP header names (RFC 9110 tokens), lower-cased."""
+    raw = s.raw(key, [])
+    if not isinstance(raw, list):
+        raise s.error(key, "expected a list of header names")
+    for i, item in enumerate(raw):
+        if not isinstance(item, str) or not HEADER_NAME.fullmatch(item):
+            raise s.error(f"{key}[{i}]", f"not an HTTP header name: {item!r}")
+    return tuple(item.lower() for item in raw)
 
 
 def _api_bases(s: Section, kind: str) -> tuple[str, ...]:

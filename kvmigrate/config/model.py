@@ -99,6 +99,9 @@ class BackendConfig(ConfigSection, frozen=True):
     # litellm: extra keyword arguments for litellm (aws_region_name, vertex_project, ...);
     # values read from the environment are `Secret`s. Never printed.
     litellm_params: Mapping[str, object] = msgspec.field(default_factory=dict)
+    # Client headers this backend gets as a candidate, besides the built-in allowlist
+    # (kvmigrate.proxy.headers); credentials never, even when listed.
+    candidate_headers: tuple[str, ...] = ()
 
     def _shown(self) -> tuple[tuple[str, object], ...]:
         """Every field but litellm_params, which may hold anything and is never printed."""

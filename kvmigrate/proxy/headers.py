@@ -52,10 +52,10 @@ CANDIDATE_HEADERS = frozenset(
         # W3C trace context: ids, no secrets.
         "traceparent",
         "tracestate",
-        # The emulator's fault injection (kvmigrate.emulator), for tests and the demo.
-        "x-emulator-fault",
     }
 )
+# Not `x-emulator-fault` (kvmigrate.emulator's fault injection): a client could fail the
+# candidate at will in production. A test bed names it in the backend's `candidate_headers`.
 CANDIDATE_HEADER_PREFIXES = ("x-stainless-",)  # the OpenAI and Anthropic SDKs' client description
 # Query parameters some APIs accept a key in (Azure's `api-key`, Google's `key`, ...).
 CREDENTIAL_QUERY_PARAMS = frozenset(
@@ -116,12 +116,21 @@ def upstream_headers(
     return headers
 
 
-def candidate_view(client: Mapping[str, str]) -> dict[str, str]:
-    """The client's headers a candidate may see: the allowlist above, nothing else."""
+def candidate_allowlist(configured: Iterable[str]) -> frozenset[str]:
+    """The allowlist above plus a backend's `candidate_headers`; a credential or hop-by-hop
+    header stays out even when configured."""
+    extra = {name.lower() for name in configured} - CREDENTIAL_HEADERS - HOP_BY_HOP
+    return CANDIDATE_HEADERS | extra
+
+
+def candidate_view(
+    client: Mapping[str, str], allowed: frozenset[str] = CANDIDATE_HEADERS
+) -> dict[str, str]:
+    """The client's headers a candidate may see: the allowlist, nothing else."""
     return {
         name: value
         for name, value in client.items()
-        if name.lower() in CANDIDATE_HEADERS or name.lower().startswith(CANDIDATE_HEADER_PREFIXES)
+        if name.lower() in allowed or name.lower().startswith(CANDIDATE_HEADER_PREFIXES)
     }
 
 

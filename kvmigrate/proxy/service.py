@@ -372,7 +372,9 @@ class ProxyService:
         upstream = self.upstreams[backend]
         passes = primary and self.config.server.master_key is None
         headers = upstream_headers(
-            request.headers if primary else candidate_view(request.headers),
+            request.headers
+            if primary
+            else candidate_view(request.headers, upstream.candidate_headers),
             upstream.auth,
             pass_client_credentials=passes,
         )

@@ -13,6 +13,7 @@ import aiohttp
 
 from kvmigrate.config import BackendConfig, Config
 from kvmigrate.proxy.errors import bad_request
+from kvmigrate.proxy.headers import candidate_allowlist
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.replicas import LeasedResponse, ReplicaSet
 
@@ -27,6 +28,8 @@ class Upstream:
         key = backend.api_key
         # The headers that carry the backend's own key; None: the backend has none.
         self.auth = self.kind.auth_headers(key) if key is not None else None
+        # The client headers it sees as a candidate.
+        self.candidate_headers = candidate_allowlist(backend.candidate_headers)
         self.replicas = ReplicaSet(
             backend.api_bases, probe_headers=self.auth, probe_url=self.kind.probe_url
         )

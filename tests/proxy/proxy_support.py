@@ -21,6 +21,11 @@ class Backends:
     vllm: BackgroundServer
 
 
+# The emulator's fault header reaches a candidate only where the config lets it: a test bed
+# that injects candidate faults passes this as `vllm_extra`.
+CANDIDATE_FAULTS = ", candidate_headers: [x-emulator-fault]"
+
+
 def proxy_config(
     hosted_url: str,
     vllm_url: str,

@@ -54,9 +54,11 @@ CANDIDATE_HEADERS = (
     "openai-beta",
     "traceparent",
     "tracestate",
-    "x-emulator-fault",
     "x-stainless-lang",
 )
+# Allowed only where a backend's `candidate_headers` names it: a client must not be able to
+# inject emulator faults into a candidate in production.
+CONFIGURED_ONLY = ("x-emulator-fault",)
 ALLOWED_VALUES = {
     "content-type": "application/json",
     "accept": "application/json",
@@ -99,7 +101,8 @@ def query_of(recorded: Recorded) -> dict[str, str]:
 def client_headers() -> dict[str, str]:
     headers = {name: secret(name) for name in CREDENTIAL_HEADERS}
     headers["authorization"] = "Bearer " + secret("authorization")
-    headers.update({name: ALLOWED_VALUES.get(name, f"value-{name}") for name in CANDIDATE_HEADERS})
+    allowed = (*CANDIDATE_HEADERS, *CONFIGURED_ONLY)
+    headers.update({name: ALLOWED_VALUES.get(name, f"value-{name}") for name in allowed})
     # Headers the client names in `Connection` are hop-by-hop too (RFC 9110 section 7.6.1).
     headers.update({"Connection": "X-Hop-A,X-Hop-B", "X-Hop-A": "1", "X-Hop-B": "2"})
     return headers
@@ -152,6 +155,36 @@ def test_candidate_gets_each_allowlisted_header(
 ) -> None:
     _, candidate = shadowed
     assert lower_headers(candidate)[name] == ALLOWED_VALUES.get(name, f"value-{name}")
+
+
+@pytest.mark.parametrize("name", CONFIGURED_ONLY)
+def test_candidate_gets_no_test_bed_header_by_default(
+    shadowed: tuple[Recorded, Recorded], name: str
+) -> None:
+    primary, candidate = shadowed
+    assert name not in lower_headers(candidate)
+    assert lower_headers(primary)[name] == ALLOWED_VALUES[name]  # the primary gets everything
+
+
+def test_a_backends_candidate_headers_extend_the_allowlist_but_never_to_credentials(
+    make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url,
+        vllm_url=upstream.url,
+        rollout=SHADOW,
+        vllm_extra=", candidate_headers: [X-Emulator-Fault, Cookie, Api-Key, Connection]",
+    )
+    status, body = send(proxy.url, "/v1/chat/completions", client_headers())
+    assert status == 200, body
+    _, candidate = split_calls(seen)
+    headers = lower_headers(candidate)
+    assert headers["x-emulator-fault"] == ALLOWED_VALUES["x-emulator-fault"]
+    for name in ("cookie", "api-key"):  # a credential the proxy knows stays out, even named
+        assert name not in headers
+        assert secret(name) not in json.dumps(candidate.headers)
+    assert "connection" not in headers
 
 
 @pytest.mark.parametrize("name", ["connection", "x-hop-a", "x-hop-b"])

@@ -121,7 +121,8 @@ def config_yaml(
 server: {{host: 127.0.0.1, port: {port}}}
 backends:
   hosted: {{api_base: "{hosted_url}/v1", read_timeout: 5, connect_timeout: 1}}
-  vllm: {{api_base: "{vllm_url}/v1", read_timeout: {CANDIDATE_READ_TIMEOUT}, connect_timeout: 1}}
+  vllm: {{api_base: "{vllm_url}/v1", read_timeout: {CANDIDATE_READ_TIMEOUT}, connect_timeout: 1,
+          candidate_headers: [x-emulator-fault]}}
 models:
   - {{model_name: {HOSTED_MODEL}, hosted: {HOSTED_MODEL}, vllm: "{vllm_model}"}}
 rollout: {rollout_yaml(mode, state)}

@@ -41,7 +41,7 @@ def make_config(tmp_path: Path, emulators: dict[str, BackgroundServer], state: s
         f"""
 backends:
   hosted: {{api_base: "{emulators["hosted"].url}/v1"}}
-  vllm: {{api_base: "{emulators["vllm"].url}/v1"}}
+  vllm: {{api_base: "{emulators["vllm"].url}/v1", candidate_headers: [x-emulator-fault]}}
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: {VLLM_MODEL}}}
   - {{model_name: gpt-4o, hosted: gpt-4o-mini, vllm: {VLLM_MODEL}}}
