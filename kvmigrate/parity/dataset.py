@@ -2,7 +2,9 @@
 
 A line is either a bare OpenAI request body (`{"model": ..., "messages": [...]}`) or the
 OpenAI Batch input shape that `kvmigrate report --export-requests` writes:
-`{"custom_id", "method", "url": "/v1/chat/completions", "body": {...}, "metadata"}`.
+`{"custom_id", "method", "url": "/v1/chat/completions", "body": {...}, "metadata"}`. An
+Anthropic Messages request needs that shape (`"url": "/v1/messages"`): a bare body with
+`messages` reads as a chat request.
 Blank lines and lines starting with `#` are skipped.
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import orjson
 
-ROUTES = ("chat/completions", "completions", "responses")
+ROUTES = ("chat/completions", "completions", "responses", "messages")
 
 
 class DatasetError(ValueError):

@@ -17,22 +17,26 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
-from kvmigrate.config import BackendConfig, Config
+from kvmigrate.config import BackendConfig, Config, Secret
 from kvmigrate.parity.compare import DEFAULT_SETTINGS, score_exchange_pair
 from kvmigrate.parity.dataset import DatasetItem
 from kvmigrate.parity.result import PairScore
 from kvmigrate.parity.semantic import SemanticScorer
 from kvmigrate.parity.settings import ParitySettings
+from kvmigrate.proxy.kinds import BackendKind, kind_of
+from kvmigrate.wire.anthropic import DEFAULT_VERSION, MESSAGES_ROUTES
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One backend to call: `models` maps the client's model name to the served one."""
+    """One backend to call: `models` maps the client's model name to the served one;
+    `kind` builds its URLs and carries its key as its API reads it."""
 
     name: str
     base_url: str
     api_key: str | None
     models: dict[str, str]
+    kind: BackendKind = field(default_factory=BackendKind)
 
     def __repr__(self) -> str:  # the key must never reach a log
         return f"Target({self.name!r}, {self.base_url!r})"
@@ -56,7 +60,7 @@ def _target(config: Config, backend: BackendConfig, fallback_key: str | None) ->
     }
     key = backend.api_key.reveal() if backend.api_key is not None else fallback_key
     base = backend.direct_api_bases("parity")[0]
-    return Target(backend.name, base.rstrip("/"), key, models)
+    return Target(backend.name, base.rstrip("/"), key, models, kind_of(backend))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +107,14 @@ class _Run:
 async def call_backend(
     session: aiohttp.ClientSession, target: Target, item: DatasetItem, timeout_s: float
 ) -> Call:
-    body = {**item.body, "model": target.models[item.body["model"]]}
+    served = target.models[item.body["model"]]
+    body = {**item.body, "model": served}
     headers = {"Content-Type": "application/json"}
+    if item.route in MESSAGES_ROUTES:
+        headers["anthropic-version"] = DEFAULT_VERSION
     if target.api_key:
-        headers["Authorization"] = f"Bearer {target.api_key}"
-    url = f"{target.base_url}/{item.route}"
+        headers.update(target.kind.auth_headers(Secret(target.api_key)))
+    url = target.kind.url(target.base_url, item.route, served)
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with session.post(

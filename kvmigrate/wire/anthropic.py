@@ -18,6 +18,9 @@ from kvmigrate.wire.errors import read_error
 
 # Routes below /v1 that speak the Messages API.
 MESSAGES_ROUTES = frozenset({"messages", "messages/count_tokens"})
+# The API version a caller without one of its own sends (an offline replay: the recorded
+# request keeps its body, not its headers); Anthropic refuses a request without any.
+DEFAULT_VERSION = "2023-06-01"
 
 ERROR_TYPES = {
     400: "invalid_request_error",
