@@ -17,6 +17,8 @@ from kvmigrate.serving import BackgroundServer
 CLAUDE = "claude-sonnet-4-5"
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CLIENT_KEY = "sk-ant-api03-CLIENT-SECRET-KEY"
+# The emulator's fault header reaches the candidate only where its config names it.
+FAULTS_ALLOWED = ", candidate_headers: [x-emulator-fault]"
 WEATHER = {
     "name": "get_weather",
     "description": "Weather for a city",
@@ -34,11 +36,12 @@ def messages_config(
     rollout: str = "{mode: shadow, noise_sample: 0}",
     extra: str = "",
     primary_extra: str = "",
+    candidate_extra: str = "",
 ) -> Config:
     text = f"""
 backends:
   hosted: {{type: anthropic, api_base: "{primary_url}/v1", read_timeout: 5 {primary_extra}}}
-  vllm: {{api_base: "{candidate_url}/v1", read_timeout: 5, connect_timeout: 1}}
+  vllm: {{api_base: "{candidate_url}/v1", read_timeout: 5, connect_timeout: 1 {candidate_extra}}}
 models:
   - {{model_name: {CLAUDE}, hosted: {CLAUDE}, vllm: {VLLM_MODEL}}}
 rollout: {rollout}

@@ -23,7 +23,7 @@ class Backends:
 
 # The emulator's fault header reaches a candidate only where the config lets it: a test bed
 # that injects candidate faults passes this as `vllm_extra`.
-CANDIDATE_FAULTS = ", candidate_headers: [x-emulator-fault]"
+FAULTS_ALLOWED = ", candidate_headers: [x-emulator-fault]"
 
 
 def proxy_config(

@@ -15,6 +15,7 @@ import pytest
 from anthropic_support import (
     CLAUDE,
     CLIENT_KEY,
+    FAULTS_ALLOWED,
     VLLM_MODEL,
     WEATHER,
     Exchanges,
@@ -236,7 +237,9 @@ def test_malformed_body_is_an_anthropic_invalid_request(make_proxy: MessagesProx
 def test_a_stream_that_breaks_ends_with_an_anthropic_error_event(
     make_proxy: MessagesProxyFactory,
 ) -> None:
-    proxy = make_proxy(rollout="{mode: split, percent: 100, noise_sample: 0}")
+    proxy = make_proxy(
+        rollout="{mode: split, percent: 100, noise_sample: 0}", candidate_extra=FAULTS_ALLOWED
+    )
     client = proxy.client(default_headers={"x-emulator-fault": "disconnect"})
     texts = []
     with (
@@ -254,7 +257,9 @@ def test_a_stream_that_breaks_ends_with_an_anthropic_error_event(
 def test_candidate_failure_before_the_first_byte_falls_back(
     make_proxy: MessagesProxyFactory,
 ) -> None:
-    proxy = make_proxy(rollout="{mode: split, percent: 100, noise_sample: 0}")
+    proxy = make_proxy(
+        rollout="{mode: split, percent: 100, noise_sample: 0}", candidate_extra=FAULTS_ALLOWED
+    )
     client = proxy.client(default_headers={"x-emulator-fault": "vllm:500"})
     raw = client.messages.with_raw_response.create(**ask("hello"))
     assert raw.headers["x-kvmigrate-backend"] == "hosted"

@@ -6,7 +6,7 @@ import time
 
 import openai
 import pytest
-from proxy_support import HOSTED_MODEL, ProxyFactory, RunningProxy
+from proxy_support import FAULTS_ALLOWED, HOSTED_MODEL, ProxyFactory, RunningProxy
 
 CANDIDATE_FAULTS = [
     "vllm:500",
@@ -72,7 +72,7 @@ def settled_copies(proxy: RunningProxy, timeout: float = 10.0) -> float:
 def test_failing_candidate_has_no_effect_on_the_client(
     make_proxy: ProxyFactory, fault: str, stream: bool
 ) -> None:
-    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0}")
+    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0}", vllm_extra=FAULTS_ALLOWED)
     baseline, _ = ask(proxy, "", stream)
     assert settled_copies(proxy) == 1
     answer, elapsed = ask(proxy, fault, stream)
@@ -109,7 +109,10 @@ def test_streamed_shadow_is_consumed_to_the_end(make_proxy: ProxyFactory) -> Non
 
 
 def test_shadow_copies_beyond_the_bound_are_dropped_and_counted(make_proxy: ProxyFactory) -> None:
-    proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0, shadow_max_concurrency: 2}")
+    proxy = make_proxy(
+        rollout="{mode: shadow, shadow_sample: 1.0, shadow_max_concurrency: 2}",
+        vllm_extra=FAULTS_ALLOWED,
+    )
     for _ in range(5):
         ask(proxy, "vllm:hang", stream=False)
     # The fifth copy is refused just after its answer: poll, then check nothing more came.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from proxy_support import CANDIDATE_FAULTS, HOSTED_MODEL, ProxyFactory, RunningProxy
+from proxy_support import FAULTS_ALLOWED, HOSTED_MODEL, ProxyFactory, RunningProxy
 
 
 def conversation(proxy: RunningProxy, name: str, turns: int = 3) -> list[str]:
@@ -74,7 +74,7 @@ def test_raising_the_percent_never_moves_a_candidate_conversation_back(
 def test_candidate_failure_before_first_byte_falls_back(
     make_proxy: ProxyFactory, fault: str, stream: bool
 ) -> None:
-    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_extra=CANDIDATE_FAULTS)
+    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_extra=FAULTS_ALLOWED)
     client = proxy.client()
     messages = [{"role": "user", "content": "hello"}]
     raw = client.chat.completions.with_raw_response.create(
@@ -93,7 +93,7 @@ def test_candidate_failure_before_first_byte_falls_back(
 
 def test_fallback_can_be_switched_off(make_proxy: ProxyFactory) -> None:
     proxy = make_proxy(
-        rollout="{mode: split, percent: 100, fallback: false}", vllm_extra=CANDIDATE_FAULTS
+        rollout="{mode: split, percent: 100, fallback: false}", vllm_extra=FAULTS_ALLOWED
     )
     with pytest.raises(openai.InternalServerError):
         proxy.client().chat.completions.create(
@@ -108,7 +108,7 @@ def test_fallback_can_be_switched_off(make_proxy: ProxyFactory) -> None:
 def test_failure_after_bytes_ends_stream_with_an_error_event(
     make_proxy: ProxyFactory, fault: str
 ) -> None:
-    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_extra=CANDIDATE_FAULTS)
+    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_extra=FAULTS_ALLOWED)
     stream = proxy.client().chat.completions.create(
         model=HOSTED_MODEL,
         messages=[{"role": "user", "content": "tell me a long story"}],
