@@ -25,6 +25,8 @@ class ErrorKind(StrEnum):
     CLIENT_CANCELLED = "client_cancelled"
     MALFORMED_STREAM = "malformed_stream"  # a candidate's event that does not parse
     MALFORMED_BODY = "malformed_body"  # a candidate's body that does not parse
+    # A candidate's 404/405 on a model route: it does not serve the route (proxy.unserved).
+    ROUTE_NOT_SERVED = "route_not_served"
 
 
 NOT_BACKEND_ERRORS = frozenset({ErrorKind.CLIENT_DISCONNECTED})

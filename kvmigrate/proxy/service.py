@@ -57,6 +57,7 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
 from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
+from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
@@ -119,6 +120,7 @@ class ProxyService:
         self.kinds = {name: kind_of(b) for name, b in config.backends.items()}
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
+        self.unserved = UnservedRoutes()
         # Relays that outlive a cancelled handler (see _answer), held until they end.
         self._relays: set[asyncio.Future[web.StreamResponse]] = set()
         self.shadow, self.shadows = candidate_dispatchers(config, self.metrics, shadow_timeout)
@@ -332,6 +334,11 @@ class ProxyService:
         if can_fall_back and (response.status >= 500 or response.status == 429):
             response.close()
             raise _candidate_failure(exchange.backend, f"http_{response.status}")
+        if can_fall_back and checked:
+            unserved = self.unserved.kind(exchange.backend, routed.path, response.status)
+            if unserved is not None:
+                response.close()
+                raise _candidate_failure(exchange.backend, unserved)
         if should_stream(response):
             first = await read_first_chunk(upstream, response, exchange)
             check = SseCheck() if checked and is_event_stream(response) else None
@@ -466,14 +473,14 @@ class ProxyService:
                 exchange.status = response.status
                 event_stream = is_event_stream(response)
                 await drain(response, exchange)
-                if (
-                    exchange.error is None
-                    and exchange.status == 200
-                    and routed.route.is_candidate(backend)
-                ):
+                if exchange.error is None and routed.route.is_candidate(backend):
                     # The same checks as in split mode, so shadow evidence counts a
-                    # candidate that answers garbage as failing, not as healthy.
-                    exchange.error = malformed_kind(exchange.body(), event_stream)
+                    # candidate that answers garbage, or serves no such route, as failing.
+                    exchange.error = (
+                        malformed_kind(exchange.body(), event_stream)
+                        if exchange.status == 200
+                        else self.unserved.kind(backend, routed.path, exchange.status)
+                    )
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 

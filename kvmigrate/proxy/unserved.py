@@ -1,0 +1,38 @@
+"""A candidate that does not serve a route at all: an older vLLM without /v1/responses, a
+server without Anthropic's /v1/messages. It answers 404 (or 405) for a route every request
+on it will take, which is no answer to the client's question: in split mode the request
+falls back to the primary like a 5xx, and in shadow mode the copy counts as the candidate's
+error, not as a client error. Logged once per backend and route, counted always."""
+
+from __future__ import annotations
+
+import logging
+
+from kvmigrate.policies.outcome import ErrorKind
+
+log = logging.getLogger("kvmigrate.proxy")
+
+UNSERVED_STATUSES = frozenset({404, 405})
+
+
+class UnservedRoutes:
+    def __init__(self) -> None:
+        self._logged: set[tuple[str, str]] = set()
+
+    def kind(self, backend: str, route: str, status: int | None) -> ErrorKind | None:
+        """The error a candidate's answer on a model route is, if it says the route is not
+        served there (logged the first time for this backend and route)."""
+        if status not in UNSERVED_STATUSES:
+            return None
+        if (backend, route) not in self._logged:
+            self._logged.add((backend, route))
+            log.warning(
+                "candidate %s answers %s on /v1/%s: it does not seem to serve this route "
+                "(an older vLLM?); split requests fall back to the primary, shadow copies "
+                "count as its errors (kvmigrate_fallbacks_total{reason=%r})",
+                backend,
+                status,
+                route,
+                str(ErrorKind.ROUTE_NOT_SERVED),
+            )
+        return ErrorKind.ROUTE_NOT_SERVED
