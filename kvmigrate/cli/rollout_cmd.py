@@ -14,7 +14,6 @@ import click
 import msgspec
 
 from kvmigrate.cli.options import config_option, load_or_exit
-from kvmigrate.config.model import RolloutMode
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import gate_summary, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
@@ -128,7 +127,7 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def rollout(
     ctx: click.Context,
     percent: float | None,
-    mode: RolloutMode | None,
+    mode: Mode | None,
     reason: str,
     force: bool,
     candidate: str | None,
@@ -145,7 +144,7 @@ def rollout(
     if candidate is not None and percent is None:
         raise click.UsageError("--candidate goes with --percent N")
     with target.client(candidate) as client:
-        outcome = client.set_mode(mode, reason) if mode else None
+        outcome = client.set_mode(Mode(mode), reason) if mode else None
         if percent is not None:
             outcome = client.set_percent(percent, reason, force)
     assert outcome is not None  # one of the two was given

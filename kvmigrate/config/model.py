@@ -15,8 +15,8 @@ from msgspec import Meta
 
 from kvmigrate.config.secret import Secret
 from kvmigrate.policies.gates import GateConfig, RollbackConfig
+from kvmigrate.policies.modes import Mode
 
-RolloutMode = Literal["shadow", "split"]
 # "openai": any OpenAI-compatible API; "azure": Azure OpenAI; "litellm": called through
 # litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's;
 # "anthropic": Anthropic's Messages API (only /v1/messages, key in `x-api-key`).
@@ -154,7 +154,7 @@ class ModelRoute(ConfigSection, frozen=True):
 class RolloutConfig(ConfigSection, frozen=True):
     primary: str = "hosted"  # a backend's name
     candidate: str = "vllm"
-    mode: RolloutMode = "shadow"
+    mode: Mode = Mode.SHADOW
     percent: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.0
     shadow_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     # Increasing percentages in (0, 100].

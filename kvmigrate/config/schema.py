@@ -85,6 +85,8 @@ def _read(s: Section, field: _Field, allowed: tuple[str, ...] | None) -> Any:
         return s.number(key, default, low, high)
     if isinstance(kind, mi.LiteralType):
         return s.choice(key, default, field.choices)
+    if isinstance(kind, mi.EnumType):  # a StrEnum (policies.modes.Mode): its values
+        return kind.cls(s.choice(key, default, field.choices))
     if isinstance(kind, mi.StrType):
         if allowed is not None:
             return s.choice(key, default, allowed)
@@ -124,8 +126,6 @@ def _describe(field: mi.Field, hint: Any, limit: Meta | None) -> _Field:
     if isinstance(kind, mi.UnionType):
         kind = next(t for t in kind.types if not isinstance(t, mi.NoneType))
     bounded = limit if limit is not None else kind
-    # msgspec sorts a Literal's values; a refusal lists them as declared.
-    literal = get_args(hint) or getattr(kind, "values", ())
     return _Field(
         name=field.name,
         key=field.encode_name,
@@ -136,8 +136,18 @@ def _describe(field: mi.Field, hint: Any, limit: Meta | None) -> _Field:
         factory=field.default_factory,
         low=getattr(bounded, "ge", None),
         high=getattr(bounded, "le", None),
-        choices=tuple(str(v) for v in literal) if isinstance(kind, mi.LiteralType) else (),
+        choices=_choices(kind, hint),
     )
+
+
+def _choices(kind: mi.Type, hint: Any) -> tuple[str, ...]:
+    """A Literal's or a StrEnum's values, as declared (msgspec sorts a Literal's): what a
+    refusal lists."""
+    if isinstance(kind, mi.LiteralType):
+        return tuple(str(v) for v in get_args(hint) or kind.values)
+    if isinstance(kind, mi.EnumType):
+        return tuple(str(member.value) for member in kind.cls)
+    return ()
 
 
 _FIELDS = _fields_of(Config)

@@ -14,8 +14,8 @@ import msgspec
 from msgspec import Meta
 from msgspec import inspect as mi
 
-from kvmigrate.config.model import RolloutMode
 from kvmigrate.policies.gates import GateResult
+from kvmigrate.policies.modes import Mode
 from kvmigrate.rollout.controller import RolloutStatus
 from kvmigrate.rollout.state import RolloutEvent
 
@@ -26,7 +26,7 @@ class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
     """POST /admin/rollout: `percent` (a promotion when it rises) or else `mode`."""
 
     percent: Annotated[float, Meta(ge=0.0, le=100.0)] | None = None
-    mode: RolloutMode | None = None
+    mode: Mode | None = None
     force: bool = False
     reason: str = ""
     actor: str = ""
@@ -108,6 +108,8 @@ def _expected(kind: mi.Type) -> str:
         return "a number"
     if isinstance(kind, mi.LiteralType):
         return " or ".join(f'"{v}"' for v in kind.values)
+    if isinstance(kind, mi.EnumType):
+        return " or ".join(f'"{m.value}"' for m in kind.cls)
     if isinstance(kind, mi.BoolType):
         return "true or false"
     return "a string"

@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
-from kvmigrate.config.model import RolloutMode
+from kvmigrate.policies.modes import Mode
 from kvmigrate.rollout.api import (
     CohortStatuses,
     Refusal,
@@ -49,7 +49,7 @@ class RolloutClient(Protocol):
     def statuses(self) -> list[RolloutStatus]: ...
     def history(self, limit: int = 100) -> list[RolloutEvent]: ...
     def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome: ...
-    def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome: ...
+    def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome: ...
     def rollback(self, reason: str) -> ChangeOutcome: ...
 
 
@@ -88,7 +88,7 @@ class LocalRollout:
             percent, reason, self.actor, force, self.cohort, self.candidate
         )
 
-    def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
+    def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome:
         return self.controller.set_mode(mode, reason, self.actor, self.cohort)
 
     def rollback(self, reason: str) -> ChangeOutcome:
@@ -138,7 +138,7 @@ class RemoteRollout:
         )
         return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
-    def set_mode(self, mode: RolloutMode, reason: str) -> ChangeOutcome:
+    def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome:
         change = RolloutChange(mode=mode, reason=reason, actor=self.actor, cohort=self.cohort)
         return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
