@@ -19,7 +19,6 @@ import math
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -27,7 +26,12 @@ from pathlib import Path
 
 from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.config import Config
-from kvmigrate.proxy.pool_metrics import MULTIPROC_ENV, forget_worker, keep_snapshot
+from kvmigrate.proxy.pool_metrics import (
+    MULTIPROC_ENV,
+    forget_worker,
+    keep_snapshot,
+    new_pool_directory,
+)
 from kvmigrate.serving import DRAIN_S, install_fast_event_loop, serve_until
 
 log = logging.getLogger("kvmigrate.proxy.pool")
@@ -58,7 +62,7 @@ def serve_pool(
     drain_s: float = DRAIN_S,
 ) -> None:
     """Run `workers` proxy processes on `host:port` until SIGINT or SIGTERM."""
-    directory = tempfile.mkdtemp(prefix="kvmigrate-metrics-")
+    directory = new_pool_directory()
     os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -2,9 +2,10 @@
 
 Counters, histograms and gauges live in prometheus-client's multiprocess mode: each worker
 writes its values to memory-mapped files in `PROMETHEUS_MULTIPROC_DIR` (the parent creates
-the folder and removes it at exit), and the worker a scrape reaches sums them. Collectors
-that read a worker's own state at scrape time (the recorder's queue, open connections) have
-no such file: each worker writes what they report to a snapshot file every
+the folder and removes it at exit; a parent killed with SIGKILL cannot, so the next pool
+removes the folders whose processes are all gone), and the worker a scrape reaches sums
+them. Collectors that read a worker's own state at scrape time (the recorder's queue, open
+connections) have no such file: each worker writes what they report to a snapshot file every
 `SNAPSHOT_INTERVAL_S`, and the scraped worker adds the others' snapshots to its own live
 values, so those figures are at most that old.
 """
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,49 @@ from prometheus_client.registry import Collector
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SNAPSHOT_INTERVAL_S = 1.0
 _SNAPSHOT = "collected_{pid}.json"
+# `kvmigrate-metrics-<parent pid>-<random>`; the files in it end with a worker's pid
+# (prometheus-client's `counter_<pid>.db`, the snapshots' `collected_<pid>.json`).
+DIRECTORY_PREFIX = "kvmigrate-metrics-"
+_OWNER = re.compile(re.escape(DIRECTORY_PREFIX) + r"(\d+)-")
+_WORKER_FILE = re.compile(r"_(\d+)\.(?:db|json|tmp)$")
+
+log = logging.getLogger("kvmigrate.proxy")
+
+
+def new_pool_directory(root: str | None = None) -> str:
+    """A metrics folder for this parent's pool, once the stale ones are gone."""
+    removed = remove_stale_directories(root)
+    if removed:
+        log.info("removed %d metrics folder(s) left by killed proxy pools", len(removed))
+    return tempfile.mkdtemp(prefix=f"{DIRECTORY_PREFIX}{os.getpid()}-", dir=root)
+
+
+def remove_stale_directories(root: str | None = None) -> list[Path]:
+    """Our folders (by name, and owned by this user) whose parent and workers are all dead:
+    what a SIGKILLed pool leaves. A folder of a pool still running is never touched."""
+    removed = []
+    for path in Path(root or tempfile.gettempdir()).glob(DIRECTORY_PREFIX + "*"):
+        owner = _OWNER.match(path.name)  # a folder named before parents' pids is left alone
+        try:
+            if not owner or path.is_symlink() or path.stat().st_uid != os.getuid():
+                continue
+            workers = [int(m.group(1)) for f in os.listdir(path) if (m := _WORKER_FILE.search(f))]
+        except OSError:
+            continue  # gone meanwhile, or not a folder
+        if not any(_alive(pid) for pid in (int(owner.group(1)), *workers)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def pool_directory() -> str | None:
