@@ -137,7 +137,12 @@ def test_links_written_by_the_previous_release_still_read(
     url = fresh_redis_url if kind == "redis" else f"sqlite:///{tmp_path}/state.db"
     store = open_store(url, RolloutState())
     expires = time.time() + 600
-    old = Link(RESPONSE_PREFIX + "resp_old", "conv-1", 2, expires, '["hosted", "resp_vllm_2"]')
+    # As an upgraded store holds it: key and conversation under the store's keyed hash
+    # (kvmigrate.rollout.keys; tests/rollout/test_store_keys.py upgrades one in the clear).
+    keys = store.keys
+    conversation = keys.conversation("conv-1")
+    old_key = keys.key(RESPONSE_PREFIX + "resp_old")
+    old = Link(old_key, conversation, 2, expires, '["hosted", "resp_vllm_2"]')
     store.save_links([old])
 
     async def read() -> tuple[str | None, str | None, str | None]:
@@ -145,7 +150,7 @@ def test_links_written_by_the_previous_release_still_read(
         mirrored = await chains.mirror_of("resp_old")
         entry = await chains.find(RESPONSE_PREFIX + "resp_old")
         assert entry is not None
-        assert (entry.conversation, entry.turn, entry.backend) == ("conv-1", 2, "hosted")
+        assert (entry.conversation, entry.turn, entry.backend) == (conversation, 2, "hosted")
         several = entry.with_mirror("vllm-fp8", "resp_fp8_2")
         chains.keep(RESPONSE_PREFIX + "resp_new", several)
         await chains.links.done()  # the writer's last batch
@@ -158,7 +163,7 @@ def test_links_written_by_the_previous_release_still_read(
         mirrored, fp8, vllm = asyncio.run(read())
         assert mirrored == "resp_vllm_2"
         assert (fp8, vllm) == ("resp_fp8_2", "")
-        (new,) = store.load_links([RESPONSE_PREFIX + "resp_new"])
+        (new,) = store.load_links([keys.key(RESPONSE_PREFIX + "resp_new")])
         backend, mirror, named = orjson.loads(new.detail)
         assert (backend, mirror, named) == ("hosted", "resp_vllm_2", {"vllm-fp8": "resp_fp8_2"})
     finally:
