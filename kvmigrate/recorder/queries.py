@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +18,13 @@ from kvmigrate.recorder.store import RecordStore, open_store
 # Passthrough calls (/v1/models, files, ...) are recorded but are not model traffic; nor is
 # Anthropic's count_tokens, which generates nothing (no TTFT, no cache, no cost).
 MODEL_TRAFFIC = "route NOT IN ('other', 'messages/count_tokens')"
+
+
+def record_cohort(columns: Collection[str]) -> str:
+    """SQL for the cohort a record belongs to: the one it was routed in, or, for a record
+    written before cohorts (migration m008, `cohort` NULL or no such column), its model's
+    own cohort. Every read that groups or filters records by cohort uses this one."""
+    return "COALESCE(cohort, model)" if "cohort" in columns else "model"
 
 
 # A client that hung up is not the backend's failure; neither is a 4xx.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kvmigrate.config import safe_url
 from kvmigrate.exchange import Role
@@ -16,14 +16,15 @@ from kvmigrate.report.aggregate import (
     ttft_by_turn,
 )
 from kvmigrate.report.busters import cache_busters
+from kvmigrate.report.candidate_pairs import PairedAnswers, candidate_pairs, paired_answers
 from kvmigrate.report.candidates import parity_by_candidate
-from kvmigrate.report.cohorts import cohort_summaries
+from kvmigrate.report.cohorts import cohort_candidate, cohort_timeline, split_by_cohort
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.divergences import divergent_pairs
 from kvmigrate.report.identity import identity_notes, identity_summary
-from kvmigrate.report.model import Prices, Report, TimelineEvent
+from kvmigrate.report.model import CacheBusters, Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
-from kvmigrate.report.rows import fetch_rows
+from kvmigrate.report.rows import Row, fetch_rows
 
 TINY = 20  # fewer answered calls than this: say the figures are anecdotes
 
@@ -38,8 +39,11 @@ def build_report(
     timeline: Sequence[TimelineEvent] = (),
     database: str = "",
     max_turn: int = 10,
+    candidates_of: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
-    """`store` None stands for a database that does not exist yet: an empty report."""
+    """`store` None stands for a database that does not exist yet: an empty report.
+    `candidates_of`: each cohort's candidates (config.candidates_of), the first of which
+    its own report holds against the primary; unnamed cohorts take `candidate`."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -51,32 +55,71 @@ def build_report(
         timeline=sorted(timeline, key=lambda e: e.ts),
     )
     recorded, _ = fetch_rows(store, since, until) if store is not None else ([], False)
+    prices = prices or Prices()
+    cohorts = split_by_cohort(recorded)
+    paired = paired_answers(recorded, store)
+    busters: tuple[CacheBusters, dict[str, CacheBusters]] = (CacheBusters(), {})
+    if store is not None and recorded:
+        cohort_of = {r.request_id: r.cohort for r in recorded} if len(cohorts) > 1 else {}
+        busters = cache_busters(store, since, until, cohort_of)
+    _fill(report, recorded, store, prices, max_turn, paired)
+    report.cache_busters = busters[0]
+    report.divergences, report.divergent_total = divergent_pairs(recorded, store)
+    if len(cohorts) < 2 or report.empty:
+        return report
+    for name, rows in cohorts.items():
+        own = Report(
+            generated_at=report.generated_at,
+            since=since,
+            until=until,
+            database=report.database,
+            primary=primary,
+            candidate=cohort_candidate(candidates_of or {}, name, candidate),
+            timeline=cohort_timeline(report.timeline, name),
+            cohort=name,
+        )
+        _fill(own, rows, store, prices, max_turn, [p for p in paired if p.a.cohort == name])
+        own.cache_busters = busters[1].get(name, CacheBusters())
+        # The fleet's worst pairs, this cohort's among them (the HTML view filters them).
+        own.divergences = [d for d in report.divergences if d.cohort == name]
+        own.divergent_total = divergent_pairs(rows, None, most=0)[1]
+        report.cohorts.append(own)
+    return report
+
+
+def _fill(
+    report: Report,
+    recorded: Sequence[Row],
+    store: RecordStore | None,
+    prices: Prices,
+    max_turn: int,
+    paired: Sequence[PairedAnswers],
+) -> None:
+    """Every section but cache busters and divergences (the caller shares them out), from
+    the rows of the whole fleet or of one cohort."""
+    primary, candidate = report.primary, report.candidate
     # Noise calls (the primary asked twice, for parity) are not client traffic: they count
     # for parity only, never for latency, cache or cost figures.
     rows = [r for r in recorded if r.role != Role.NOISE]
-    report.cost = project_cost(rows, candidate, prices or Prices())
+    report.cost = project_cost(rows, candidate, prices)
     report.records = len(recorded)
     report.noise_calls = len(recorded) - len(rows)
     if not rows:
         report.notes.append("No records in this window: nothing to report yet.")
-        return report
+        return
     report.first_ts, report.last_ts = rows[0].ts, rows[-1].ts
     report.backends = backend_summaries(rows, (primary, candidate))
-    report.cohorts = cohort_summaries(rows, (primary, candidate))
     names = [b.backend for b in report.backends]
     report.coverage = shadow_coverage(rows, primary, candidate)
     report.ttft_by_turn = ttft_by_turn(rows, primary, candidate, max_turn)
     report.cache_by_turn = cache_by_turn(rows, names, max_turn)
     report.latency_cdf = latency_cdf(rows, names)
     report.parity = parity_summary(recorded, store)
-    report.divergences, report.divergent_total = divergent_pairs(recorded, store)
     report.parity_by_candidate = parity_by_candidate(recorded)
+    report.candidate_pairs = candidate_pairs(paired)
     report.identity = identity_summary(rows)
-    if store is not None:
-        report.cache_busters = cache_busters(store, since, until)
     report.notes.extend(_notes(report))
     report.notes.extend(identity_notes(report.identity))
-    return report
 
 
 def _notes(report: Report) -> list[str]:

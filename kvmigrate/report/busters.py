@@ -6,6 +6,9 @@ the fields and the fixes are in the document a team reads."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping
+
 import orjson
 
 from kvmigrate.cachecheck import CostModel, DatasetError, Summary, check_all, parse_lines
@@ -17,16 +20,33 @@ from kvmigrate.report.model import BusterRow, CacheBusters
 SHOWN = 10
 
 
-def cache_busters(store: RecordStore, since: float, until: float) -> CacheBusters:
-    found = recorded_requests(store, since, until, CHECKED_ROUTES)
-    lines = (orjson.dumps(line).decode() for line in found)
-    try:
-        data = parse_lines(lines, "records")
-    except DatasetError:
-        return CacheBusters(checked=False)
-    summary = Summary(CostModel())
-    for _conversation, checks in check_all(data.conversations):
-        summary.add(checks)
+def cache_busters(
+    store: RecordStore, since: float, until: float, cohort_of: Mapping[str, str] | None = None
+) -> tuple[CacheBusters, dict[str, CacheBusters]]:
+    """The fleet's cache busters, and each cohort's when `cohort_of` (request id -> cohort)
+    names more than one. Each cohort's conversations are checked once; the fleet adds them up."""
+    cohort_of = cohort_of or {}
+    found: dict[str, list[str]] = defaultdict(list)
+    for line in recorded_requests(store, since, until, CHECKED_ROUTES):
+        found[cohort_of.get(str(line["custom_id"]), "")].append(orjson.dumps(line).decode())
+    fleet = Summary(CostModel())
+    own: dict[str, Summary] = {}
+    for cohort, lines in sorted(found.items()):
+        try:
+            data = parse_lines(lines, "records")
+        except DatasetError:
+            continue
+        own[cohort] = Summary(CostModel())
+        for _conversation, checks in check_all(data.conversations):
+            fleet.add(checks)
+            own[cohort].add(checks)
+    if not own:
+        return CacheBusters(checked=False), {}
+    by_cohort = {name: _section(s) for name, s in own.items()} if len(found) > 1 else {}
+    return _section(fleet), by_cohort
+
+
+def _section(summary: Summary) -> CacheBusters:
     breaks, lost = summary.lost(deliberate=False)
     rows = tuple(
         BusterRow(

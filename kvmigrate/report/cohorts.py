@@ -1,60 +1,37 @@
-"""The report by cohort: each cohort's figures per backend, under the fleet-wide headline.
+"""The report by cohort: each cohort's own report, every section on its traffic alone, under
+the fleet-wide one.
 
 A record made before cohorts has none; it belongs to its model's own cohort, so the rows
-carry `COALESCE(cohort, model)` (see rows.fetch_rows)."""
+carry `queries.record_cohort` (see rows.fetch_rows), and so does everything grouped here."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from kvmigrate.report import fmt
-from kvmigrate.report.aggregate import backend_summaries
-from kvmigrate.report.model import CohortSummary
+from kvmigrate.report.model import TimelineEvent
 from kvmigrate.report.rows import Row
 
-HEADERS = (
-    "cohort",
-    "backend",
-    "serve",
-    "shadow",
-    "conversations",
-    "errors",
-    "error rate",
-    "TTFT p50",
-    "TTFT p95",
-    "latency p95",
-)
 
-
-def cohort_summaries(rows: Sequence[Row], order: Sequence[str]) -> list[CohortSummary]:
-    """Per cohort, in name order; empty when all the traffic is one cohort (the fleet-wide
-    headline says it all then)."""
+def split_by_cohort(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """The rows of each cohort, in name order; one entry when the traffic is one cohort (the
+    fleet-wide report says it all then)."""
     by_cohort: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
-        by_cohort[row.cohort or ""].append(row)
-    if len(by_cohort) < 2:
-        return []
-    return [
-        CohortSummary(name, backend_summaries(cohort_rows, order))
-        for name, cohort_rows in sorted(by_cohort.items())
-    ]
+        by_cohort[row.cohort].append(row)
+    return dict(sorted(by_cohort.items()))
 
 
-def cohort_rows(cohorts: Sequence[CohortSummary]) -> list[tuple[str, ...]]:
-    return [
-        (
-            c.cohort or "-",
-            b.backend,
-            fmt.number(b.serve),
-            fmt.number(b.shadow),
-            fmt.number(b.conversations),
-            fmt.number(b.errors),
-            fmt.pct(b.error_rate),
-            fmt.ms(b.ttft_p50_ms),
-            fmt.ms(b.ttft_p95_ms),
-            fmt.ms(b.latency_p95_ms),
-        )
-        for c in cohorts
-        for b in c.backends
-    ]
+def cohort_timeline(timeline: Sequence[TimelineEvent], cohort: str) -> list[TimelineEvent]:
+    """The cohort's own changes, and those to the fleet-wide default it followed until its
+    own first change (a store written before cohorts holds only those)."""
+    own = min((e.ts for e in timeline if e.cohort == cohort), default=math.inf)
+    return [e for e in timeline if e.cohort == cohort or (e.cohort == "" and e.ts < own)]
+
+
+def cohort_candidate(candidates_of: Mapping[str, Sequence[str]], cohort: str, default: str) -> str:
+    """The candidate a cohort's report holds against the primary: the first of its model's
+    `candidates` (what a split promotes unless told otherwise), else the fleet's."""
+    named = candidates_of.get(cohort, ())
+    return named[0] if named else default

@@ -43,7 +43,7 @@ def divergent_pairs(
     found.sort(key=lambda f: (not f[1], f[0].parity_score or 0.0, f[0].ts))
     chosen = found[:most]
     ids = [r.request_id for r, _, _ in chosen] + [r.pair_id or "" for r, _, _ in chosen]
-    texts, cohorts = _stored(store, ids)
+    texts = _texts(store, ids)
     pairs = [
         DivergentPair(
             request_id=r.request_id,
@@ -55,7 +55,9 @@ def divergent_pairs(
             within_noise=within,
             primary=texts.get(r.pair_id or "", ""),
             candidate=texts.get(r.request_id, ""),
-            cohort=cohorts.get(r.request_id),
+            # The row's cohort (queries.record_cohort), as every table groups it: a
+            # record from before cohorts is its model's own, not left out of a filter.
+            cohort=r.cohort or None,
         )
         for r, beyond, within in chosen
     ]
@@ -72,22 +74,16 @@ def _names(flags: str | None) -> frozenset[str]:
     return frozenset(str(n) for n in names) if isinstance(names, list) else frozenset()
 
 
-def _stored(store: RecordStore | None, ids: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Each record's readable answer, and its cohort where the records have that column."""
+def _texts(store: RecordStore | None, ids: Sequence[str]) -> dict[str, str]:
+    """Each record's readable answer, as stored."""
     texts: dict[str, str] = {}
-    cohorts: dict[str, str] = {}
     wanted = sorted({i for i in ids if i})
     if store is None or not wanted:
-        return texts, cohorts
-    cohort = "cohort" if "cohort" in store.columns("records") else "NULL"
+        return texts
     for start in range(0, len(wanted), _CHUNK):
         chunk = wanted[start : start + _CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        sql = (
-            f"SELECT request_id, response_json, {cohort} FROM records WHERE request_id IN ({marks})"
-        )
-        for request_id, response, group in store.query(sql, chunk):
+        sql = f"SELECT request_id, response_json FROM records WHERE request_id IN ({marks})"
+        for request_id, response in store.query(sql, chunk):
             texts[request_id] = readable(str(response))[:TEXT_CHARS] if response else ""
-            if group is not None:
-                cohorts[request_id] = str(group)
-    return texts, cohorts
+    return texts

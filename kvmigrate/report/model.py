@@ -21,6 +21,7 @@ class TimelineEvent:
     kind: str  # e.g. "shadow", "split", "promote", "rollback", "gate"
     detail: str = ""
     percent: float | None = None  # the candidate's share of conversations after the event
+    cohort: str = ""  # the cohort it changed; "": the fleet-wide default every cohort follows
 
 
 # Anthropic bills a 5-minute cache write at 1.25 times the base input price (1-hour: 2x).
@@ -74,14 +75,6 @@ class BackendSummary:
     @property
     def requests(self) -> int:
         return self.serve + self.shadow
-
-
-@dataclass
-class CohortSummary:
-    """One cohort's figures per backend (kvmigrate.report.cohorts)."""
-
-    cohort: str
-    backends: list[BackendSummary] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +196,32 @@ class ParitySummary:
     noise_pairs: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class CandidatePair:
+    """Two candidates' answers to the same mirrored requests, against each other
+    (kvmigrate.report.candidate_pairs): `a` and `b` in name order. `agreement` is the share
+    of `compared` requests where every comparator agreed both ways, with its Wilson
+    interval; `disagreed` counts the requests each comparator disagreed on."""
+
+    a: str
+    b: str
+    requests: int = 0  # requests both answered (their shadow copies share the primary's id)
+    compared: int = 0  # of those, with both answers stored (record.content not none)
+    agreed: int = 0
+    agreement: float | None = None
+    agreement_low: float | None = None
+    agreement_high: float | None = None
+    disagreed: tuple[tuple[str, int], ...] = ()
+    a_latency_p50_ms: float | None = None
+    b_latency_p50_ms: float | None = None
+    a_ttft_p50_ms: float | None = None
+    b_ttft_p50_ms: float | None = None
+    a_prompt_tokens: int = 0
+    b_prompt_tokens: int = 0
+    a_cached_tokens: int = 0
+    b_cached_tokens: int = 0
+
+
 @dataclass(slots=True)
 class Report:
     generated_at: float
@@ -228,10 +247,14 @@ class Report:
     divergences: list[DivergentPair] = field(default_factory=list)
     divergent_total: int = 0  # all divergent pairs in the window; `divergences` holds the worst
     notes: list[str] = field(default_factory=list)
-    # Per cohort, under the fleet-wide `backends`; empty when the traffic is one cohort.
-    cohorts: list[CohortSummary] = field(default_factory=list)
+    # Each cohort's own report (every section on its traffic alone), under this fleet-wide
+    # one; empty when the traffic is one cohort. "" here: the fleet.
+    cohort: str = ""
+    cohorts: list[Report] = field(default_factory=list)
     # Parity per candidate backend, when several were shadowed (models[].candidates).
     parity_by_candidate: dict[str, ParitySummary] = field(default_factory=dict)
+    # Candidates against each other on the requests both were mirrored.
+    candidate_pairs: list[CandidatePair] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:

@@ -73,14 +73,18 @@ def divergences_section(report: Report) -> str:
         "first (red tags), then within it (grey: the primary's own repeat differed there "
         "too). Marked words are in one answer only.</p>"
     )
-    return "\n".join([head, note, _filters(pairs), *(_pair(p, report) for p in pairs)])
+    cohorts = {p.cohort for p in pairs if p.cohort is not None} | {c.cohort for c in report.cohorts}
+    return "\n".join(
+        [head, note, _filters(pairs, sorted(cohorts)), *(_pair(p, report) for p in pairs)]
+    )
 
 
-def _filters(pairs: list[DivergentPair]) -> str:
+def _filters(pairs: list[DivergentPair], cohorts: list[str]) -> str:
+    """Every cohort of the report is an option (the cohort selector sets this filter too),
+    when there are several."""
     comparators = sorted({c for p in pairs for c in (*p.diverged_on, *p.within_noise)})
-    cohorts = sorted({p.cohort for p in pairs if p.cohort is not None})
     parts = [_select("comparator", comparators), _select("verdict", ["diverged", "within_noise"])]
-    if cohorts:
+    if len(cohorts) > 1:
         parts.insert(1, _select("cohort", cohorts))
     return f'<div class="filters">{"".join(parts)}</div>'
 

@@ -10,6 +10,7 @@ from kvmigrate.report.model import Report
 from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
 from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
 from kvmigrate.report.render_divergences import divergences_section
+from kvmigrate.report.render_selector import SELECTOR_SCRIPT, SELECTOR_STYLE, cohort_selector
 from kvmigrate.report.svg import (
     CANDIDATE_COLOR,
     PALETTE,
@@ -20,7 +21,7 @@ from kvmigrate.report.svg import (
     line_chart,
     placeholder,
 )
-from kvmigrate.report.tables import NOT_SCORED, Table, report_tables, summary_lines
+from kvmigrate.report.tables import NOT_SCORED, Table, cohort_lines, report_tables, summary_lines
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 1340px; color: #222; }
@@ -50,15 +51,14 @@ SCRIPT = (
 
 
 def render_html(report: Report) -> str:
+    """One view per cohort besides the fleet's, when there are several; the selector (or the
+    URL, `#view=billing-bot`) shows one at a time and filters the divergences to match."""
     body = [
         "<h1>kvmigrate report</h1>",
-        '<ul class="summary">',
-        *(f"<li>{escape(line)}</li>" for line in summary_lines(report)),
-        "</ul>",
-        '<h2>Charts</h2><div class="charts">',
-        *charts(report),
-        "</div>",
-        *(html_table(t) for t in report_tables(report)),
+        _summary(summary_lines(report)),
+        cohort_selector(report),
+        _view(report, ""),
+        *(_view(c, c.cohort, _summary(cohort_lines(c))) for c in report.cohorts),
         divergences_section(report),
         f'<p class="note">Generated {escape(fmt.when(report.generated_at))}.</p>',
     ]
@@ -68,10 +68,31 @@ def render_html(report: Report) -> str:
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             "<title>kvmigrate report</title>",
-            f"<style>{STYLE}{DIVERGENCE_STYLE}</style></head><body>",
+            f"<style>{STYLE}{DIVERGENCE_STYLE}{SELECTOR_STYLE}</style></head><body>",
             *body,
-            f"<script>{DIVERGENCE_SCRIPT}\n{SCRIPT}</script>",
+            f"<script>{DIVERGENCE_SCRIPT}\n{SELECTOR_SCRIPT}\n{SCRIPT}</script>",
             "</body></html>",
+        ]
+    )
+
+
+def _summary(lines: list[str]) -> str:
+    items = "".join(f"<li>{escape(line)}</li>" for line in lines)
+    return f'<ul class="summary">{items}</ul>'
+
+
+def _view(report: Report, name: str, head: str = "") -> str:
+    """One view's charts and sections; a cohort's starts hidden behind the fleet's."""
+    hidden = " hidden" if name else ""
+    return "\n".join(
+        [
+            f'<section class="view" data-view="{escape(name)}"{hidden}>',
+            head,
+            '<h2>Charts</h2><div class="charts">',
+            *charts(report),
+            "</div>",
+            *(html_table(t) for t in report_tables(report)),
+            "</section>",
         ]
     )
 

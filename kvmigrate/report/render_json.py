@@ -10,16 +10,25 @@ import orjson
 
 from kvmigrate.report.model import Report
 
+# What a cohort's report shares with the fleet's: said once, at the top.
+SHARED = ("generated_at", "since", "until", "database", "cohorts")
+
 
 def report_dict(report: Report) -> dict[str, Any]:
-    data = dataclasses.asdict(report)
+    """The fleet's figures, and under `cohorts` each cohort's, section by section."""
+    data = _sections(report)
+    data["cohorts"] = [
+        {k: v for k, v in _sections(c).items() if k not in SHARED} for c in report.cohorts
+    ]
+    return _finite(data)  # type: ignore[no-any-return]
+
+
+def _sections(report: Report) -> dict[str, Any]:
+    data = dataclasses.asdict(dataclasses.replace(report, cohorts=[]))
     for backend, summary in zip(data["backends"], report.backends, strict=True):
         backend["requests"] = summary.requests
-    for cohort, summaries in zip(data["cohorts"], report.cohorts, strict=True):
-        for backend, summary in zip(cohort["backends"], summaries.backends, strict=True):
-            backend["requests"] = summary.requests
     data["empty"] = report.empty
-    return _finite(data)  # type: ignore[no-any-return]
+    return data
 
 
 def _finite(value: Any) -> Any:

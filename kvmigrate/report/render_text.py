@@ -6,20 +6,31 @@ import re
 
 from kvmigrate.logtext import printable
 from kvmigrate.report.model import Report
-from kvmigrate.report.tables import Table, report_tables, summary_lines
+from kvmigrate.report.tables import Table, cohort_lines, report_tables, summary_lines
 
 TITLE = "kvmigrate report"
 
 
 def render_text(report: Report) -> str:
+    """The fleet first; then, when the traffic is several cohorts, each cohort's sections."""
     out = [TITLE, "=" * len(TITLE), *map(_plain, summary_lines(report)), ""]
+    out += _text_sections(report)
+    for cohort in report.cohorts:
+        head = f"Cohort {cohort.cohort}"
+        out += [_plain(head), "=" * len(_plain(head)), *map(_plain, cohort_lines(cohort)), ""]
+        out += _text_sections(cohort)
+    return "\n".join(out)
+
+
+def _text_sections(report: Report) -> list[str]:
+    out = []
     for table in report_tables(report):
-        out += [table.title, "-" * len(table.title)]
+        out += [_plain(table.title), "-" * len(_plain(table.title))]
         out += text_table(table) if table.rows else [_plain(table.note)]
         if table.rows and table.footnote:
             out.append(_plain(table.footnote))
         out.append("")
-    return "\n".join(out)
+    return out
 
 
 def _plain(text: str) -> str:
@@ -42,13 +53,24 @@ def render_md(report: Report) -> str:
     out = [f"# {TITLE}", ""]
     out += [f"- {md_escape(line)}" for line in summary_lines(report)]
     out.append("")
+    out += _md_sections(report, "##")
+    for cohort in report.cohorts:
+        out += [f"## Cohort {md_escape(cohort.cohort)}", ""]
+        out += [f"- {md_escape(line)}" for line in cohort_lines(cohort)]
+        out.append("")
+        out += _md_sections(cohort, "###")
+    return "\n".join(out)
+
+
+def _md_sections(report: Report, level: str) -> list[str]:
+    out = []
     for table in report_tables(report):
-        out += [f"## {md_escape(table.title)}", ""]
+        out += [f"{level} {md_escape(table.title)}", ""]
         out += _md_table(table) if table.rows else [f"_{md_escape(table.note)}_"]
         if table.rows and table.footnote:
             out += ["", f"_{md_escape(table.footnote)}_"]
         out.append("")
-    return "\n".join(out)
+    return out
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvmigrate.recorder.queries import MODEL_TRAFFIC
+from kvmigrate.recorder.queries import MODEL_TRAFFIC, record_cohort
 from kvmigrate.recorder.store import RecordStore
 
 PARITY_COLUMNS = (
@@ -41,7 +41,7 @@ class Row(NamedTuple):
     identity: str | None = None
     fallback_from: str | None = None
     cache_write_tokens: int | None = None  # of prompt_tokens, written to the prompt cache
-    cohort: str | None = None  # the model's own cohort for a record from before cohorts
+    cohort: str = ""  # queries.record_cohort: the model's own for a record from before cohorts
 
 
 def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row], bool]:
@@ -52,7 +52,7 @@ def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row
     parity = ", ".join(c if c in present else "NULL" for c in PARITY_COLUMNS)
     identity = "identity" if "identity" in present else "NULL"
     writes = "cache_write_tokens" if "cache_write_tokens" in present else "NULL"
-    cohort = "COALESCE(cohort, model)" if "cohort" in present else "model"
+    cohort = record_cohort(present)
     sql = (
         "SELECT request_id, ts, backend, role, conversation, turn, status, error, ttft_ms, "
         "latency_ms, prompt_tokens, cached_tokens, completion_tokens, pair_id, "

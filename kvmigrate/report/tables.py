@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvmigrate.report import fmt
+from kvmigrate.report.candidate_pairs import FOOTNOTE as PAIRS_FOOTNOTE
+from kvmigrate.report.candidate_pairs import HEADERS as PAIR_HEADERS
+from kvmigrate.report.candidate_pairs import pair_rows
 from kvmigrate.report.candidates import HEADERS as CANDIDATE_HEADERS
 from kvmigrate.report.candidates import candidate_rows
-from kvmigrate.report.cohorts import HEADERS, cohort_rows
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
-from kvmigrate.report.model import CostProjection, Report
+from kvmigrate.report.model import BackendSummary, CostProjection, Report
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
 
@@ -35,6 +37,7 @@ def summary_lines(report: Report) -> list[str]:
 
 
 def report_tables(report: Report) -> list[Table]:
+    """The sections of one view: the fleet's (with its by-cohort table) or one cohort's."""
     return [
         headline(report),
         *by_cohort(report),
@@ -45,37 +48,55 @@ def report_tables(report: Report) -> list[Table]:
         cost(report),
         parity(report),
         *by_candidate(report),
+        *candidates_against_each_other(report),
         cache_busters(report),
         timeline(report),
     ]
 
 
-def headline(report: Report) -> Table:
-    headers: tuple[str, ...] = (
-        "backend",
-        "serve",
-        "shadow",
-        "conversations",
-        "errors",
-        "error rate",
-    )
-    headers += ("TTFT p50", "TTFT p95", "latency p50", "latency p95", "cache hit")
-    rows = [
-        (
-            b.backend,
-            fmt.number(b.serve),
-            fmt.number(b.shadow),
-            fmt.number(b.conversations),
-            fmt.number(b.errors),
-            fmt.pct(b.error_rate),
-            fmt.ms(b.ttft_p50_ms),
-            fmt.ms(b.ttft_p95_ms),
-            fmt.ms(b.latency_p50_ms),
-            fmt.ms(b.latency_p95_ms),
-            fmt.pct(b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None),
-        )
-        for b in report.backends
+def cohort_lines(report: Report) -> list[str]:
+    """What a cohort's view says before its sections."""
+    return [
+        f"Cohort: {report.cohort} (its traffic alone, {report.records:,} calls)",
+        f"Primary: {report.primary}   Candidate: {report.candidate}",
+        *report.notes,
     ]
+
+
+BACKEND_HEADERS = (
+    "backend",
+    "serve",
+    "shadow",
+    "conversations",
+    "errors",
+    "error rate",
+    "TTFT p50",
+    "TTFT p95",
+    "latency p50",
+    "latency p95",
+    "cache hit",
+)
+
+
+def backend_cells(b: BackendSummary) -> tuple[str, ...]:
+    """One backend's row, in the headline and in the by-cohort table alike."""
+    return (
+        b.backend,
+        fmt.number(b.serve),
+        fmt.number(b.shadow),
+        fmt.number(b.conversations),
+        fmt.number(b.errors),
+        fmt.pct(b.error_rate),
+        fmt.ms(b.ttft_p50_ms),
+        fmt.ms(b.ttft_p95_ms),
+        fmt.ms(b.latency_p50_ms),
+        fmt.ms(b.latency_p95_ms),
+        fmt.pct(b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None),
+    )
+
+
+def headline(report: Report) -> Table:
+    rows = [backend_cells(b) for b in report.backends]
     foot = ""
     if report.noise_calls:
         foot = (
@@ -83,15 +104,21 @@ def headline(report: Report) -> Table:
             f"and {report.noise_calls:,} noise calls (the primary asked a second time, for "
             "the parity noise floor), which count for parity only."
         )
-    return Table("headline", "Headline", headers, rows, "No calls recorded in this window.", foot)
+    title = f"Headline: cohort {report.cohort}" if report.cohort else "Headline"
+    note = "No calls recorded in this window."
+    return Table("headline", title, BACKEND_HEADERS, rows, note, foot)
 
 
 def by_cohort(report: Report) -> list[Table]:
-    """Each cohort on its own traffic, when there is more than one."""
+    """Each cohort's headline in one table, when there is more than one."""
     if not report.cohorts:
         return []
-    foot = "The headline above is the whole fleet; each cohort moves on its own rollout."
-    return [Table("cohorts", "By cohort", HEADERS, cohort_rows(report.cohorts), "", foot)]
+    rows = [(c.cohort, *backend_cells(b)) for c in report.cohorts for b in c.backends]
+    foot = (
+        "The headline above is the whole fleet; each cohort moves on its own rollout, and "
+        "every section below is repeated for each cohort on its own traffic."
+    )
+    return [Table("cohorts", "By cohort", ("cohort", *BACKEND_HEADERS), rows, "", foot)]
 
 
 def coverage(report: Report) -> Table:
@@ -267,6 +294,15 @@ def by_candidate(report: Report) -> list[Table]:
     rows = candidate_rows(report.parity_by_candidate)
     foot = "Each against the primary on the same mirrored requests, with the same noise floor."
     return [Table("candidates", "Parity by candidate", CANDIDATE_HEADERS, rows, "", foot)]
+
+
+def candidates_against_each_other(report: Report) -> list[Table]:
+    """Two candidates' answers to the same requests, when a model mirrors to several."""
+    if not report.candidate_pairs:
+        return []
+    rows = pair_rows(report.candidate_pairs)
+    title = "Candidates against each other"
+    return [Table("candidate_pairs", title, PAIR_HEADERS, rows, "", PAIRS_FOOTNOTE)]
 
 
 PARITY_READING = (

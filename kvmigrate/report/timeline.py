@@ -42,5 +42,5 @@ def rollout_timeline(config: Config, since: float, until: float) -> list[Timelin
             detail += f": {e.reason}"
         if e.gates:
             detail += f"; gates: {gate_summary(e.gates)}"
-        timeline.append(TimelineEvent(e.at, e.action, detail, percent))
+        timeline.append(TimelineEvent(e.at, e.action, detail, percent, e.cohort))
     return timeline
