@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import openai
@@ -30,20 +30,24 @@ def recorded_config(
     expected_records: int,
     time_scale: float = 0.02,
     prefix: str = "kvmigrate-records-",
+    emulators: Mapping[str, EmulatorSettings] | None = None,
 ) -> Iterator[Path]:
     """The path of a config whose records DB holds what `drive` sent through the proxy.
 
-    `config_template` is formatted with `hosted`, `vllm` (emulator URLs) and `db`.
+    `config_template` is formatted with each emulator's URL by name (`hosted`, `vllm`
+    unless `emulators` names others) and `db`.
     """
     root = Path(tempfile.mkdtemp(prefix=prefix))
-    settings = {p: EmulatorSettings(profile=p, time_scale=time_scale) for p in ("hosted", "vllm")}
-    hosted = BackgroundServer(lambda: build_app(settings["hosted"]))
-    vllm = BackgroundServer(lambda: build_app(settings["vllm"]))
+    settings = emulators or {
+        p: EmulatorSettings(profile=p, time_scale=time_scale) for p in ("hosted", "vllm")
+    }
+    servers = {n: BackgroundServer(lambda s=s: build_app(s)) for n, s in settings.items()}
     try:
-        with hosted, vllm:
+        with contextlib.ExitStack() as running:
+            urls = {name: running.enter_context(server).url for name, server in servers.items()}
             path = root / "config.yaml"
             db = root / "records.db"
-            path.write_text(config_template.format(hosted=hosted.url, vllm=vllm.url, db=db))
+            path.write_text(config_template.format(db=db, **urls))
             config = load_config(path)
             recorder = build_recorder(config)
             with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:

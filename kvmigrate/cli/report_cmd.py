@@ -144,6 +144,7 @@ def _render(
         timeline=rollout_timeline(config, since, until),
         database=config.record.db,
         max_turn=max_turn,
+        candidates_of={name: config.candidates_of(name) for name in config.cohort_names()},
     )
     return RENDERERS[fmt](built)
 

@@ -22,11 +22,16 @@ class RolloutSource(Protocol):
 
 
 class StaticRollout:
-    """The rollout as the config file sets it, without pins."""
+    """The rollout as the config file sets it, without pins: each cohort with its own
+    candidates (models[].candidates), so every one of them gets its shadow copy."""
 
     def __init__(self, config: Config) -> None:
         r = config.rollout
-        self._snapshot = RolloutState.from_config(r).snapshot(r)
+        state = RolloutState.from_config(r)
+        self._snapshot = state.snapshot(r)
+        self._cohorts = {
+            name: state.snapshot(r, config.candidates_of(name)) for name in config.cohort_names()
+        }
 
     def current(self) -> RolloutSnapshot:
         return self._snapshot
@@ -34,4 +39,4 @@ class StaticRollout:
     async def route(
         self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
     ) -> Route:
-        return route(conversation, self._snapshot, served)
+        return route(conversation, self._cohorts.get(cohort, self._snapshot), served)
