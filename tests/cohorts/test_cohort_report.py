@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from browser_page import open_page
 
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.store import open_store
-from kvmigrate.report import RENDERERS, build_report
+from kvmigrate.report import RENDERERS, TimelineEvent, build_report
 
 
 def record(i: int, model: str, cohort: str | None, backend: str, status: int) -> Record:
@@ -105,3 +106,103 @@ def test_one_candidate_adds_no_comparison(tmp_path: Path) -> None:
         report = build_report(store, time.time() - 60)
     assert report.parity_by_candidate == {}
     assert "Parity by candidate" not in RENDERERS["text"](report)
+
+
+def test_the_by_cohort_table_shows_each_cohort_as_its_own_headline(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        rows = [record(i, "gpt-4o-mini", "billing-bot", "vllm", 500) for i in range(4)]
+        rows += [record(i, "gpt-4o-mini", "billing-bot", "hosted", 200) for i in range(4)]
+        rows += [record(20 + i, "gpt-4o", "gpt-4o", "vllm", 200) for i in range(2)]
+        store.insert(rows)
+        report = build_report(store, time.time() - 60)
+    text = RENDERERS["text"](report)
+    table = text.split("By cohort\n")[1].split("\n\n")[0].splitlines()[1:]  # under the rule
+    assert table[0].split()[:2] == ["cohort", "backend"]
+    assert table[0].endswith("latency p50  latency p95  cache hit")
+    for cohort in report.cohorts:
+        own = text.split(f"Headline: cohort {cohort.cohort}\n")[1].split("\n\n")[0].splitlines()
+        assert len(own) == 3 + len(cohort.backends)
+        for line in own[3:]:  # under the title's rule, the header and its rule
+            # The same cells as the cohort's own headline, after the cohort's name.
+            assert any(row.split() == [cohort.cohort, *line.split()] for row in table), line
+
+
+def test_one_cohort_renders_as_before(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        store.insert([record(i, "gpt-4o-mini", None, "vllm", 200) for i in range(3)])
+        report = build_report(store, time.time() - 60)
+    text = RENDERERS["text"](report)
+    assert "Cohort " not in text
+    assert text.count("Headline") == 1
+    assert json.loads(RENDERERS["json"](report))["cohorts"] == []
+    html = RENDERERS["html"](report)
+    assert 'id="cohort-view"' not in html
+    assert html.count('<section class="view"') == 1
+
+
+def diverging(i: int, cohort: str | None) -> list[Record]:
+    """A served answer and its shadow copy, which answered differently (text)."""
+    answer = '{{"choices": [{{"index": 0, "message": {{"role": "assistant", "content": "{}"}}}}]}}'
+    served = dataclasses.replace(
+        record(i, "gpt-4o-mini", cohort, "hosted", 200),
+        request_id=f"p{i}",
+        content="redacted",
+        response_json=answer.format("Paris"),
+    )
+    copy = dataclasses.replace(
+        record(i, "gpt-4o-mini", cohort, "vllm", 200),
+        request_id=f"c{i}",
+        pair_id=f"p{i}",
+        content="redacted",
+        response_json=answer.format("Lyon"),
+        parity_kind="candidate",
+        parity_score=0.4,
+        parity_applicable='["text"]',
+        parity_disagree='["text"]',
+    )
+    return [served, copy]
+
+
+def test_divergences_from_before_cohorts_count_for_their_model(tmp_path: Path) -> None:
+    """A pair recorded before migration m008 (no cohort) is its model's own cohort's, in the
+    divergences view as in every table, so a cohort filter keeps it."""
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        store.insert([*diverging(1, None), *diverging(2, "billing-bot")])
+        report = build_report(store, time.time() - 60)
+    assert {p.request_id: p.cohort for p in report.divergences} == {
+        "c1": "gpt-4o-mini",
+        "c2": "billing-bot",
+    }
+    own = {c.cohort: c for c in report.cohorts}
+    assert [p.request_id for p in own["gpt-4o-mini"].divergences] == ["c1"]
+    assert (own["gpt-4o-mini"].divergent_total, own["billing-bot"].divergent_total) == (1, 1)
+    page = tmp_path / "report.html"
+    page.write_text(RENDERERS["html"](report))
+    for view in ("#cohort=gpt-4o-mini", "#view=gpt-4o-mini"):
+        with open_page(page, view) as shown:
+            shown.wait_for("document.body && document.body.dataset.divergencesShown === '1'")
+            visible = shown.evaluate(
+                "Array.from(document.querySelectorAll('div.pair:not([hidden])'))"
+                ".map(p => p.dataset.request)"
+            )
+            assert visible == ["c1"]
+
+
+def test_each_cohort_s_timeline_is_its_own_and_the_default_it_followed(tmp_path: Path) -> None:
+    now = time.time()
+    events = [
+        TimelineEvent(now - 50, "shadow", "fleet", 0.0),
+        TimelineEvent(now - 40, "split", "billing-bot to 10%", 10.0, cohort="billing-bot"),
+        TimelineEvent(now - 30, "split", "fleet to 50%", 50.0),
+    ]
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        store.insert([record(i, "gpt-4o-mini", "billing-bot", "vllm", 200) for i in range(2)])
+        store.insert([record(10 + i, "gpt-4o", "gpt-4o", "vllm", 200) for i in range(2)])
+        report = build_report(store, now - 60, timeline=events)
+    own = {c.cohort: [e.detail for e in c.timeline] for c in report.cohorts}
+    # billing-bot left the default at its own first change; gpt-4o still follows it.
+    assert own == {
+        "billing-bot": ["fleet", "billing-bot to 10%"],
+        "gpt-4o": ["fleet", "fleet to 50%"],
+    }
+    assert len(report.timeline) == 3
