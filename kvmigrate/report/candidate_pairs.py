@@ -167,7 +167,7 @@ def _pair(a: str, b: str, found: list[PairedAnswers]) -> CandidatePair:
         agreement=agreed / len(judged) if judged else None,
         agreement_low=interval.low if interval else None,
         agreement_high=interval.high if interval else None,
-        disagreed=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        disagreed=dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
         a_latency_p50_ms=_p50([r.latency_ms for r in side_a]),
         b_latency_p50_ms=_p50([r.latency_ms for r in side_b]),
         a_ttft_p50_ms=_p50([r.ttft_ms for r in side_a]),
@@ -189,7 +189,7 @@ def pair_rows(pairs: Sequence[CandidatePair]) -> list[tuple[str, ...]]:
             f"{p.a} / {p.b}",
             fmt.number(p.requests),
             _agreement(p),
-            ", ".join(f"{name} {n:,}" for name, n in p.disagreed) or "-",
+            ", ".join(f"{name} {n:,}" for name, n in p.disagreed.items()) or "-",
             f"{fmt.ms(p.a_latency_p50_ms)} / {fmt.ms(p.b_latency_p50_ms)}",
             f"{fmt.ms(p.a_ttft_p50_ms)} / {fmt.ms(p.b_ttft_p50_ms)}",
             f"{_hit(p.a_cached_tokens, p.a_prompt_tokens)} / "

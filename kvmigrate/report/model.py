@@ -211,7 +211,7 @@ class CandidatePair:
     agreement: float | None = None
     agreement_low: float | None = None
     agreement_high: float | None = None
-    disagreed: tuple[tuple[str, int], ...] = ()
+    disagreed: dict[str, int] = field(default_factory=dict)  # most first
     a_latency_p50_ms: float | None = None
     b_latency_p50_ms: float | None = None
     a_ttft_p50_ms: float | None = None

@@ -206,3 +206,27 @@ def test_each_cohort_s_timeline_is_its_own_and_the_default_it_followed(tmp_path:
         "gpt-4o": ["fleet", "fleet to 50%"],
     }
     assert len(report.timeline) == 3
+
+
+def test_candidates_without_stored_answers_are_timed_but_not_compared(tmp_path: Path) -> None:
+    """record.content none keeps no answers: the two candidates' speed and cache still show
+    side by side, their agreement says why it is missing."""
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        rows = [record(100 + i, "o3-mini", "o3-mini", "hosted", 200) for i in range(5)]
+        for backend, latency in (("vllm-bf16", 90.0), ("vllm-fp8", 60.0)):
+            rows += [
+                dataclasses.replace(scored(i, backend, 0.9), latency_ms=latency) for i in range(5)
+            ]
+        store.insert(rows)
+        report = build_report(store, time.time() - 60)
+    [pair] = report.candidate_pairs
+    assert (pair.a, pair.b, pair.requests, pair.compared) == ("vllm-bf16", "vllm-fp8", 5, 0)
+    assert (pair.agreement, pair.agreement_low) == (None, None)
+    assert (pair.a_latency_p50_ms, pair.b_latency_p50_ms) == (90.0, 60.0)
+    line = next(
+        line
+        for line in RENDERERS["text"](report).splitlines()
+        if line.startswith("vllm-bf16 / vllm-fp8")
+    )
+    assert "not compared (answers not stored)" in line
+    assert "90.0 ms / 60.0 ms" in line
