@@ -58,6 +58,7 @@ def divergent_pairs(
             # The row's cohort (queries.record_cohort), as every table groups it: a
             # record from before cohorts is its model's own, not left out of a filter.
             cohort=r.cohort or None,
+            backend=r.backend,
         )
         for r, beyond, within in chosen
     ]

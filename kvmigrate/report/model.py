@@ -156,6 +156,7 @@ class DivergentPair:
     primary: str
     candidate: str
     cohort: str | None = None
+    backend: str = ""  # the candidate that answered, when a model mirrors to several
 
 
 @dataclass(frozen=True, slots=True)

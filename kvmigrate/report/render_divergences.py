@@ -1,9 +1,10 @@
 """The HTML report's divergences view: each differing pair side by side, as Diffy shows them.
 
 Words only one answer has are marked (`<del>` in the primary's, `<ins>` in the candidate's);
-the list filters by comparator, cohort and verdict, from the page's controls or its URL
-fragment (`report.html#comparator=tool_calls&cohort=beta`), so a filtered view can be
-linked. The diff is computed here, once; the page's script only hides and shows.
+the list filters by comparator, cohort, candidate (when a model mirrors to several) and
+verdict, from the page's controls or its URL fragment
+(`report.html#comparator=tool_calls&cohort=beta`), so a filtered view can be linked. The
+diff is computed here, once; the page's script only hides and shows.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ ins { background: #ccf2d1; text-decoration: none; }
 # Hides the pairs the controls (or the URL fragment) filter out; counts what is shown on
 # <body data-divergences-shown>, so a headless check can read the outcome of a filter.
 SCRIPT = """(function () {
-  var controls = ["comparator", "cohort", "verdict"].map(function (k) {
+  var controls = ["comparator", "cohort", "candidate", "verdict"].map(function (k) {
     return [k, document.getElementById("divergence-" + k)];
   }).filter(function (c) { return c[1]; });
   var asked = new URLSearchParams(location.hash.slice(1));
@@ -84,6 +85,9 @@ def _filters(pairs: list[DivergentPair], cohorts: list[str]) -> str:
     when there are several."""
     comparators = sorted({c for p in pairs for c in (*p.diverged_on, *p.within_noise)})
     parts = [_select("comparator", comparators), _select("verdict", ["diverged", "within_noise"])]
+    candidates = sorted({p.backend for p in pairs if p.backend})
+    if len(candidates) > 1:  # a model mirrored to several: which one answered differently
+        parts.insert(1, _select("candidate", candidates))
     if len(cohorts) > 1:
         parts.insert(1, _select("cohort", cohorts))
     return f'<div class="filters">{"".join(parts)}</div>'
@@ -105,13 +109,15 @@ def _pair(pair: DivergentPair, report: Report) -> str:
     return (
         f'<div class="pair" data-request="{escape(pair.request_id)}" '
         f'data-comparators="{escape(" ".join((*pair.diverged_on, *pair.within_noise)))}" '
-        f'data-cohort="{escape(pair.cohort or "")}" data-verdict="{pair.verdict}">'
+        f'data-cohort="{escape(pair.cohort or "")}" data-candidate="{escape(pair.backend)}" '
+        f'data-verdict="{pair.verdict}">'
         f'<div class="pair-head">{escape(pair.conversation)} turn {pair.turn} &middot;{cohort} '
         f"agreement {fmt.pct(pair.score)} &middot; {escape(pair.request_id)}{tags}</div>"
         '<div class="sides">'
         f'<div class="side primary"><h4>primary ({escape(report.primary)})</h4>'
         f"<pre>{primary}</pre></div>"
-        f'<div class="side candidate"><h4>candidate ({escape(report.candidate)})</h4>'
+        f'<div class="side candidate"><h4>candidate ({escape(pair.backend or report.candidate)})'
+        "</h4>"
         f"<pre>{candidate}</pre></div></div></div>"
     )
 

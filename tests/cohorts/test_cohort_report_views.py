@@ -241,3 +241,22 @@ def test_html_cohort_selector_switches_every_section_in_chromium(
         assert page.evaluate("document.body.dataset.view") == "o3-mini"
         o3 = next(c for c in data["cohorts"] if c["cohort"] == "o3-mini")
         assert _shown_headline(page)["vllm-q4"] == ["0", str(_backends(o3)["vllm-q4"][1])]
+
+
+def test_divergences_name_and_filter_the_candidate_that_answered(
+    recorded: Path, tmp_path: Path
+) -> None:
+    page_path = tmp_path / "report.html"
+    _report(recorded, "--format", "html", "--out", str(page_path))
+    with open_page(page_path, "#candidate=vllm-q4") as page:
+        page.wait_for("document.body && document.body.dataset.ready === '1'")
+        shown = page.evaluate(
+            "Array.from(document.querySelectorAll('div.pair:not([hidden])')).map(p => "
+            "[p.dataset.candidate, p.querySelector('.side.candidate h4').textContent])"
+        )
+        options = page.evaluate(
+            "Array.from(document.getElementById('divergence-candidate').options).map(o => o.value)"
+        )
+    assert options == ["", *CANDIDATES]
+    assert shown
+    assert {tuple(s) for s in shown} == {("vllm-q4", "candidate (vllm-q4)")}
