@@ -18,7 +18,12 @@ from kvmigrate.report.aggregate import (
 from kvmigrate.report.busters import cache_busters
 from kvmigrate.report.candidate_pairs import PairedAnswers, candidate_pairs, paired_answers
 from kvmigrate.report.candidates import parity_by_candidate
-from kvmigrate.report.cohorts import cohort_candidate, cohort_timeline, split_by_cohort
+from kvmigrate.report.cohorts import (
+    cohort_candidate,
+    cohort_timeline,
+    outside_cohorts,
+    split_by_cohort,
+)
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.divergences import divergent_pairs
 from kvmigrate.report.identity import identity_notes, identity_summary
@@ -42,8 +47,11 @@ def build_report(
     candidates_of: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
     """`store` None stands for a database that does not exist yet: an empty report.
-    `candidates_of`: each cohort's candidates (config.candidates_of), the first of which
-    its own report holds against the primary; unnamed cohorts take `candidate`."""
+    `candidates_of`: each cohort of the config and its candidates (config.candidates_of),
+    the first of which its own report holds against the primary. Given, only those cohorts
+    get a view: a model without a rollout (embeddings on the primary only) is no cohort,
+    and its traffic counts in the fleet's figures alone. None: every recorded group does,
+    against `candidate`."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -65,8 +73,11 @@ def build_report(
     _fill(report, recorded, store, prices, max_turn, paired)
     report.cache_busters = busters[0]
     report.divergences, report.divergent_total = divergent_pairs(recorded, store)
+    if candidates_of is not None:
+        cohorts = {name: rows for name, rows in cohorts.items() if name in candidates_of}
     if len(cohorts) < 2 or report.empty:
         return report
+    report.notes.extend(outside_cohorts(recorded, cohorts))
     for name, rows in cohorts.items():
         own = Report(
             generated_at=report.generated_at,

@@ -35,3 +35,13 @@ def cohort_candidate(candidates_of: Mapping[str, Sequence[str]], cohort: str, de
     `candidates` (what a split promotes unless told otherwise), else the fleet's."""
     named = candidates_of.get(cohort, ())
     return named[0] if named else default
+
+
+def outside_cohorts(rows: Sequence[Row], cohorts: Mapping[str, Sequence[Row]]) -> list[str]:
+    """A note for the traffic no cohort's view holds (models without a rollout)."""
+    outside = sorted({r.cohort for r in rows} - set(cohorts))
+    if not outside:
+        return []
+    calls = sum(r.cohort in outside for r in rows)
+    names = ", ".join(f"`{name}`" for name in outside)
+    return [f"{calls:,} calls of models without a rollout ({names}) count in the fleet only."]

@@ -230,3 +230,28 @@ def test_candidates_without_stored_answers_are_timed_but_not_compared(tmp_path: 
     )
     assert "not compared (answers not stored)" in line
     assert "90.0 ms / 60.0 ms" in line
+
+
+def test_a_model_without_a_rollout_is_no_cohort(tmp_path: Path) -> None:
+    """Embeddings on the primary only have no rollout: with the config's cohorts given, a
+    round-1 config with them is one cohort, and a narrowed one does not give them a view."""
+    embeddings = [
+        dataclasses.replace(
+            record(30 + i, "text-embedding-3-small", "text-embedding-3-small", "hosted", 200),
+            route="embeddings",
+        )
+        for i in range(2)
+    ]
+    chat = [record(i, "gpt-4o-mini", "gpt-4o-mini", "vllm", 200) for i in range(3)]
+    billing = [record(10 + i, "gpt-4o-mini", "billing-bot", "vllm", 200) for i in range(3)]
+    with open_store(f"sqlite:///{tmp_path}/records.db") as store:
+        store.insert([*embeddings, *chat])
+        round_one = build_report(store, time.time() - 60, candidates_of={"gpt-4o-mini": ["vllm"]})
+        store.insert(billing)
+        configured = {"billing-bot": ["vllm"], "gpt-4o-mini": ["vllm"]}
+        narrowed = build_report(store, time.time() - 60, candidates_of=configured)
+    assert round_one.cohorts == []
+    assert "Cohort " not in RENDERERS["text"](round_one)
+    assert [c.cohort for c in narrowed.cohorts] == ["billing-bot", "gpt-4o-mini"]
+    assert sum(b.requests for b in narrowed.backends) == 8  # the fleet still counts them
+    assert any("2 calls of models without a rollout" in note for note in narrowed.notes)
