@@ -8,6 +8,7 @@ the same model should; vllm-q4 answers in its own way, as a broken quantisation 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -260,3 +261,22 @@ def test_divergences_name_and_filter_the_candidate_that_answered(
     assert options == ["", *CANDIDATES]
     assert shown
     assert {tuple(s) for s in shown} == {("vllm-q4", "candidate (vllm-q4)")}
+
+
+def test_each_cohort_shows_its_own_rollout_changes(recorded: Path, tmp_path: Path) -> None:
+    """A change to one cohort, made with `kvmigrate rollout`, is in that cohort's timeline
+    and the fleet's, not in the others'."""
+    config = tmp_path / "config.yaml"
+    state = f"sqlite:///{tmp_path / 'state.db'}"
+    config.write_text(re.sub(r'state: "[^"]*"', f'state: "{state}"', recorded.read_text()))
+    done = subprocess.run(
+        [sys.executable, "-m", "kvmigrate", "rollout", "--model", "o3-mini", "--percent", "10",
+         "--force", "--config", str(config)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(_report(config, "--format", "json"))
+    timelines = {c["cohort"]: c["timeline"] for c in data["cohorts"]}
+    assert [(e["cohort"], e["percent"]) for e in timelines["o3-mini"]] == [("o3-mini", 10.0)]
+    assert timelines["billing-bot"] == timelines["gpt-4o-mini"] == []
+    assert [e["cohort"] for e in data["timeline"]] == ["o3-mini"]
