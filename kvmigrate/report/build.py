@@ -79,23 +79,29 @@ def build_report(
         return report
     report.notes.extend(outside_cohorts(recorded, cohorts))
     for name, rows in cohorts.items():
-        own = Report(
-            generated_at=report.generated_at,
-            since=since,
-            until=until,
-            database=report.database,
-            primary=primary,
-            candidate=cohort_candidate(candidates_of or {}, name, candidate),
-            timeline=cohort_timeline(report.timeline, name),
-            cohort=name,
-        )
+        own = _cohort_view(report, name, cohort_candidate(candidates_of or {}, name, candidate))
         _fill(own, rows, store, prices, max_turn, [p for p in paired if p.a.cohort == name])
         own.cache_busters = busters[1].get(name, CacheBusters())
-        # The fleet's worst pairs, this cohort's among them (the HTML view filters them).
-        own.divergences = [d for d in report.divergences if d.cohort == name]
         own.divergent_total = divergent_pairs(rows, None, most=0)[1]
         report.cohorts.append(own)
     return report
+
+
+def _cohort_view(fleet: Report, cohort: str, candidate: str) -> Report:
+    """A cohort's report before its sections are filled: the fleet's window, its own
+    candidate and timeline, and the fleet's worst divergent pairs that are its own (the
+    HTML view filters the one list)."""
+    return Report(
+        generated_at=fleet.generated_at,
+        since=fleet.since,
+        until=fleet.until,
+        database=fleet.database,
+        primary=fleet.primary,
+        candidate=candidate,
+        timeline=cohort_timeline(fleet.timeline, cohort),
+        divergences=[d for d in fleet.divergences if d.cohort == cohort],
+        cohort=cohort,
+    )
 
 
 def _fill(
