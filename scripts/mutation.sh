@@ -25,7 +25,12 @@ scratch=${MUTATION_DIR:-${TMPDIR:-/tmp}/kvmigrate-mutation-$$}
 modules=(
   "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
   "split|kvmigrate/policies/split.py|tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py"
-  "gates|kvmigrate/policies/gates.py kvmigrate/policies/*_gate.py kvmigrate/policies/sequential.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
+  # the gates one module at a time (the figure per module), against every gate test
+  "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
+  "error_gate|kvmigrate/policies/error_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
+  "ttft_gate|kvmigrate/policies/ttft_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
+  "parity_gate|kvmigrate/policies/parity_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
+  "sequential|kvmigrate/policies/sequential.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py"
   "headers|kvmigrate/proxy/headers.py|tests/proxy/test_credential_tables.py"
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
   "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py tests/test_redaction_boundaries.py"
@@ -49,8 +54,9 @@ modules=(
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
-default="headers body redaction apply secret store split gates route pinning outcome continuity
-  volatile conversation decision replicas tool_calls window chain cohorts gate_model"
+default="headers body redaction apply secret store split route pinning outcome continuity
+  volatile conversation decision replicas tool_calls window chain cohorts
+  gates error_gate ttft_gate parity_gate sequential gate_model"
 wanted=${*:-$default}
 
 export PYTHONPATH=${MUTMUT_PATH:+$MUTMUT_PATH}
