@@ -20,7 +20,15 @@ from kvmigrate.policies.gate_model import (
     still_needed,
     too_few_requests,
 )
-from kvmigrate.policies.gates import GateConfig, Verdict
+from kvmigrate.policies.gates import (
+    GateConfig,
+    RollbackConfig,
+    Verdict,
+    evaluate_gates,
+    gate_summary,
+    render_gates,
+    rollback_reason,
+)
 from kvmigrate.policies.parity_gate import parity_gate
 from kvmigrate.policies.window import BackendWindow as W
 from kvmigrate.policies.window import ComparatorCounts as C
@@ -540,3 +548,123 @@ def test_the_parity_gate_reports_each_comparator_and_what_it_still_needs(
     candidate: W, expected: dict[str, Any]
 ) -> None:
     assert rounded(parity_gate(candidate, PARITY).to_dict()) == rounded(expected)
+
+
+TRAFFIC = GateConfig(min_requests=300, min_conversations=30)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "config", "verdict", "detail", "needed"),
+    [
+        (W("c", requests=300, conversations=30), TRAFFIC, "passed",
+         "300 requests in 30 conversations", None),
+        (W("c", requests=5, conversations=3), GateConfig(min_requests=0, min_conversations=0),
+         "passed", "5 requests in 3 conversations", None),
+        # The count furthest behind, as a share of its threshold, sets the wait.
+        (W("c", requests=150, conversations=30, span_s=600), TRAFFIC, "inconclusive",
+         "need 300 candidate requests (rollout.gates.min_requests) in 30 conversations "
+         "(rollout.gates.min_conversations); have 150 in 30"
+         "; at the current rate (10 min so far) about 10 min more", 0),
+        (W("c", requests=600, conversations=10, span_s=600), TRAFFIC, "inconclusive",
+         "need 300 candidate requests (rollout.gates.min_requests) in 30 conversations "
+         "(rollout.gates.min_conversations); have 600 in 10"
+         "; at the current rate (10 min so far) about 20 min more", 20),
+        (W("c", span_s=600), TRAFFIC, "inconclusive",
+         "need 300 candidate requests (rollout.gates.min_requests) in 30 conversations "
+         "(rollout.gates.min_conversations); have 0 in 0; none in the last 10 min", 30),
+    ],
+)  # fmt: skip
+def test_the_traffic_gate_reports_its_counts_and_the_wait(
+    candidate: W, config: GateConfig, verdict: str, detail: str, needed: int | None
+) -> None:
+    got = evaluate_gates(W("p"), candidate, config)[0].to_dict()
+    assert got == {
+        "name": "traffic",
+        "verdict": verdict,
+        "detail": detail,
+        "estimate": None,
+        "interval": [None, None],
+        "threshold": None,
+        "needed_conversations": needed,
+        "figures": {
+            "conversations": candidate.conversations,
+            "requests": candidate.requests,
+            "min_conversations": config.min_conversations,
+            "min_requests": config.min_requests,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("primary", "candidate", "config", "reason"),
+    [
+        (
+            W("p", requests=100, errors=5),
+            W("c", requests=40, errors=12),
+            RollbackConfig(),
+            "candidate error rate 30.0% over 20.0% (12/40 in 30s)",
+        ),
+        (
+            W("p", requests=100, errors=20),
+            W("c", requests=40, errors=13),
+            RollbackConfig(),
+            "candidate error rate 32.5% over 30.0% (13/40 in 30s)",
+        ),
+        (
+            W("p"),
+            W("c", requests=40, tool_calls=10, invalid_tool_calls=3),
+            RollbackConfig(),
+            "30% of the candidate's tool calls are broken (3/10: unknown tool or invalid JSON arguments)",
+        ),
+        (W("p"), W("c", requests=40, tool_calls=4, invalid_tool_calls=4), RollbackConfig(), None),
+        (
+            W("p", ttft_p95=0.1),
+            W("c", requests=40, ttft_p95=0.4125),
+            RollbackConfig(),
+            "candidate TTFT p95 412 ms over 4 x primary 100 ms",
+        ),
+        (
+            W("p", latency_p95=0.5),
+            W("c", requests=40, latency_p95=2.5),
+            RollbackConfig(),
+            "candidate latency p95 2500 ms over 4 x primary 500 ms",
+        ),
+        (
+            W("p"),
+            W("c", requests=40, ttft_p95=0.9),
+            RollbackConfig(ttft_p95_ms=800),
+            "candidate TTFT p95 900 ms over 800 ms",
+        ),
+        (W("p", ttft_p95=0.002), W("c", requests=40, ttft_p95=0.2), RollbackConfig(), None),
+        (W("p"), W("c", requests=40, errors=40), RollbackConfig(enabled=False), None),
+        (W("p"), W("c", requests=19, errors=19), RollbackConfig(), None),
+    ],
+)
+def test_the_rollback_reason_names_the_rule_and_its_figures(
+    primary: W, candidate: W, config: RollbackConfig, reason: str | None
+) -> None:
+    assert rollback_reason(primary, candidate, config) == reason
+
+
+GATES: list[dict[str, Any]] = [
+    {"name": "traffic", "verdict": "passed", "detail": "300 requests in 30 conversations",
+     "estimate": None, "interval": [None, None], "threshold": None},
+    {"name": "error_rate", "verdict": "inconclusive", "detail": "d1", "estimate": 0.0123456,
+     "interval": [-0.001, None], "threshold": 0.01},
+    {"name": "parity", "verdict": "failed", "detail": "d2", "estimate": 0.71,
+     "interval": [0.63, 0.79], "threshold": None},
+    {"name": "odd", "verdict": "weird", "detail": "d3"},
+]  # fmt: skip
+
+
+def test_gates_render_one_line_each_and_summarise_on_one() -> None:
+    assert render_gates(GATES) == (
+        "  PASS  traffic     300 requests in 30 conversations\n"
+        "  WAIT  error_rate  d1\n"
+        "  FAIL  parity      d2\n"
+        "  ?     odd         d3"
+    )
+    assert gate_summary(GATES) == (
+        "traffic passed, error_rate inconclusive 0.0123 [-0.001, ?] vs 0.01, "
+        "parity failed 0.71 [0.63, 0.79], odd weird"
+    )
