@@ -26,11 +26,11 @@ modules=(
   "policies|kvmigrate/policies/*|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py tests/test_continuity.py"
   "split|kvmigrate/policies/split.py|tests/test_split_boundaries.py tests/test_policies.py tests/test_route.py"
   # the gates one module at a time (the figure per module), against every gate test
-  "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py"
-  "error_gate|kvmigrate/policies/error_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py"
-  "ttft_gate|kvmigrate/policies/ttft_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py"
-  "parity_gate|kvmigrate/policies/parity_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py"
-  "sequential|kvmigrate/policies/sequential.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py"
+  "gates|kvmigrate/policies/gates.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
+  "error_gate|kvmigrate/policies/error_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
+  "ttft_gate|kvmigrate/policies/ttft_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
+  "parity_gate|kvmigrate/policies/parity_gate.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
+  "sequential|kvmigrate/policies/sequential.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
   "headers|kvmigrate/proxy/headers.py|tests/proxy/test_credential_tables.py"
   "body|kvmigrate/proxy/body.py|tests/test_body.py"
   "redaction|kvmigrate/redaction.py|tests/test_security_tables.py tests/test_redaction.py tests/test_redaction_boundaries.py"
@@ -50,7 +50,7 @@ modules=(
   "window|kvmigrate/policies/window.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
   "chain|kvmigrate/policies/chain.py|tests/test_chain.py"
   "cohorts|kvmigrate/policies/cohorts.py|tests/cohorts/test_cohort_resolution.py"
-  "gate_model|kvmigrate/policies/gate_model.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py"
+  "gate_model|kvmigrate/policies/gate_model.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
