@@ -12,6 +12,7 @@ import pytest
 from kvmigrate.policies import RolloutSnapshot, route
 from kvmigrate.policies.chain import ChainRef, chain_ref, stick, unknown_chain
 from kvmigrate.policies.conversation import conversation_key, turn_index
+from kvmigrate.policies.route import Route
 from kvmigrate.proxy.body import with_previous_response
 from kvmigrate.wire.response_id import response_id
 
@@ -155,3 +156,12 @@ def test_response_id_of_a_whole_answer_and_of_a_stream_cut_anywhere() -> None:
 )
 def test_response_id_of_no_response_is_none(chunks: list[bytes]) -> None:
     assert response_id(chunks) is None
+
+
+@pytest.mark.parametrize("backend", ["hosted", "vllm"])
+def test_a_chain_sticks_to_its_backend_unpinned_and_without_a_fallback(backend: str) -> None:
+    shot = snapshot("split", 100 if backend == "vllm" else 0)
+    routed = Route(shot, serve=backend, shadow="x", fallback="y", noise=True, pin=True)
+    assert stick(routed, backend) == Route(shot, backend, shadow="x", noise=True)
+    other = "hosted" if backend == "vllm" else "vllm"
+    assert stick(routed, other) == Route(shot, serve=other)  # moved: no copy, no pin
