@@ -299,6 +299,76 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
             },
         },
     ),
+    (
+        "exactly the pairs needed, no comparator covered",
+        W(
+            "c",
+            parity_samples=30,
+            noise_pairs=20,
+            noise_needed=20,
+            comparators=(C("exact", 30, 1, 10, 0),),
+        ),
+        {
+            "name": "parity",
+            "verdict": "inconclusive",
+            "detail": "30 scored pairs are in, but no comparator has 30 of its own yet (rollout.gates.min_parity_samples); not yet covered: exact (30/30 pairs, 10 noise)",
+            "estimate": None,
+            "interval": [None, None],
+            "threshold": 0.9,
+            "needed_conversations": None,
+            "figures": {
+                "parity": None,
+                "samples": 30,
+                "min_parity": 0.9,
+                "min_parity_samples": 30,
+                "noise_pairs": 20,
+                "noise_needed": 20,
+                "not_yet_covered": ["exact"],
+            },
+        },
+    ),
+    (
+        "passed, two waiting",
+        W(
+            "c",
+            parity_samples=400,
+            noise_pairs=200,
+            noise_needed=20,
+            conversations=80,
+            comparators=(
+                C("exact", 400, 4, 200, 2),
+                C("judge", 12, 0, 200, 0),
+                C("embed", 20, 0, 200, 0),
+            ),
+        ),
+        {
+            "name": "parity",
+            "verdict": "passed",
+            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200 noise), embed (20/30 pairs, 200 noise)",
+            "estimate": 1.0,
+            "interval": [0.9654850004150907, 1.0],
+            "threshold": 0.9,
+            "needed_conversations": None,
+            "figures": {
+                "parity": None,
+                "samples": 400,
+                "min_parity": 0.9,
+                "min_parity_samples": 30,
+                "noise_pairs": 200,
+                "noise_needed": 20,
+                "not_yet_covered": ["judge", "embed"],
+                "comparators": [
+                    {
+                        "name": "exact",
+                        "verdict": "passed",
+                        "parity": 1.0,
+                        "low": 0.9654850004150907,
+                        "high": 1.0,
+                    }
+                ],
+            },
+        },
+    ),
 ]
 
 
