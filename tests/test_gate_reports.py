@@ -249,6 +249,12 @@ TRAFFIC = GateConfig(min_requests=300, min_conversations=30)
          "300 requests in 30 conversations", None),
         (W("c", requests=5, conversations=3), GateConfig(min_requests=0, min_conversations=0),
          "passed", "5 requests in 3 conversations", None),
+        # No request minimum: the conversations alone set the wait.
+        (W("c", requests=5, conversations=3, span_s=60), GateConfig(min_requests=0),
+         "inconclusive",
+         "need 0 candidate requests (rollout.gates.min_requests) in 20 conversations "
+         "(rollout.gates.min_conversations); have 5 in 3"
+         "; at the current rate (60 s so far) about 6 min more", 17),
         # The count furthest behind, as a share of its threshold, sets the wait.
         (W("c", requests=150, conversations=30, span_s=600), TRAFFIC, "inconclusive",
          "need 300 candidate requests (rollout.gates.min_requests) in 30 conversations "
@@ -313,10 +319,10 @@ def test_the_traffic_gate_reports_its_counts_and_the_wait(
             "candidate TTFT p95 412 ms over 4 x primary 100 ms",
         ),
         (
-            W("p", latency_p95=0.5),
-            W("c", requests=40, latency_p95=2.5),
+            W("p", latency_p95=1.0),
+            W("c", requests=40, latency_p95=4.5),
             RollbackConfig(),
-            "candidate latency p95 2500 ms over 4 x primary 500 ms",
+            "candidate latency p95 4500 ms over 4 x primary 1000 ms",
         ),
         (
             W("p"),
