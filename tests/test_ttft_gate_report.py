@@ -367,6 +367,29 @@ TTFT_ROWS: list[tuple[str, W, W, GateConfig, dict[str, Any]]] = [
             },
         },
     ),
+    (
+        "no primary, decided over the SLO with 28 more conversations",
+        W("p"),
+        W("c", requests=400, conversations=40, ttft_sample=spread(400, 0.1, 0.317, 2)),
+        GateConfig(ttft_p95_slo_ms=300),
+        {
+            "name": "ttft_p95",
+            "verdict": "inconclusive",
+            "detail": "candidate TTFT p95 307 ms [299 ms, 315 ms] vs the 300 ms SLO; about 28 more conversations at the observed rates",
+            "estimate": 307.2,
+            "interval": [299.3, 314.8],
+            "threshold": 300,
+            "needed_conversations": 28,
+            "figures": {
+                "measure": "TTFT p95",
+                "candidate_p95_ms": 307.2,
+                "primary_p95_ms": None,
+                "slo_ms": 300,
+                "factor": 1.5,
+                "floor_ms": 100.0,
+            },
+        },
+    ),
 ]
 
 
