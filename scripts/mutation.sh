@@ -50,7 +50,7 @@ modules=(
   "window|kvmigrate/policies/window.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"
   "chain|kvmigrate/policies/chain.py|tests/test_chain.py"
   "cohorts|kvmigrate/policies/cohorts.py|tests/cohorts/test_cohort_resolution.py"
-  "candidate_compare|kvmigrate/policies/candidate_compare.py|tests/test_candidate_compare.py"
+  "candidate_compare|kvmigrate/policies/candidate_compare.py|tests/test_candidate_compare.py tests/test_candidate_compare_report.py"
   "gate_model|kvmigrate/policies/gate_model.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
