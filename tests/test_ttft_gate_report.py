@@ -368,7 +368,7 @@ TTFT_ROWS: list[tuple[str, W, W, GateConfig, dict[str, Any]]] = [
         },
     ),
     (
-        "no primary, decided over the SLO with 28 more conversations",
+        "no primary, 28 more conversations from failing the SLO",
         W("p"),
         W("c", requests=400, conversations=40, ttft_sample=spread(400, 0.1, 0.317, 2)),
         GateConfig(ttft_p95_slo_ms=300),
