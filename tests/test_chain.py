@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from kvmigrate.policies import RolloutSnapshot, route
-from kvmigrate.policies.chain import ChainRef, chain_ref, stick, unknown_chain
+from kvmigrate.policies.chain import ChainEntry, ChainRef, chain_ref, stick, unknown_chain
 from kvmigrate.policies.conversation import conversation_key, turn_index
+from kvmigrate.policies.route import Route
 from kvmigrate.proxy.body import with_previous_response
 from kvmigrate.wire.response_id import response_id
 
@@ -155,3 +156,27 @@ def test_response_id_of_a_whole_answer_and_of_a_stream_cut_anywhere() -> None:
 )
 def test_response_id_of_no_response_is_none(chunks: list[bytes]) -> None:
     assert response_id(chunks) is None
+
+
+@pytest.mark.parametrize("backend", ["hosted", "vllm"])
+def test_a_chain_sticks_to_its_backend_unpinned_and_without_a_fallback(backend: str) -> None:
+    shot = snapshot("split", 100 if backend == "vllm" else 0)
+    routed = Route(shot, serve=backend, shadow="x", fallback="y", noise=True, pin=True)
+    assert stick(routed, backend) == Route(shot, backend, shadow="x", noise=True)
+    other = "hosted" if backend == "vllm" else "vllm"
+    assert stick(routed, other) == Route(shot, serve=other)  # moved: no copy, no pin
+
+
+def test_each_candidate_continues_its_own_mirrored_chain() -> None:
+    entry = ChainEntry("c", 2, "hosted", mirror="resp_one")
+    assert (entry.mirror_for(""), entry.mirror_for("vllm")) == ("resp_one", "")
+    two = entry.with_mirror("vllm", "resp_v1").with_mirror("sglang", "resp_s1")
+    assert two.mirrors == (("vllm", "resp_v1"), ("sglang", "resp_s1"))
+    assert (two.mirror_for("vllm"), two.mirror_for("sglang"), two.mirror_for("")) == (
+        "resp_v1",
+        "resp_s1",
+        "resp_one",  # the one-candidate id is kept
+    )
+    moved = two.with_mirror("vllm", "resp_v2")  # a later turn replaces that candidate's id
+    assert moved.mirrors == (("sglang", "resp_s1"), ("vllm", "resp_v2"))
+    assert entry.with_mirror("", "resp_two") == ChainEntry("c", 2, "hosted", mirror="resp_two")

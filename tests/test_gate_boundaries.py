@@ -303,3 +303,48 @@ def test_rollback_trigger_boundaries(
     primary: BackendWindow, candidate: BackendWindow, config: RollbackConfig, trigger: bool
 ) -> None:
     assert (rollback_reason(primary, candidate, config) is not None) is trigger
+
+
+@pytest.mark.parametrize(
+    ("errors", "requests", "rate"),
+    [(0, 0, 0.0), (3, 0, 0.0), (0, 4, 0.0), (1, 4, 0.25), (4, 4, 1.0), (3, 1, 3.0)],
+)
+def test_a_window_error_rate_is_errors_per_request_and_zero_without_requests(
+    errors: int, requests: int, rate: float
+) -> None:
+    assert BackendWindow("b", requests=requests, errors=errors).error_rate == rate
+
+
+@pytest.mark.parametrize(
+    ("candidate_s", "floor_ms", "expected"),
+    [(0.100, 100, P), (0.101, 100, I), (0.050, 50, P), (0.050, 40, I)],
+)
+def test_without_a_primary_figure_the_floor_alone_passes_the_ttft_gate(
+    candidate_s: float, floor_ms: int, expected: Verdict
+) -> None:
+    # No primary TTFT and no SLO: nothing to divide by, so only a p95 surely under the floor
+    # decides (inclusively); above it the gate waits for a primary figure or an SLO.
+    config = GateConfig(ttft_p95_floor_ms=floor_ms)
+    got = verdicts(window(ttft=None), window(ttft=candidate_s), config)
+    assert got["ttft_p95"] == expected
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (GateConfig(), I),  # the interval starts exactly at the 100 ms floor
+        (GateConfig(ttft_p95_floor_ms=99), F),
+        (GateConfig(ttft_p95_slo_ms=100, ttft_p95_floor_ms=50), I),  # exactly at the SLO
+        (GateConfig(ttft_p95_slo_ms=99, ttft_p95_floor_ms=50), F),
+    ],
+)
+def test_only_a_p95_surely_above_the_floor_and_the_slo_can_fail(
+    config: GateConfig, expected: Verdict
+) -> None:
+    # 50x the primary, but its p95 interval is [100 ms, 500 ms]: under a limit it would pass,
+    # so a low end that only touches the limit leaves the gate waiting.
+    candidate = BackendWindow(
+        "c", requests=300, conversations=40, ttft_sample=(0.1,) * 280 + (0.5,) * 20
+    )
+    primary = BackendWindow("p", requests=300, ttft_sample=(0.01,) * 300)
+    assert gates(primary, candidate, config)["ttft_p95"].verdict == expected

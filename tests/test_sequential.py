@@ -112,3 +112,38 @@ def test_needed_scale_finds_where_the_verdict_turns() -> None:
     assert needed_scale(lambda _s: Verdict.FAILED) == 1.0
     assert more_needed(40, scale) == math.ceil(40 * scale) - 40
     assert more_needed(40, None) is None
+
+
+@pytest.mark.parametrize(
+    ("n", "confidence", "tuned_for"),
+    [(1, 0.95, 1), (0.5, 0.95, 0.5), (1.5, 0.95, 1.5), (30, 0.95, 30), (300, 0.95, 30),
+     (10, 0.99, 300), (1e6, 0.9, 1000)],
+)  # fmt: skip
+def test_the_always_valid_z_is_the_normal_mixture_boundary(
+    n: float, confidence: float, tuned_for: float
+) -> None:
+    # Howard et al. (2021), the two-sided normal-mixture boundary: intrinsic time v = n rho^2,
+    # rho^2 chosen so the boundary is tightest at `tuned_for` samples; n and tuned_for below 1
+    # count as 1 (one sample is the least an interval is made of).
+    alpha = 1.0 - confidence
+    rho2 = (-2.0 * math.log(alpha) + math.log(1.0 - 2.0 * math.log(alpha))) / max(1.0, tuned_for)
+    v = max(1.0, n) * rho2
+    expected = math.sqrt((v + 1.0) / v * 2.0 * math.log(math.sqrt(v + 1.0) / alpha))
+    assert always_valid_z(n, confidence, tuned_for) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("turns_at", [1.0, 1.3, 1.9, 7.0, 999.0])
+def test_needed_scale_is_within_two_percent_above_where_the_verdict_turns(turns_at: float) -> None:
+    def verdict_at(scale: float) -> Verdict:
+        return Verdict.PASSED if scale >= turns_at else Verdict.INCONCLUSIVE
+
+    scale = needed_scale(verdict_at)
+    assert scale is not None
+    assert turns_at <= scale <= turns_at * 1.02
+
+
+@pytest.mark.parametrize(
+    ("have", "scale", "more"), [(40, 1.0, 0), (0, 3.0, 0), (10, 1.05, 1), (10, 2.0, 10)]
+)
+def test_more_needed_is_what_the_scale_adds(have: int, scale: float, more: int) -> None:
+    assert more_needed(have, scale) == more

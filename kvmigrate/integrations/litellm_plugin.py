@@ -70,6 +70,10 @@ log = logging.getLogger("kvmigrate.integrations.litellm")
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 BACKEND_HEADER = "x-kvmigrate-backend"
+# The store generation (every cohort's rollout version, summed) this plugin routes by, on
+# every response: a rollout change has reached this LiteLLM process once it is at least the
+# store's generation after the change.
+GENERATION_HEADER = "x-kvmigrate-rollout-generation"
 METADATA_KEY = "kvmigrate_backend"
 # Requests routed but not yet finished; beyond this the oldest are forgotten (a client
 # that disconnects mid-stream may never produce a success or failure event).
@@ -162,10 +166,14 @@ class KvmigrateRouter(_CustomLogger):
         litellm_call_info: dict[str, Any] | None = None,
     ) -> dict[str, str] | None:
         try:
+            await self._started()
+            headers = {GENERATION_HEADER: str(self.live.generation)}
             for key in ("metadata", "litellm_metadata"):
                 meta = data.get(key)
                 if isinstance(meta, Mapping) and isinstance(meta.get(METADATA_KEY), str):
-                    return {BACKEND_HEADER: meta[METADATA_KEY]}
+                    headers[BACKEND_HEADER] = meta[METADATA_KEY]
+                    break
+            return headers
         except Exception:
             self.hook_errors += 1
         return None

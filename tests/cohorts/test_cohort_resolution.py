@@ -160,3 +160,10 @@ models:
         env={},
     )
     assert config.cohort_names() == ("chat",)
+
+
+def test_only_a_model_with_a_key_selector_needs_the_clients_key_label() -> None:
+    assert TABLE.needs_key("mini")
+    assert not TABLE.needs_key("big")  # no cohorts of its own
+    plain = CohortTable(MappingProxyType({"mini": (Selector("coder", metadata=(("t", "c"),)),)}))
+    assert not plain.needs_key("mini")

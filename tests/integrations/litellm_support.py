@@ -92,23 +92,27 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -
     raise AssertionError(f"timed out waiting for {what or check}")
 
 
-def set_split(config: Config, percent: float) -> None:
-    """The chat model's cohort (the first model; an embeddings model has no candidate)."""
+def set_split(config: Config, percent: float) -> int:
+    """The chat model's cohort (the first model; an embeddings model has no candidate).
+    Returns the store's generation after the change."""
     controller = open_controller(config)
     chat = config.models[0].model_name
     try:
         controller.set_percent(percent, reason="test", actor="test", force=True, cohort=chat)
+        return controller.store.version()
     finally:
         controller.store.close()
 
 
-def set_shadow(config: Config) -> None:
+def set_shadow(config: Config) -> int:
+    """Returns the store's generation after the change."""
     controller = open_controller(config)
     chat = config.models[0].model_name
     try:
         if controller.read(chat).percent:
             controller.set_percent(0, reason="test", actor="test", cohort=chat)
         controller.set_mode("shadow", reason="test", actor="test", cohort=chat)
+        return controller.store.version()
     finally:
         controller.store.close()
 

@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 
 from kvmigrate.config import Config, parse_config
-from kvmigrate.integrations.litellm_plugin import BACKEND_HEADER, KvmigrateRouter
+from kvmigrate.integrations.litellm_plugin import (
+    BACKEND_HEADER,
+    GENERATION_HEADER,
+    KvmigrateRouter,
+)
 from kvmigrate.rollout.configured import open_controller
 
 
@@ -114,7 +118,9 @@ def test_shadow_mode_records_the_answer_and_a_scored_copy(tmp_path: Path, stream
         assert data["model"] == "gpt-4o-mini"
         assert "fallbacks" not in data
         headers = await plugin.async_post_call_response_headers_hook(data, None, None)
-        assert headers == {BACKEND_HEADER: "hosted"}
+        # The generation it routes by: the store's, unchanged since the plugin read it.
+        generation = str(plugin.store.version())
+        assert headers == {BACKEND_HEADER: "hosted", GENERATION_HEADER: generation}
         now = datetime.now()
         kwargs = _logged("call-1", "gpt-4o-mini")
         await plugin.async_log_success_event(kwargs, _answer("hello there"), now, now)
@@ -170,7 +176,9 @@ def test_a_failing_plugin_never_breaks_the_request(tmp_path: Path) -> None:
         result = await plugin.async_pre_call_hook(None, None, data, "acompletion")
         await plugin.async_log_success_event({"litellm_call_id": 7}, object(), None, None)
         await plugin.async_log_failure_event({}, None, None, None)
-        assert await plugin.async_post_call_response_headers_hook({}, None, None) is None
+        # A request it did not route gets no backend header, only the generation.
+        headers = await plugin.async_post_call_response_headers_hook({}, None, None)
+        assert headers == {GENERATION_HEADER: str(plugin.store.version())}
         await plugin.aclose()
         return result, plugin.hook_errors
 

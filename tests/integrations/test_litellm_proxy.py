@@ -25,6 +25,7 @@ from openai import OpenAI
 
 from kvmigrate.config import Config, load_config
 from kvmigrate.emulator.settings import EmulatorSettings
+from kvmigrate.integrations.litellm_plugin import GENERATION_HEADER
 from kvmigrate.policies import in_candidate_share
 from kvmigrate.testbed.litellm_process import (
     PLUGIN_CALLBACK,
@@ -55,10 +56,23 @@ class Stack:
         )
 
     def set_split(self, percent: float) -> None:
-        set_split(self.config, percent)
+        self.wait_applied(set_split(self.config, percent))
 
     def set_shadow(self) -> None:
-        set_shadow(self.config)
+        self.wait_applied(set_shadow(self.config))
+
+    def wait_applied(self, generation: int) -> None:
+        """Until LiteLLM routes by the store's `generation` or a later one. The probe asks
+        for a model group the kvmigrate config does not map: LiteLLM serves it directly
+        (one request to the candidate emulator), nothing is routed, copied or recorded."""
+
+        def applied() -> bool:
+            raw = self.client.chat.completions.with_raw_response.create(
+                model=CANDIDATE_GROUP, messages=[{"role": "user", "content": "probe"}]
+            )
+            return int(raw.headers.get(GENERATION_HEADER, "0")) >= generation
+
+        wait_for(applied, timeout=30.0, what=f"LiteLLM to route by generation {generation}")
 
     def records(self, where: str = "1=1") -> list[sqlite3.Row]:
         return records(self.config, where)
@@ -121,7 +135,6 @@ def _session() -> str:
 
 def test_split_at_100_percent_serves_from_the_candidate(stack: Stack) -> None:
     stack.set_split(100)
-    time.sleep(0.6)  # the plugin polls the store every 0.25 s
     before_h, before_v = stack.hosted.total(), stack.vllm.total()
     for _ in range(3):
         backend, text = stack.chat(_session())
@@ -133,7 +146,6 @@ def test_split_at_100_percent_serves_from_the_candidate(stack: Stack) -> None:
 
 def test_split_at_0_percent_serves_from_the_primary(stack: Stack) -> None:
     stack.set_split(0)
-    time.sleep(0.6)
     sessions = [_session() for _ in range(3)]
     where = "conversation IN ({})".format(",".join(f"'{s}'" for s in sessions))
     before_h, before_v = stack.hosted.total(), stack.vllm.total()
@@ -158,7 +170,6 @@ PICKUP_BOUND_S = 3.5
 
 def test_kvmigrate_rollout_cli_steers_litellm_within_its_poll_bound(stack: Stack) -> None:
     stack.set_split(0)
-    time.sleep(0.6)
     salt = stack.config.rollout.salt
     # Fresh conversations the 50% split puts on the candidate (every conversation seen at
     # 0% is pinned to the primary, so each probe uses a new one).
@@ -179,7 +190,6 @@ def test_kvmigrate_rollout_cli_steers_litellm_within_its_poll_bound(stack: Stack
 
 def test_shadow_mode_copies_chat_and_responses_streamed_or_not(stack: Stack) -> None:
     stack.set_shadow()
-    time.sleep(0.6)
     before = Counter(stack.vllm.counts)
     session = _session()
     headers = {"X-Session-ID": session}

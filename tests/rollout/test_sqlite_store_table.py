@@ -115,3 +115,52 @@ def test_history_defaults_to_the_latest_hundred(url: str) -> None:
     versions = [e.version for e in store.history()]
     assert versions == list(range(2, 102))
     store.close()
+
+
+def change_at(percent: float, at: float) -> Change:
+    """`step` at a given time, so the histories' order is the rows' own."""
+
+    def change(current: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+        state, event = step(percent)(current)
+        return state, replace(event, at=at)
+
+    return change
+
+
+def changes(events: list[RolloutEvent]) -> list[tuple[str, float, int]]:
+    return [(e.cohort, e.to_percent, e.version) for e in events]
+
+
+def test_a_cohort_follows_the_default_until_it_has_a_state_of_its_own(url: str) -> None:
+    store = SqliteRolloutStore(url, SEED)
+    assert store.read("a") == SEED  # nothing stored: the seed, for every cohort
+    default, event = store.apply(change_at(10, 100.0))
+    assert (default.version, event.cohort) == (8, "")
+    assert store.read("a") == store.read() == default
+    assert store.version() == 8
+    # A cohort's first change starts from the default's state; the default does not move.
+    a, event = store.apply(change_at(20, 101.0), cohort="a")
+    assert (a.version, a.percent, event.cohort, event.version) == (9, 20, "a", 9)
+    assert (store.read("a"), store.read(), store.read("b")) == (a, default, default)
+    assert store.version() == 8 + 9  # what proxies poll: every state's version, summed
+    a, _ = store.apply(change_at(30, 102.0), cohort="a")  # from its own state now
+    b, _ = store.apply(change_at(40, 103.0), cohort="b")
+    default, _ = store.apply(change_at(50, 104.0))
+    assert (a.version, b.version, default.version) == (10, 9, 9)
+    assert store.version() == 9 + 10 + 9
+    every = store.read_all()
+    assert (every.default, every.own) == (default, {"a": a, "b": b})
+    # A cohort's history: its own changes and the default's, in time order.
+    assert changes(store.history(cohort="a")) == [
+        ("", 10, 8), ("a", 20, 9), ("a", 30, 10), ("", 50, 9)
+    ]  # fmt: skip
+    assert changes(store.history(cohort="b")) == [("", 10, 8), ("b", 40, 9), ("", 50, 9)]
+    assert changes(store.history(2, cohort="a")) == [("a", 30, 10), ("", 50, 9)]
+    assert changes(store.history(cohort="c")) == [("", 10, 8), ("", 50, 9)]
+    assert [e.to_percent for e in store.history()] == [10, 20, 30, 40, 50]
+    other = SqliteRolloutStore(url, RolloutState())  # another process sees the same
+    assert (other.read("a"), other.read("b"), other.read("c")) == (a, b, default)
+    other.close()
+    store.close()
+    with pytest.raises(StoreError, match=f"rollout store {url.removeprefix('sqlite:///')}: "):
+        store.read("a")
