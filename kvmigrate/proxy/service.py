@@ -505,8 +505,10 @@ class ProxyService:
         if request.content_length is not None and request.content_length > limit:
             raise body_too_large(limit)
         try:
-            # A client that trickles its body (slow-loris) must not hold a slot forever.
-            return await asyncio.wait_for(request.read(), self.config.server.body_timeout_seconds)
+            # A client that trickles its body (slow-loris) must not hold a slot forever. A
+            # deadline on this task: wait_for made a second task per request.
+            async with asyncio.timeout(self.config.server.body_timeout_seconds):
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise body_too_large(limit) from None
         except TimeoutError:

@@ -88,7 +88,9 @@ class ContinuityResolver:
         self._wake: asyncio.Event | None = None
         self._last_flush = -LINK_BATCH_S
         self._task: asyncio.Task[None] | None = None
-        self._counter: Counter | None = None
+        # The counter's child per source, labelled once: `labels()` validates and locks on
+        # every call, and this counts every request.
+        self._counted: dict[str, Any] = {}
         self.shared = store is not None and store.url.startswith(("redis://", "rediss://"))
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
@@ -130,8 +132,8 @@ class ContinuityResolver:
 
     def _count(self, identity: Identity) -> Identity:
         self.counts[identity.source] += 1
-        if self._counter is not None:
-            self._counter.labels(identity.source).inc()
+        if (child := self._counted.get(identity.source)) is not None:
+            child.inc()
         return identity
 
     async def _remote(self, history: History) -> tuple[str, int] | None:
@@ -202,7 +204,7 @@ class ContinuityResolver:
     # -- addon hooks --------------------------------------------------------------------------
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
-        self._counter = Counter(
+        counter = Counter(
             "kvmigrate_conversation_identity",
             "Requests by how their conversation was identified: header, user, continuity "
             "(an earlier answer resent), opening (a first turn), guess (a later turn keyed by "
@@ -211,8 +213,7 @@ class ContinuityResolver:
             ["source"],
             registry=registry,
         )
-        for source in SOURCES:
-            self._counter.labels(source)
+        self._counted = {source: counter.labels(source) for source in SOURCES}
 
     async def running(self) -> None:
         if self.store is not None:
