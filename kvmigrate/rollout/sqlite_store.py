@@ -228,12 +228,29 @@ class SqliteRolloutStore:
     def save_links(self, links: Sequence[Link]) -> None:
         if not links:
             return
-        with self._transaction():
+        with self._unsynced(), self._transaction():
             self._db.execute("DELETE FROM rollout_links WHERE expires_at < ?", (time.time(),))
             self._db.executemany(
                 "INSERT OR REPLACE INTO rollout_links VALUES (?, ?, ?, ?, ?)",
                 [(k.key, k.conversation, k.turn, k.expires_at, k.detail) for k in links],
             )
+
+    @contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        """Links are written many times a second and are soft state (a lost one costs a
+        conversation its continuity, never a decision): their transactions skip the fsync
+        (WAL's synchronous=NORMAL, as the records store does), which cost the proxy as much
+        CPU as its own work on an answer. A crash of the process still loses nothing
+        committed; only a power loss can drop the last links. Rollout state keeps FULL."""
+        try:
+            with self._lock:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                try:
+                    yield
+                finally:
+                    self._db.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as exc:
+            raise StoreError(f"rollout store {self.path}: {exc}") from None
 
     def load_links(self, keys: Sequence[str]) -> list[Link]:
         if not keys:
