@@ -512,8 +512,10 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def stub_argv(port: int) -> list[str]:
-    return [sys.executable, str(HERE / "upstream_stub.py"), "--port", str(port)]
+def stub_argv(port: int, raw: bool = False) -> list[str]:
+    """`raw`: the cheapest stub (non-streamed answers only), for the --workers cell."""
+    script = "raw_stub.py" if raw else "upstream_stub.py"
+    return [sys.executable, str(HERE / script), "--port", str(port)]
 
 
 def proxy_argv(cfg: Path, workers: int) -> list[str]:
@@ -551,31 +553,47 @@ def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
 
 def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
     """Non-streamed req/s of the forwarding proxy with --workers N, alternating the N's
-    twice; the medians and their ratios to N=1. Nothing here is pinned: this process's
+    twice; the medians and their ratios to N=1, and the CPU per request of the proxy's
+    processes and of the stub. The stub is raw_stub.py, the cheapest one (aiohttp's server
+    cost the second worker's core as much as the worker did). Nothing here is pinned: this process's
     own pinning (core 1), which children inherit, is undone for the stub, the proxy and wrk,
     or every worker would share one core."""
     everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     if shutil.which("taskset"):
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     rates: dict[int, list[float]] = {n: [] for n in args.workers}
+    cpu: dict[str, list[float]] = {}
     stub_port = free_port()
     try:
-        with process(stub_argv(stub_port), stub_port):
+        with process(stub_argv(stub_port, raw=True), stub_port) as stub_proc:
             stub = f"http://127.0.0.1:{stub_port}"
             for _rep in range(2):
                 for n in args.workers:
                     port = free_port()
                     cfg = tmp / f"workers-{n}.yaml"
                     kvmigrate_config(cfg, port, stub, 0.0, False)
-                    with process(proxy_argv(cfg, n), port):
+                    with process(proxy_argv(cfg, n), port) as proc:
                         time.sleep(1.0)  # every worker listening, not only the first
+                        before = cpu_seconds(proc.pid), cpu_seconds(stub_proc.pid)
                         rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
+                        after = cpu_seconds(proc.pid), cpu_seconds(stub_proc.pid)
+                    served = rate * args.workers_seconds
+                    proxy_us, stub_us = (
+                        (a - b) / served * 1e6 for a, b in zip(after, before, strict=True)
+                    )
                     rates[n].append(rate)
-                    print(f"  workers={n}: {rate:8.0f} req/s non-streamed c=64", flush=True)
+                    cpu.setdefault(f"workers{n}.plain.c64.proxy_cpu_us", []).append(proxy_us)
+                    cpu.setdefault(f"workers{n}.plain.c64.stub_cpu_us", []).append(stub_us)
+                    print(
+                        f"  workers={n}: {rate:8.0f} req/s non-streamed c=64"
+                        f"  proxy CPU {proxy_us:5.0f} us/req  stub CPU {stub_us:4.0f} us/req",
+                        flush=True,
+                    )
     finally:
         if everywhere:
             os.sched_setaffinity(0, everywhere)
     figures = {f"workers{n}.plain.c64.rps": statistics.median(r) for n, r in rates.items()}
+    figures |= {name: statistics.median(values) for name, values in cpu.items()}
     one = figures.get("workers1.plain.c64.rps")
     for n in args.workers:
         if one and n != 1:
