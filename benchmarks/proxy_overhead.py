@@ -333,6 +333,21 @@ def cpu_seconds(pid: int | None) -> float:
         return float("nan")
 
 
+def settle(pid: int, base: str, key: str, timeout: float = 20.0) -> None:
+    """Wait until a freshly started proxy is quiet: its recorder's and detector's workers
+    start with the first requests and spend a second or more of CPU importing, which the
+    first cell's CPU per request counted (a quarter to a half of it at concurrency 1)."""
+    asyncio.run(load("warm-up", base, False, 1, 20, key))
+    deadline = time.monotonic() + timeout
+    last = cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = cpu_seconds(pid)
+        if now - last < 0.025:  # under 5% of a core: idle
+            return
+        last = now
+
+
 def run_target(
     name: str,
     base: str,
@@ -343,6 +358,8 @@ def run_target(
     route: str = "chat",
 ) -> list[Result]:
     results = []
+    if pid is not None:
+        settle(pid, base, key)
     for stream in (False, True):
         for concurrency in args.concurrency:
             total = max(args.requests, concurrency * 10)
