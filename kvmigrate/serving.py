@@ -23,6 +23,7 @@ from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from kvmigrate.collector import settle_collector
 from kvmigrate.logtext import printable
 
 log = logging.getLogger("kvmigrate.serving")
@@ -249,6 +250,7 @@ async def serve_until(
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
         await site.start()
+        settle_collector()
         ready()
         await stop.wait()
     finally:
