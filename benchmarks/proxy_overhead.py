@@ -26,6 +26,10 @@ at 64 connections from `wrk` (when installed).
     python benchmarks/proxy_overhead.py --litellm       # also LiteLLM (installed into a cache venv)
     python benchmarks/proxy_overhead.py --targets direct,kvmigrate --concurrency 1
     python benchmarks/proxy_overhead.py --targets direct --workers 1,2
+
+Against another checkout: `cd /tmp && PYTHONPATH=/path/to/it python .../proxy_overhead.py`.
+Run from a neutral directory: `python -m kvmigrate` puts the working directory first on
+sys.path, so from inside a checkout the proxy is that checkout's whatever PYTHONPATH says.
 """
 
 from __future__ import annotations
