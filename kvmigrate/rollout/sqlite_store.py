@@ -239,9 +239,10 @@ class SqliteRolloutStore:
     def _unsynced(self) -> Iterator[None]:
         """Links are written many times a second and are soft state (a lost one costs a
         conversation its continuity, never a decision): their transactions skip the fsync
-        (WAL's synchronous=NORMAL, as the records store does), which cost the proxy as much
-        CPU as its own work on an answer. A crash of the process still loses nothing
-        committed; only a power loss can drop the last links. Rollout state keeps FULL."""
+        (WAL's synchronous=NORMAL, as the records store does): 26 us of CPU per batch
+        instead of 270, 30-50 us less per answer. A crash of the process still loses
+        nothing committed; only a power loss can drop the last links. Rollout state keeps
+        FULL."""
         try:
             with self._lock:
                 self._db.execute("PRAGMA synchronous=NORMAL")
