@@ -222,6 +222,7 @@ async def _serve_forever(
         loop.add_signal_handler(signum, stop.set)
 
     def ready() -> None:
+        settle_collector()
         if banner:
             print(banner, flush=True)
 
@@ -250,7 +251,6 @@ async def serve_until(
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
         await site.start()
-        settle_collector()
         ready()
         await stop.wait()
     finally:
