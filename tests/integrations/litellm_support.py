@@ -83,7 +83,15 @@ record:
 """
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+# Records are written by a worker at the lowest CPU priority (so recording never competes
+# with answers): beside a CPU hog it gets a few percent of a core and lags by seconds. On a
+# quiet machine a record lands within 0.1 s; the default is a generous deadline, not a bound.
+RECORDS_DEADLINE_S = 120.0
+
+
+def wait_for(
+    check: Callable[[], bool], timeout: float = RECORDS_DEADLINE_S, what: str = ""
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
