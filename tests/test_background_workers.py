@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -13,12 +14,18 @@ from kvmigrate.cachecheck.addon import CacheBusterAddon
 from kvmigrate.recorder import RecorderAddon
 
 
-def _workers() -> list[psutil.Process]:
-    return [
-        p
-        for p in psutil.Process().children()
-        if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())
-    ]
+def _workers(before: set[int]) -> list[psutil.Process]:
+    """This process's live multiprocessing children not in `before` (the pids it already had:
+    an earlier test's worker still finishing, a zombie), less the resource tracker."""
+    found = []
+    for p in psutil.Process().children():
+        if p.pid in before:
+            continue
+        with contextlib.suppress(psutil.Error):  # gone, or a zombie: not a running worker
+            command = " ".join(p.cmdline())
+            if "spawn_main" in command and "resource_tracker" not in command:
+                found.append(p)
+    return found
 
 
 def _lowest(process: psutil.Process) -> bool:
@@ -29,12 +36,13 @@ def _lowest(process: psutil.Process) -> bool:
 def test_the_recorder_and_cachecheck_workers_run_at_the_lowest_priority(tmp_path: Path) -> None:
     recorder = RecorderAddon(f"sqlite:///{tmp_path}/r.db")
     checker = CacheBusterAddon(worker="process")
+    before = {p.pid for p in psutil.Process().children()}
     recorder.start()
     checker.start()
     try:
         deadline = time.monotonic() + 30
         while True:
-            workers = _workers()
+            workers = _workers(before)
             # A worker lowers its priority as it starts: wait until both have.
             if len(workers) == 2 and all(_lowest(p) for p in workers):
                 break
@@ -46,4 +54,8 @@ def test_the_recorder_and_cachecheck_workers_run_at_the_lowest_priority(tmp_path
     finally:
         checker.close()
         recorder.close()
-    assert not _workers()
+    # Both end once told to: at the lowest priority on a busy machine that can take a while,
+    # so wait for it (generous deadline) rather than look once.
+    _, alive = psutil.wait_procs(workers, timeout=60)
+    assert not alive
+    assert not _workers(before)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -100,10 +102,24 @@ def _logged(call_id: str, group: str) -> dict[str, Any]:
     }
 
 
-def _rows(tmp_path: Path) -> list[sqlite3.Row]:
-    with sqlite3.connect(tmp_path / "records.db") as connection:
-        connection.row_factory = sqlite3.Row
-        return list(connection.execute("SELECT * FROM records ORDER BY ts"))
+def _rows(tmp_path: Path, until: Callable[[list[sqlite3.Row]], bool]) -> list[sqlite3.Row]:
+    """The records, once `until` holds of them. `aclose` waits a bounded 10 s for the
+    recorder's worker, which runs at the lowest priority: on a busy machine it may still be
+    creating the schema or writing when `aclose` returns, so poll (generous deadline)."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.closing(sqlite3.connect(tmp_path / "records.db", timeout=10)) as conn:
+            conn.row_factory = sqlite3.Row
+            tables = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'")
+            rows = list(conn.execute("SELECT * FROM records ORDER BY ts")) if any(tables) else []
+        if until(rows):
+            return rows
+        assert time.monotonic() < deadline, [tuple(r) for r in rows]
+        time.sleep(0.05)
+
+
+def _served(count: int) -> Callable[[list[sqlite3.Row]], bool]:
+    return lambda rows: sum(r["role"] == "serve" for r in rows) >= count
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -130,7 +146,7 @@ def test_shadow_mode_records_the_answer_and_a_scored_copy(tmp_path: Path, stream
         assert "metadata" not in router.calls[0]
 
     asyncio.run(run())
-    rows = _rows(tmp_path)
+    rows = _rows(tmp_path, lambda rows: len(rows) >= 2)
     assert [(r["role"], r["backend"]) for r in rows] == [("serve", "hosted"), ("shadow", "vllm")]
     serve, shadow = rows
     assert shadow["pair_id"] == serve["request_id"]
@@ -233,6 +249,6 @@ def test_the_plugin_keys_a_later_turn_by_the_answer_it_resends(tmp_path: Path) -
         await plugin.aclose()
 
     asyncio.run(run())
-    served = [r for r in _rows(tmp_path) if r["role"] == "serve"]
+    served = [r for r in _rows(tmp_path, _served(2)) if r["role"] == "serve"]
     assert [(r["turn"], r["identity"]) for r in served] == [(1, "opening"), (2, "continuity")]
     assert served[0]["conversation"] == served[1]["conversation"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 from recording_bed import recorded_config
 
+from kvmigrate.config import load_config
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.plan.cost_model import CostModel, attention_pairs
+from kvmigrate.recorder import open_store
 from kvmigrate.serving import BackgroundServer
 
 CONFIG = """
@@ -29,6 +32,8 @@ rollout: {{mode: shadow, noise_sample: 0}}
 record: {{db: "sqlite:///{db}", content: none}}
 """
 TURNS, CONVERSATIONS = 4, 6
+# How near the refined plan's TTFT p50 comes to the records' own (a factor either way).
+REFINED_FIT = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +70,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def _query(config: Path, sql: str) -> list[tuple[Any, ...]]:
+    with open_store(load_config(str(config)).record.db) as store:
+        return list(store.query(sql))
 
 
 def _json(*args: str) -> dict[str, Any]:
@@ -148,7 +158,11 @@ def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
 
 def test_calibrate_against_an_emulated_vllm_and_reuse_the_fit(tmp_path: Path) -> None:
     saved = tmp_path / "cost.json"
-    settings = EmulatorSettings(profile="vllm", time_scale=1.0)
+    # The emulated engine at 4x its H200 latencies: what the fit must see, a cold 2,048-token
+    # prompt against the same prompt with 1,920 tokens cached, differs by 224 ms instead of
+    # 56 ms. A loaded machine adds tens of ms to a measured TTFT (a load average of 19 once
+    # drowned the 56 ms and fitted prefill at 0); the probe's own CPU work is not scaled.
+    settings = EmulatorSettings(profile="vllm", time_scale=4.0)
     with BackgroundServer(lambda: build_app(settings)) as vllm:
         proc = _cli(
             "--calibrate", vllm.url + "/v1", "--calibrate-lengths", "128,512,2048",
@@ -220,9 +234,21 @@ def test_refine_on_the_candidate_s_own_records(recorded: Path, tmp_path: Path) -
     )
     assert json.loads(saved.read_text()) == refined["cost_model"]
     assert any("refined on vllm's" in note for note in refined["notes"])
-    # The records' timings are this machine's: over 4x cheaper when quiet, 3.3x under a
-    # full suite's load; half is what the refinement must show whatever the load.
-    assert refined["sizes"][0]["ttft_p50_s"] < base["sizes"][0]["ttft_p50_s"] / 2
+    # Refined, the plan gives the TTFTs the candidate's records measured, whatever they were.
+    # (This was `refined < base / 2`: a ratio of this machine's timings to the H200 default,
+    # over 4x when quiet but 1.6x under a heavy load. The records' own p50 moves with the
+    # load and the refined plan with it, so holding one to the other is what refinement
+    # means, on any machine. A refinement that did nothing misses it, by the 2.4x to 4x
+    # between the records and the H200 default seen so far (quiet, and a load average of 27).)
+    measured = statistics.median(
+        ttft_ms / 1000
+        for (ttft_ms,) in _query(recorded, "SELECT ttft_ms FROM records WHERE backend = 'vllm'")
+        if ttft_ms is not None
+    )
+    ratio = refined["sizes"][0]["ttft_p50_s"] / measured
+    print(f"\nrefine: records {measured * 1000:.1f} ms, refined plan x{ratio:.2f} of it, "
+          f"H200 default x{base['sizes'][0]['ttft_p50_s'] / measured:.2f}")  # fmt: skip
+    assert 1 / REFINED_FIT < ratio < REFINED_FIT
     proc = _cli("--dataset", str(saved), "--refine-replicas", "1")
     assert proc.returncode == 2
     assert "needs recorded traffic" in proc.stderr

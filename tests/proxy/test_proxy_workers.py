@@ -163,6 +163,10 @@ def _served_rows(db: Path) -> int:
     if not db.exists():
         return 0
     with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        # The file appears when a worker's recorder connects, its table a moment later (the
+        # workers' recorders run at the lowest priority): until then, nothing is recorded.
+        if not any(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'")):
+            return 0
         return int(conn.execute("SELECT count(*) FROM records WHERE role = 'serve'").fetchone()[0])
 
 
