@@ -105,8 +105,9 @@ def _logged(call_id: str, group: str) -> dict[str, Any]:
 def _rows(tmp_path: Path, until: Callable[[list[sqlite3.Row]], bool]) -> list[sqlite3.Row]:
     """The records, once `until` holds of them. `aclose` waits a bounded 10 s for the
     recorder's worker, which runs at the lowest priority: on a busy machine it may still be
-    creating the schema or writing when `aclose` returns, so poll (generous deadline)."""
-    deadline = time.monotonic() + 60
+    creating the schema or writing when `aclose` returns, so poll (generous deadline, as the
+    LiteLLM proxy tests' 120 s)."""
+    deadline = time.monotonic() + 120
     while True:
         with contextlib.closing(sqlite3.connect(tmp_path / "records.db", timeout=10)) as conn:
             conn.row_factory = sqlite3.Row
