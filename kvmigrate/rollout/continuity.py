@@ -36,7 +36,10 @@ log = logging.getLogger("kvmigrate.identity")
 
 MAX_LOCAL_LINKS = 200_000
 MAX_UNSAVED = 10_000
-REMOTE_LINK_TIMEOUT = 0.05
+# A link read that does not answer in time reads as a miss, and the conversation starts
+# again (maybe on the other backend): beside a CPU hog a Redis read took over 50 ms. A hung
+# store delays a later turn this long, once (a store that refuses fails at once).
+REMOTE_LINK_TIMEOUT = 0.5
 # Under load the links go to the store in one transaction per LINK_BATCH_S: one per answer
 # (a thread hop, a transaction and the WAL's sync) took as much CPU as the proxy's own
 # work on the answer. A link after a quiet spell still goes at once. Well under
@@ -144,10 +147,10 @@ class ContinuityResolver:
 
     async def _remote(self, history: History) -> tuple[str, int] | None:
         keys = [k for k in (history.lookup, history.asked) if k is not None]
-        links = await self.load(keys)
-        if not links and self.shared:
+        links = await self._load(keys)
+        if links == [] and self.shared:  # answered, without it: the writer may be a hair late
             await asyncio.sleep(REMOTE_RETRY_DELAY)
-            links = await self.load(keys)
+            links = await self._load(keys)
         if not links:
             return None
         best = min(links, key=lambda link: keys.index(link.key))  # the answer link first
@@ -157,6 +160,10 @@ class ContinuityResolver:
 
     async def load(self, keys: list[str]) -> list[Link]:
         """The store's links of `keys`, or none when it does not answer in time."""
+        return await self._load(keys) or []
+
+    async def _load(self, keys: list[str]) -> list[Link] | None:
+        """The store's links of `keys`; None when it failed or did not answer in time."""
         if self.store is None:
             return []
         try:
@@ -164,7 +171,7 @@ class ContinuityResolver:
                 asyncio.to_thread(_load_links, self.store, keys), self.remote_timeout
             )
         except (TimeoutError, StoreError):
-            return []
+            return None
 
     # -- remembering --------------------------------------------------------------------------
 
