@@ -208,8 +208,10 @@ class ContinuityResolver:
             return
         if self._saved is None:
             self._saved = asyncio.get_running_loop().create_future()
+        # A deadline on this task: wait_for would make a second task per answer.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._saved), LINK_SAVE_WAIT)
+            async with asyncio.timeout(LINK_SAVE_WAIT):
+                await asyncio.shield(self._saved)
 
     def exchange_done(self, exchange: Any) -> None:
         """A served answer, whole: runs after the client's last byte, in the handler's task,
