@@ -39,6 +39,9 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
     return proc, time.monotonic() - start
 
 
+# Past the subprocess's own limit, so that a slow run fails on the bound below, with its
+# figure, rather than on pytest's default 300 s.
+@pytest.mark.timeout(2 * DEMO_BOUND_S + 60)
 def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     proc, elapsed = run_demo(tmp_path, "--keep")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

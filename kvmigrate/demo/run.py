@@ -24,6 +24,7 @@ from typing import Any
 from kvmigrate.config import Config
 from kvmigrate.demo import agent, anthropic_agent
 from kvmigrate.demo.second_model import SECOND_MODEL, follow, show_cohorts
+from kvmigrate.demo.settle import wait_settled
 from kvmigrate.embedded import (
     CLAUDE_MODEL,
     HOSTED_MODEL,
@@ -162,7 +163,10 @@ def _traffic(
         )
     if failed:
         echo(f"  {failed} calls failed (as the client saw them)")
-    time.sleep(1.5)  # the shadow copies finish and the recorder flushes
+    # The shadow copies finish and the recorder writes them: the report and the gates read
+    # the records, and on a busy machine the recorder (lowest priority) is seconds behind.
+    if not wait_settled(base_url.removesuffix("/v1")):
+        echo("  the recorder is still writing; the figures below may lag")
 
 
 def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo) -> bool:
@@ -195,9 +199,11 @@ def _promote(
     controller: RolloutController, base_url: str, settings: DemoSettings, step: float, echo: Echo
 ) -> ChangeOutcome:
     """Promote once the gates pass. While they wait, drive the conversations they say they
-    still need (up to three times the demo's size in all); a failed gate, or a wait past
-    that, raises GatesRefused."""
-    budget = 3 * settings.conversations
+    still need (up to eight times the demo's size in all); a failed gate, or a wait past
+    that, raises GatesRefused. Quiet, none is needed; on a busy machine TTFTs scatter and
+    the TTFT gate's interval narrows slowly (three times the size ran out once, the gate
+    still asking for more with the candidate at 0.40 x the primary)."""
+    budget = 8 * settings.conversations
     while True:
         try:
             return controller.set_percent(step, reason="demo", actor="demo", cohort=_chat(settings))
@@ -210,7 +216,7 @@ def _promote(
                 raise
             echo(f"gates before {step:g}% still waiting; {more} more conversations:")
             echo(render_gates([g.to_dict() for g in waiting]))
-            first = 100_000 + 1000 * int(step) + 3 * settings.conversations - budget
+            first = 100_000 + 10_000 * int(step) + 8 * settings.conversations - budget
             _traffic(base_url, settings, more, first, echo)
             budget -= more
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -139,8 +139,10 @@ async def relay_stream(
     extra_headers: list[tuple[str, str]],
     check: SseCheck | None = None,
     rewrite: Callable[[bytes], bytes] | None = None,
+    before_eof: Callable[[], Awaitable[None]] | None = None,
 ) -> web.StreamResponse:
-    """Relay the rest of a stream chunk by chunk. A break after bytes went out, or a
+    """Relay the rest of a stream chunk by chunk; `before_eof` runs once the answer is
+    whole, before the client's last byte. A break after bytes went out, or a
     candidate's malformed event, ends an event stream with an SSE error event and any other
     body with a reset connection: never a silent truncation."""
     client = web.StreamResponse(
@@ -179,6 +181,8 @@ async def relay_stream(
         exchange.finished = time.perf_counter()
     if exchange.error == ErrorKind.CLIENT_DISCONNECTED or (exchange.error and not is_sse):
         return client
+    if before_eof is not None:
+        await before_eof()
     await _write_eof_quietly(client)
     return client
 

@@ -298,10 +298,19 @@ class ProxyService:
                     envelope = envelope_for(routed.path)
                     body = envelope.backend_error(response.status, body, routed.path) or body
                 body = rewrite(body) if rewrite else body
+                # The answer's link is in the store before the client has a byte of it.
+                await self.identity.settle(exchange)
                 client = await send_buffered(request, response, body, extra)
             else:
                 client = await relay_stream(
-                    request, response, first, exchange, extra, check, rewrite
+                    request,
+                    response,
+                    first,
+                    exchange,
+                    extra,
+                    check,
+                    rewrite,
+                    before_eof=lambda: self.identity.settle(exchange),
                 )
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             # The client left while a whole answer was being written: still a record.

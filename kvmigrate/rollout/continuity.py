@@ -4,9 +4,10 @@ else by continuity with an answer this proxy fleet gave, else by the masked open
 The links (history digest -> conversation, turn) live in an in-process LRU in front of the
 rollout store, so every proxy sharing the store (Redis) continues a conversation another one
 started. A request reads the LRU and, on a miss after turn 1, the store with a short timeout.
-An answer's link goes into the LRU as soon as the relay ends, before the client can send its
-next turn to this proxy, and to the store from a background task that writes whatever has
-queued in one batch, at once, so a next turn sent to another proxy finds it too.
+An answer's link goes into the LRU and to the store before the client's last byte: the
+relay waits (`settle`) for the background task that writes whatever has queued in one batch,
+so a next turn sent to another proxy finds it too, however busy the machine. (Saved after
+the last byte, the link lost the race to a client that sent its next turn at once.)
 
 Proxy addon: `exchange_done` remembers served answers; `running`/`done` run the writer.
 """
@@ -35,7 +36,10 @@ log = logging.getLogger("kvmigrate.identity")
 
 MAX_LOCAL_LINKS = 200_000
 MAX_UNSAVED = 10_000
-REMOTE_LINK_TIMEOUT = 0.05
+# A link read that does not answer in time reads as a miss, and the conversation starts
+# again (maybe on the other backend): beside a CPU hog a Redis read took over 50 ms. A hung
+# store delays a later turn this long, once (a store that refuses fails at once).
+REMOTE_LINK_TIMEOUT = 0.5
 # Under load the links go to the store in one transaction per LINK_BATCH_S: one per answer
 # (a thread hop, a transaction and the WAL's sync) took as much CPU as the proxy's own
 # work on the answer. A link after a quiet spell still goes at once. Well under
@@ -44,6 +48,10 @@ LINK_BATCH_S = 0.005
 # Another proxy writes its link as soon as its answer is whole, but its client can be quicker
 # still: a miss on a shared store is read once more after this long before it counts.
 REMOTE_RETRY_DELAY = 0.01
+# The longest an answer's last byte waits for its link's batch to reach the store: a store
+# that hangs delays answers this much, then the link is saved later (a failing one: not at
+# all, the batch fails at once). Quiet, the wait is one batch write (~1 ms on Redis).
+LINK_SAVE_WAIT = 1.0
 
 # How a request's conversation was known. `guess`: a later turn (it resends answers) that
 # matched no remembered answer, keyed by its masked opening; `body`: no messages at all.
@@ -86,6 +94,7 @@ class ContinuityResolver:
         self._local: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._unsaved: list[Link] = []
         self._wake: asyncio.Event | None = None
+        self._saved: asyncio.Future[None] | None = None  # done when the queued batch is saved
         self._last_flush = -LINK_BATCH_S
         self._task: asyncio.Task[None] | None = None
         # The counter's child per source, labelled once: `labels()` validates and locks on
@@ -138,10 +147,10 @@ class ContinuityResolver:
 
     async def _remote(self, history: History) -> tuple[str, int] | None:
         keys = [k for k in (history.lookup, history.asked) if k is not None]
-        links = await self.load(keys)
-        if not links and self.shared:
+        links = await self._load(keys)
+        if links == [] and self.shared:  # answered, without it: the writer may be a hair late
             await asyncio.sleep(REMOTE_RETRY_DELAY)
-            links = await self.load(keys)
+            links = await self._load(keys)
         if not links:
             return None
         best = min(links, key=lambda link: keys.index(link.key))  # the answer link first
@@ -151,6 +160,10 @@ class ContinuityResolver:
 
     async def load(self, keys: list[str]) -> list[Link]:
         """The store's links of `keys`, or none when it does not answer in time."""
+        return await self._load(keys) or []
+
+    async def _load(self, keys: list[str]) -> list[Link] | None:
+        """The store's links of `keys`; None when it failed or did not answer in time."""
         if self.store is None:
             return []
         try:
@@ -158,7 +171,7 @@ class ContinuityResolver:
                 asyncio.to_thread(_load_links, self.store, keys), self.remote_timeout
             )
         except (TimeoutError, StoreError):
-            return []
+            return None
 
     # -- remembering --------------------------------------------------------------------------
 
@@ -184,6 +197,21 @@ class ContinuityResolver:
             del self._unsaved[:-MAX_UNSAVED]
             if self._wake is not None:
                 self._wake.set()
+
+    async def settle(self, exchange: Any) -> None:
+        """Before the client's last byte: remember a served answer and wait (at most
+        LINK_SAVE_WAIT) until its link is in the store, since the client may send its next
+        turn, to any proxy, as soon as it has that byte."""
+        self.exchange_done(exchange)
+        exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
+        if not self._unsaved or self._wake is None:
+            return
+        if self._saved is None:
+            self._saved = asyncio.get_running_loop().create_future()
+        # A deadline on this task: wait_for would make a second task per answer.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINK_SAVE_WAIT):
+                await asyncio.shield(self._saved)
 
     def exchange_done(self, exchange: Any) -> None:
         """A served answer, whole: runs after the client's last byte, in the handler's task,
@@ -246,11 +274,16 @@ class ContinuityResolver:
         if not self._unsaved or self.store is None:
             return
         batch, self._unsaved = self._unsaved, []
+        saved, self._saved = self._saved, None
         try:
             await asyncio.to_thread(_save_links, self.store, batch)
         except StoreError:
             self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
             raise
+        finally:
+            # Failed too: an answer does not wait on a broken store (the batch is retried).
+            if saved is not None and not saved.done():
+                saved.set_result(None)
 
 
 # The store keeps a link's key, and a conversation a client declared, as the store's keyed

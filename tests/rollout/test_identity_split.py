@@ -282,3 +282,69 @@ def test_an_agent_that_summarises_its_history_keeps_its_identity_by_the_masked_o
     for source, value in counted:
         totals[source] = totals.get(source, 0.0) + float(value)
     assert (totals["opening"], totals["continuity"], totals["guess"]) == (1, 0, 4)
+
+
+@pytest.fixture
+def instant_proxies(
+    tmp_path: Path, emulators: tuple[BackgroundServer, BackgroundServer], fresh_redis_url: str
+) -> Iterator[list[BackgroundServer]]:
+    """Two proxies sharing Redis in front of emulators that answer at once."""
+    hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0.0)))
+    vllm = BackgroundServer(lambda: build_app(EmulatorSettings("vllm", time_scale=0.0)))
+    with hosted, vllm:
+        config = parse_config(
+            f"""
+backends:
+  hosted: {{api_base: "{hosted.url}/v1"}}
+  vllm: {{api_base: "{vllm.url}/v1"}}
+models:
+  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout: {{mode: split, percent: 50, state: "{fresh_redis_url}"}}
+""",
+            env={},
+        )
+        servers = [
+            BackgroundServer(lambda: build_runtime_app(config, poll_interval=0.1)).start()
+            for _ in range(2)
+        ]
+        yield servers
+        for server in servers:
+            server.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_next_turn_finds_the_link_as_soon_as_the_client_has_the_answer(
+    instant_proxies: list[BackgroundServer], stream: bool
+) -> None:
+    """A client sends turn N+1 the moment it has turn N's answer, to the other proxy: the
+    answer's link must be in the shared store by then. (It used to be saved after the
+    client's last byte, by a batching writer: instant answers, or a busy machine, let the
+    next turn miss it and start a second conversation on the other backend.)"""
+    clients = [client_for(p) for p in instant_proxies]
+    seen: dict[int, list[str]] = {}
+    for number in range(20):
+        history: list[Any] = [{"role": "user", "content": f"Plan day {number} in Rome."}]
+        for turn in range(1, 5):
+            messages = [{"role": "system", "content": retrieved_context(number, turn)}, *history]
+            client = clients[(number + turn) % 2]
+            if stream:
+                with client.chat.completions.with_streaming_response.create(
+                    model=MODEL, messages=messages, max_tokens=8, stream=True
+                ) as raw:
+                    backend = raw.headers["x-kvmigrate-backend"]
+                    text = "".join(
+                        c.choices[0].delta.content or "" for c in raw.parse() if c.choices
+                    )
+                answer: Any = {"role": "assistant", "content": text}
+            else:
+                raw_whole = client.chat.completions.with_raw_response.create(
+                    model=MODEL, messages=messages, max_tokens=8
+                )
+                backend = raw_whole.headers["x-kvmigrate-backend"]
+                answer = raw_whole.parse().choices[0].message
+            seen.setdefault(number, []).append(backend)
+            history += [answer, {"role": "user", "content": f"And then, step {turn}?"}]
+    for client in clients:
+        client.close()
+    split = {n: b for n, b in seen.items() if len(set(b)) > 1}
+    assert not split, f"conversations bounced between backends: {split}"

@@ -67,7 +67,13 @@ models:
 rollout:
   state: "{state or f"sqlite:///{tmp_path}/state.db"}"
   # A test bed's few hundred requests can show a 10-point error margin, not a 1-point one.
-  gates: {{min_conversations: 2, min_requests: 4, error_rate_margin: 0.1}}
+  # Both emulators answer at once (time_scale 0): every latency is the machine's noise,
+  # a few ms quiet and up to 92 ms p95 beside a CPU hog, which the default 100 ms floor
+  # left the latency gate inconclusive on for good. The floor is 10x that: these tests walk
+  # the steps, and the broken candidate fails on its errors; the latency gate's ratio is
+  # tested at its boundaries in tests/test_gate_boundaries.py.
+  gates: {{min_conversations: 2, min_requests: 4, error_rate_margin: 0.1,
+           ttft_p95_floor_ms: 1000}}
   auto_rollback: {{window_seconds: 20, min_requests: 10}}
 {extra}
 record: {{db: "sqlite:///{tmp_path}/records.db"}}
@@ -325,6 +331,7 @@ def traffic() -> Iterator[Callable[[BackgroundServer], None]]:
         thread.join(10)
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(("candidate", "completes"), [("vllm", True), ("broken", False)])
 def test_rollout_auto_walks_the_steps_through_the_gates(
     setup: Callable[..., Setup],
@@ -347,15 +354,17 @@ def test_rollout_auto_walks_the_steps_through_the_gates(
             "1",
             "--poll",
             "0.3",
+            # Evidence for a step: ~2 s quiet, 33 s seen beside a CPU hog; the limit is
+            # a generous deadline for the gates' evidence, not a bound being tested.
             "--step-timeout",
-            "30",
+            "150",
             "--json",
             "--config",
             str(s.config_path),
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=3 * 150 + 60,
     )
     report = json.loads(result.stdout)
     events = json.loads(cli("rollout", "history", "--json", "--config", str(s.config_path)).stdout)

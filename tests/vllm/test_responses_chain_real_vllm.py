@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 import pytest
+from settling import wait_settled
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -109,7 +110,12 @@ def test_shadow_copies_continue_vllms_own_chain_and_hit_its_cache(
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client", max_retries=0)
     run_chain(client, stream)
     client.close()
-    proxy.stop()  # lets the last copy finish, and flushes the recorder
+    # The copies run one after another (each continues the previous copy's id) on a CPU
+    # vLLM, long after the instant primary answered: a stop cancels what is still running
+    # after a 1 s grace. Wait for the proxy's own count instead (seconds quiet; the
+    # deadline only catches a hang).
+    wait_settled(proxy.url, timeout=240)
+    proxy.stop()  # flushes the recorder
     grouped = rows_by_role(config)
     [served] = grouped["serve"].values()
     assert [(t, b, s) for t, b, s, _ in served] == [(t, "hosted", 200) for t in (1, 2, 3, 4)]
