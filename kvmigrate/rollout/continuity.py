@@ -4,9 +4,10 @@ else by continuity with an answer this proxy fleet gave, else by the masked open
 The links (history digest -> conversation, turn) live in an in-process LRU in front of the
 rollout store, so every proxy sharing the store (Redis) continues a conversation another one
 started. A request reads the LRU and, on a miss after turn 1, the store with a short timeout.
-An answer's link goes into the LRU and to the store before the client's last byte: the
-relay waits (`settle`) for the background task that writes whatever has queued in one batch,
-so a next turn sent to another proxy finds it too, however busy the machine. (Saved after
+An answer's link goes into the LRU before the client's last byte, and, where another process
+reads the store (Redis, `--workers N`), to the store too: the relay waits (`settle`) for the
+background task that writes whatever has queued in one batch, so a next turn sent to another
+proxy finds it too, however busy the machine. (Saved after
 the last byte, the link lost the race to a client that sent its next turn at once.)
 
 Proxy addon: `exchange_done` remembers served answers; `running`/`done` run the writer.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -95,12 +97,19 @@ class ContinuityResolver:
         self._unsaved: list[Link] = []
         self._wake: asyncio.Event | None = None
         self._saved: asyncio.Future[None] | None = None  # done when the queued batch is saved
+        self._gathering: asyncio.Future[None] | None = None  # the writer's batch window
         self._last_flush = -LINK_BATCH_S
         self._task: asyncio.Task[None] | None = None
         # The counter's child per source, labelled once: `labels()` validates and locks on
         # every call, and this counts every request.
         self._counted: dict[str, Any] = {}
         self.shared = store is not None and store.url.startswith(("redis://", "rediss://"))
+        # Does another process read this store's links, so that an answer must wait until
+        # its link is written (`settle`)? A Redis store is shared by design; the workers of
+        # `proxy --workers N` share one SQLite file (prometheus-client's multiprocess
+        # directory is set for them only). A single proxy knows its links in process, and
+        # the wait (a thread hop and a transaction, ~0.5 ms at c=1) would be pure cost.
+        self.others_read = self.shared or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
 
@@ -204,10 +213,12 @@ class ContinuityResolver:
         turn, to any proxy, as soon as it has that byte."""
         self.exchange_done(exchange)
         exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
-        if not self._unsaved or self._wake is None:
+        if not self._unsaved or self._wake is None or not self.others_read:
             return
         if self._saved is None:
             self._saved = asyncio.get_running_loop().create_future()
+        if self._gathering is not None:
+            _release(self._gathering)
         # A deadline on this task: wait_for would make a second task per answer.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(LINK_SAVE_WAIT):
@@ -258,7 +269,17 @@ class ContinuityResolver:
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            await asyncio.sleep(max(0.0, self._last_flush + LINK_BATCH_S - loop.time()))
+            delay = self._last_flush + LINK_BATCH_S - loop.time()
+            if self._saved is None and delay > 0:
+                # Nobody waits on this batch yet (a request's own link, a retry): let it
+                # gather, until the window ends or an answer waits on it (`settle`).
+                self._gathering = loop.create_future()
+                handle = loop.call_later(delay, _release, self._gathering)
+                await self._gathering
+                handle.cancel()
+            # What queues while this batch is being written goes in the next one (group
+            # commit): a busy proxy still writes many links per transaction, and an answer
+            # never waits for a timer.
             self._wake.clear()
             self._last_flush = loop.time()
             try:
@@ -284,6 +305,11 @@ class ContinuityResolver:
             # Failed too: an answer does not wait on a broken store (the batch is retried).
             if saved is not None and not saved.done():
                 saved.set_result(None)
+
+
+def _release(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
 
 
 # The store keeps a link's key, and a conversation a client declared, as the store's keyed
