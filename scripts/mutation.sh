@@ -43,7 +43,7 @@ modules=(
   "outcome|kvmigrate/policies/outcome.py|tests/test_outcome.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py tests/test_gates.py"
   "continuity|kvmigrate/policies/continuity.py|tests/test_continuity_tables.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "volatile|kvmigrate/policies/volatile.py|tests/test_volatile_lines.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
-  "conversation|kvmigrate/policies/conversation.py|tests/test_conversation_keys.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
+  "conversation|kvmigrate/policies/conversation.py|tests/test_conversation_keys.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_continuity_tables.py tests/test_split_boundaries.py tests/test_wire_anthropic.py tests/test_chain.py"
   "decision|kvmigrate/policies/decision.py|tests/test_pinning.py tests/test_policies.py tests/test_route.py tests/test_continuity.py tests/test_split_boundaries.py"
   "replicas|kvmigrate/policies/replicas.py|tests/replicas/test_replicas_tables.py tests/replicas/test_replicas_policy.py tests/test_policies.py tests/test_route.py"
   "tool_calls|kvmigrate/policies/tool_calls.py|tests/test_tool_calls.py tests/test_gates.py tests/test_gate_boundaries.py tests/test_policies.py"

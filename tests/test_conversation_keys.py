@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from kvmigrate.policies.conversation import conversation_key, declared_key, turn_index
+from kvmigrate.policies.conversation import (
+    conversation_key,
+    declared_key,
+    is_derived_key,
+    turn_index,
+)
 
 SYS: dict[str, Any] = {
     "role": "system",
@@ -185,3 +190,30 @@ def test_declared_keys(
 )
 def test_turn_index(body: dict[str, Any], turn: int) -> None:
     assert turn_index(body) == turn
+
+
+@pytest.mark.parametrize(
+    ("conversation", "derived"),
+    [
+        ("h:" + "0123456789abcdef01234567", True),
+        ("h:" + "f" * 24, True),
+        ("h:" + "f" * 23, False),  # one digit short
+        ("h:" + "f" * 25, False),  # one too many
+        ("h:" + "F" * 24, False),  # a digest is lower-case hex
+        ("h:" + "g" * 24, False),
+        ("x:" + "f" * 24, False),  # another prefix
+        ("hh" + "f" * 24, False),
+        ("f" * 26, False),
+        ("alice@example.com", False),  # a declared session: it may name someone
+        ("", False),
+    ],
+)
+def test_is_derived_key_knows_only_the_digests_conversation_key_makes(
+    conversation: str, derived: bool
+) -> None:
+    assert is_derived_key(conversation) is derived
+
+
+def test_every_opening_digest_reads_as_derived() -> None:
+    body = {"messages": [{"role": "user", "content": "Plan a day in Rome."}]}
+    assert is_derived_key(conversation_key({}, body, "gpt-4o-mini").value)
