@@ -210,10 +210,14 @@ class ContinuityResolver:
     async def settle(self, exchange: Any) -> None:
         """Before the client's last byte: remember a served answer and wait (at most
         LINK_SAVE_WAIT) until its link is in the store, since the client may send its next
-        turn, to any proxy, as soon as it has that byte."""
+        turn, to any proxy, as soon as it has that byte. Where no other process reads the
+        store, nothing is done here: `exchange_done` after the relay keeps the answer's
+        assembly and digest off the response path, and this process knows its links."""
+        if self._wake is None or not self.others_read:
+            return
         self.exchange_done(exchange)
         exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
-        if not self._unsaved or self._wake is None or not self.others_read:
+        if not self._unsaved:
             return
         if self._saved is None:
             self._saved = asyncio.get_running_loop().create_future()
