@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -32,3 +33,20 @@ def real_vllm() -> Iterator[VllmServer]:
 
 
 # --- end real vLLM ----------------------------------------------------------------------------
+
+
+# --- leaked resources -------------------------------------------------------------------------
+# A client or socket a test forgets to close is freed when Python's cycle collector next runs a
+# full collection, which in a big test process can be hundreds of tests later: its
+# ResourceWarning (an error here, see pyproject's filterwarnings) then fails an innocent test
+# at random. CI failed tests/proxy/test_answer_model.py on a socket an earlier file left open.
+# A full collection after each file pins a leak on the file that made it, every time.
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_what_the_file_left() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
+# --- end leaked resources ---------------------------------------------------------------------

@@ -29,7 +29,12 @@ from kvmigrate.supervisor import Supervisor
 log = logging.getLogger("kvmigrate.rollout")
 
 MAX_LOCAL_PINS = 200_000
-REMOTE_PIN_TIMEOUT = 0.05
+# Read only for a later turn this proxy has no pin for (another replica's conversation, or
+# one from before a restart); the answer is then remembered here. A read that does not answer
+# in time reads as no pin, so the conversation is routed and pinned again, maybe on the other
+# backend. Beside a CPU hog a Redis read took over 50 ms (the old bound) and moved pinned
+# conversations; the same bound as a link read's: a hung store delays such a turn, once.
+REMOTE_PIN_TIMEOUT = 0.5
 
 
 class LiveRollout:

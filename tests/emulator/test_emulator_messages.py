@@ -4,6 +4,7 @@ profile (prompt caching only up to `cache_control` breakpoints), vLLM 0.32's on 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -19,8 +20,24 @@ LONG_SYSTEM = "You are a careful travel agent who checks every booking twice. " 
 HEADERS = {"anthropic-version": "2023-06-01"}
 
 
-def sdk(server: BackgroundServer, api_key: str = "k") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0, timeout=10)
+MakeSdk = Callable[[BackgroundServer], anthropic.Anthropic]
+
+
+@pytest.fixture
+def sdk() -> Iterator[MakeSdk]:
+    """Anthropic SDK clients, closed after the test: a client left to the garbage collector
+    frees its socket whenever the cycle collector next runs, failing a later test on a
+    ResourceWarning."""
+    clients: list[anthropic.Anthropic] = []
+
+    def make(server: BackgroundServer) -> anthropic.Anthropic:
+        client = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0, timeout=10)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
 
 
 def cached_system(marked: bool = True) -> list[dict[str, Any]]:
@@ -39,7 +56,9 @@ def events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def test_a_breakpoint_writes_the_prefix_then_reads_it(start_emulator: StartEmulator) -> None:
+def test_a_breakpoint_writes_the_prefix_then_reads_it(
+    start_emulator: StartEmulator, sdk: MakeSdk
+) -> None:
     client = sdk(start_emulator("anthropic", cache_min_tokens=256))
     ask = {"model": CLAUDE, "max_tokens": 20, "system": cached_system()}
     first = client.messages.create(**ask, messages=[{"role": "user", "content": "Rome?"}])
@@ -54,7 +73,9 @@ def test_a_breakpoint_writes_the_prefix_then_reads_it(start_emulator: StartEmula
     assert 0 < second.usage.input_tokens < 30
 
 
-def test_without_a_breakpoint_nothing_is_cached(start_emulator: StartEmulator) -> None:
+def test_without_a_breakpoint_nothing_is_cached(
+    start_emulator: StartEmulator, sdk: MakeSdk
+) -> None:
     client = sdk(start_emulator("anthropic", cache_min_tokens=256))
     ask = {"model": CLAUDE, "max_tokens": 20, "system": cached_system(marked=False)}
     for _ in range(2):
@@ -62,7 +83,9 @@ def test_without_a_breakpoint_nothing_is_cached(start_emulator: StartEmulator) -
         assert (usage.cache_creation_input_tokens, usage.cache_read_input_tokens) == (0, 0)
 
 
-def test_a_prefix_below_the_minimum_is_not_cached(start_emulator: StartEmulator) -> None:
+def test_a_prefix_below_the_minimum_is_not_cached(
+    start_emulator: StartEmulator, sdk: MakeSdk
+) -> None:
     client = sdk(start_emulator("anthropic", cache_min_tokens=100_000))
     ask = {"model": CLAUDE, "max_tokens": 20, "system": cached_system()}
     for _ in range(2):
@@ -112,7 +135,7 @@ def test_hosted_stream_events_in_order(start_emulator: StartEmulator) -> None:
     assert all(name == data["type"] for name, data in events(data))
 
 
-def test_tool_use_streams_input_json_deltas(start_emulator: StartEmulator) -> None:
+def test_tool_use_streams_input_json_deltas(start_emulator: StartEmulator, sdk: MakeSdk) -> None:
     client = sdk(start_emulator("anthropic"))
     tool = {
         "name": "get_weather",
@@ -206,7 +229,9 @@ def test_vllm_messages_errors_name_the_exception_class(start_emulator: StartEmul
 
 @pytest.mark.parametrize("profile", ["anthropic", "vllm"])
 def test_count_tokens_matches_the_prompt_the_answer_reports(
-    start_emulator: StartEmulator, profile: str
+    start_emulator: StartEmulator,
+    profile: str,
+    sdk: MakeSdk,
 ) -> None:
     server = start_emulator(profile)
     model = CLAUDE if profile == "anthropic" else VLLM_MODEL
