@@ -11,6 +11,13 @@
 #   scripts/flaky_check.sh --files-only [F...]  check 2 only; F: test files (default: all)
 #   scripts/flaky_check.sh --suite-only         check 1 only
 #
+# The hog runs in a session of its own (setsid), as stress-ng started in another terminal, or
+# any other program on the machine, would: Linux then shares the CPU between the two sessions
+# (autogroup; under systemd, cgroups do the same). In the suite's own session the busy loops
+# would take every cycle from the recorder's and detector's workers, which run at SCHED_IDLE
+# by design (recording never competes with answers; docs/time-in-tests.md), and a test that
+# waits for a record would wait for ever.
+#
 # The claim is the full suite, so no marker is deselected by default; MARKERS narrows it
 # (MARKERS="not vllm and not litellm" passes -m "$MARKERS" to every pytest run).
 # Prints one line per run and per file, then a summary; exits non-zero when any failed.
@@ -33,20 +40,20 @@ hog_pids=()
 start_hog() {
   local cpus=${HOG_CPUS:-$(nproc)}
   if command -v stress-ng >/dev/null; then
-    stress-ng --cpu "$cpus" --quiet &
+    setsid stress-ng --cpu "$cpus" --quiet &
     hog_pids+=($!)
-    echo "hog: stress-ng --cpu $cpus (pid $!)"
+    echo "hog: stress-ng --cpu $cpus in its own session (pid $!)"
   else
-    for _ in $(seq "$cpus"); do
-      (while :; do :; done) &
-      hog_pids+=($!)
-    done
-    echo "hog: $cpus busy loops (pids ${hog_pids[*]})"
+    # One session holding one loop per core, as stress-ng's workers are.
+    setsid bash -c 'for _ in $(seq "$1"); do (while :; do :; done) & done; wait' hog "$cpus" &
+    hog_pids+=($!)
+    echo "hog: $cpus busy loops in their own session (session $!)"
   fi
 }
 stop_hog() {
-  # Only the processes this script started, by their ids.
-  [ ${#hog_pids[@]} -eq 0 ] || kill "${hog_pids[@]}" 2>/dev/null
+  # Only the processes this script started: each hog leads its own session and process group.
+  local pid
+  for pid in "${hog_pids[@]}"; do kill -- "-$pid" 2>/dev/null; done
   hog_pids=()
 }
 trap stop_hog EXIT INT TERM
