@@ -56,7 +56,23 @@ stop_hog() {
   for pid in "${hog_pids[@]}"; do kill -- "-$pid" 2>/dev/null; done
   hog_pids=()
 }
-trap stop_hog EXIT INT TERM
+# A signal ends the script: the running pytest gets SIGINT (so its fixtures stop the servers
+# they started) and the EXIT trap stops the hog. A trap that only stopped the hog would let
+# the script go on to its next run.
+child=""
+stop_child() {
+  [ -n "$child" ] || return 0
+  kill -INT "$child" 2>/dev/null
+  # SIGINT stays ignored where the script itself was started with it ignored (a background
+  # job of another script): then SIGTERM, after a grace for the teardown.
+  local _
+  for _ in $(seq 60); do kill -0 "$child" 2>/dev/null || break; sleep 0.5; done
+  kill -TERM "$child" 2>/dev/null
+  wait "$child" 2>/dev/null
+}
+trap stop_hog EXIT
+trap 'stop_child; exit 130' INT
+trap 'stop_child; exit 143' TERM
 
 summary=()
 failed=0
@@ -64,8 +80,15 @@ run() {  # name, log file, command...
   local name=$1 log=$2 started rc
   shift 2
   started=$(date +%s)
-  "$@" >"$log" 2>&1
+  # In the background and waited for, so that a signal reaches the traps at once; in its own
+  # process group (set -m), where SIGINT is not ignored as it is for a script's background job.
+  set -m
+  "$@" >"$log" 2>&1 &
+  set +m
+  child=$!
+  wait "$child"
   rc=$?
+  child=""
   # pytest exits 5 when a file has no test selected (e.g. only vllm tests, deselected).
   local verdict=pass
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then verdict=FAIL; failed=1; fi
