@@ -25,18 +25,34 @@ def metric_totals(url: str) -> dict[str, float]:
     return totals
 
 
-def is_settled(url: str) -> bool:
+def served_answers(url: str) -> float:
+    """The answers the proxy has counted as served (role "serve", any backend)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("kvmigrate_requests_total{") and 'role="serve"' in line
+    )
+
+
+def is_settled(url: str, answers: int = 0) -> bool:
     m = metric_totals(url)
     exchanges = m.get("kvmigrate_requests_total", 0.0)
     accounted = m.get("kvmigrate_records_written_total", 0.0) + m.get(
         "kvmigrate_records_dropped_total", 0.0
     )
-    return m.get("kvmigrate_shadow_inflight", 0.0) == 0 and accounted >= exchanges
+    settled = m.get("kvmigrate_shadow_inflight", 0.0) == 0 and accounted >= exchanges
+    return settled and (answers == 0 or served_answers(url) >= answers)
 
 
-def wait_settled(url: str, timeout: float = 30.0) -> None:
-    """Until the proxy at `url` is settled; an AssertionError after a generous `timeout`."""
+def wait_settled(url: str, timeout: float = 30.0, answers: int = 0) -> None:
+    """Until the proxy at `url` is settled; an AssertionError after a generous `timeout`.
+
+    A proxy counts an answer, and sends its shadow copy, just after the client has the
+    last byte: a test that has just read an answer can find the proxy "settled" before
+    either. `answers` (how many the test has read) closes that gap."""
     deadline = time.monotonic() + timeout
-    while not is_settled(url):
+    while not is_settled(url, answers):
         assert time.monotonic() < deadline, f"the proxy did not settle in {timeout} s"
         time.sleep(0.05)

@@ -316,11 +316,12 @@ def test_shadow_mode_candidate_fault_changes_nothing_for_the_client(
     proxy = start_proxy(config_yaml(tmp_path, emulators.hosted.url, vllm_url, "shadow"))
     client_text, recorded_text = [], []
     shadow_errors: list[str | None] = []
-    for stream, header in zip((False, True), fault.headers, strict=True):
+    for index, (stream, header) in enumerate(zip((False, True), fault.headers, strict=True)):
         kind = "streamed" if stream else "non-streamed"
         session = f"shadow-{fault.name}-{kind}"
         base = ask(proxy.client, session + "-baseline", stream)
-        wait_settled(proxy.url)  # the baseline's copy is done: only the fault's can be running
+        # The baseline's copy is done: only the fault's can be running. Two answers per round.
+        wait_settled(proxy.url, answers=2 * index + 1)
         hit = ask(proxy.client, session, stream, header)
         in_flight = metric_sum(fetch_metrics(proxy.url), "kvmigrate_shadow_inflight")
         if fault.name in SLOW_CANDIDATE:
