@@ -116,6 +116,19 @@ def test_a_stateless_input_list_is_keyed_by_instructions_and_first_user_item() -
             ],
             4,
         ),
+        # An input that opens with an answer (the history trimmed to after the first
+        # question) still counts it.
+        ([{"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], 2),
+        # An item that is not an object ends a run of output items: two answers either side.
+        (
+            [
+                {"role": "assistant", "content": "b"},
+                "junk",
+                {"role": "assistant", "content": "d"},
+                {"role": "user", "content": "e"},
+            ],
+            3,
+        ),
         ("a string", 1),
     ],
 )

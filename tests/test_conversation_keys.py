@@ -42,6 +42,14 @@ BODIES: dict[str, dict[str, Any]] = {
         "instructions": "Be brief. 2025-01-06",
     },
     "responses, string input": {"input": "Fix the failing test.", "instructions": "Be brief."},
+    # Anthropic's Messages API: the system prompt is a top-level string or list of blocks.
+    "messages, system string": {"system": SYS["content"], "messages": [USER]},
+    "messages, system blocks": {
+        "system": [
+            {"type": "text", "text": SYS["content"], "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [USER],
+    },
     "completions": {"prompt": "def add(a, b):"},
     "embeddings": {"input": "the quick brown fox"},
     "nothing": {},
@@ -58,6 +66,9 @@ GOLDEN = {
     # Changed on purpose in #17: a string input was keyed on instructions alone
     # (h:99d4ed6f3d2c0546d67da168), so every conversation sharing instructions was one.
     "responses, string input": ("h:01048dd1765c9eb0439ed9c3", "prefix"),
+    # The same opening as "chat": one conversation, whichever wire it arrives on.
+    "messages, system string": ("h:2d2a81be6a33b23ed24a0b44", "prefix"),
+    "messages, system blocks": ("h:ba6c8769f602aa5a795f6adf", "prefix"),
     "completions": ("h:29a466ff7a2e853a083b3364", "body"),
     "embeddings": ("h:09ce02cd356baf2a835af432", "body"),
     "nothing": ("h:f765f749a6e04da3200158b0", "body"),
@@ -174,6 +185,22 @@ def test_declared_keys(
     assert (None if key is None else (key.value, key.source)) == expected
     if key is not None:
         assert conversation_key(headers, {**body, **BODIES["chat"]}, "m") == key
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"user_id": "u2"}, "user:u2"),
+        ({"user_id": ""}, None),  # an empty user_id declares nothing
+        ({"user_id": 7}, None),
+        ("u2", None),
+    ],
+)
+def test_a_messages_request_declares_its_conversation_in_metadata_user_id(
+    metadata: Any, expected: str | None
+) -> None:
+    key = declared_key({}, {"metadata": metadata}, "messages")
+    assert (None if key is None else key.value) == expected
 
 
 @pytest.mark.parametrize(
