@@ -190,9 +190,12 @@ def test_html_renders_in_headless_chromium_with_the_right_data(
     )
     html = page.read_text()
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # offline
+    # One clock reading: two would put the events 300 s plus the time between the readings
+    # apart, which a busy machine makes long enough to show (x="300.002", not "300").
+    now = time.time()
     events = [
-        TimelineEvent(time.time() - 600, "shadow", percent=0.0),
-        TimelineEvent(time.time() - 300, "split", "step 1", 10.0),
+        TimelineEvent(now - 600, "shadow", percent=0.0),
+        TimelineEvent(now - 300, "split", "step 1", 10.0),
     ]
     with open_store(f"sqlite:///{recorded.parent / 'records.db'}") as store:
         with_timeline = build_report(store, since=0, prices=Prices(), timeline=events)
