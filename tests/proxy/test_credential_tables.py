@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 from proxy_support import VLLM_MODEL, ProxyFactory, Recorded
-from test_forwarding import BODY, wait_for
+from test_forwarding import BODY, wait_for_both
 
 from kvmigrate.proxy.headers import bearer_token, relayed_response_headers
 from kvmigrate.serving import BackgroundServer
@@ -83,7 +83,7 @@ def send(url: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
 
 
 def split_calls(seen: list[Recorded]) -> tuple[Recorded, Recorded]:
-    wait_for(seen, 2)
+    wait_for_both(seen)
     assert len(seen) == 2, seen
     primary = next(r for r in seen if b'"gpt-4o-mini"' in r.body)
     candidate = next(r for r in seen if VLLM_MODEL.encode() in r.body)
