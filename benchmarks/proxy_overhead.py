@@ -12,6 +12,9 @@ the candidate's copies):
   kv+full       kv+shadow plus the recorder and the detector: the default deployment
   ...:messages  direct and kvmigrate on Anthropic's /v1/messages, the same prompt and answer
                 in that API's wire format: `messages_minus_chat` is its added p50 less chat's
+  aiohttp-floor the least proxy our stack can be (benchmarks/floor_proxy.py: aiohttp server
+                and client, uvloop, nothing else): what the transport costs on its own, so
+                `kvmigrate` minus this is kvmigrate's own code
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
 Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
 sends the role chunk first, then one write per content chunk, as an engine does).
@@ -85,7 +88,8 @@ PROXY_SETUPS = {
 }
 PROXIES = tuple(PROXY_SETUPS)
 SHADOWED = ("kv+shadow", "kv+full")
-TARGETS = ("direct", "direct+copy", *PROXIES, "litellm")
+FLOOR = "aiohttp-floor"
+TARGETS = ("direct", "direct+copy", FLOOR, *PROXIES, "litellm")
 
 
 @dataclass
@@ -391,7 +395,7 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
         )
 
     figures: dict[str, float] = {}
-    for target in ("direct+copy", *PROXIES, "litellm"):
+    for target in ("direct+copy", FLOOR, *PROXIES, "litellm"):
         for mode in ("plain", "stream"):
             for c in (1, 16, 64):
                 base, res = get("direct", mode, c), get(target, mode, c)
@@ -413,6 +417,12 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                 kv, lite = get(target, mode, c), get("litellm", mode, c)
                 if kv and lite and lite.rps:
                     figures[f"throughput_ratio.{target}.{mode}.c{c}"] = kv.rps / lite.rps
+    # kvmigrate's own code: forwarding's added time less the bare transport's.
+    for mode in ("plain", "stream"):
+        for c in (1, 16, 64):
+            kv, floor = get("kvmigrate", mode, c), get(FLOOR, mode, c)
+            if kv and floor and kv.latencies and floor.latencies:
+                figures[f"own_code.{mode}.c{c}.p50_ms"] = kv.pct(0.5) - floor.pct(0.5)
     figures |= messages_figures(figures, get)
     kv1, sh1 = get("kvmigrate", "plain", 1), get("kv+shadow", "plain", 1)
     if kv1 and sh1:
@@ -445,6 +455,14 @@ def main() -> None:
             print("direct+copy (stub, and a copy of each request to the candidate stub)")
             copy_to = candidate + "/v1/chat/completions"
             results += run_target("direct+copy", stub, "sk-stub", args, copy_to)
+        if FLOOR in args.targets:
+            port = free_port()
+            argv = [sys.executable, str(HERE / "floor_proxy.py"), "--port", str(port)]
+            with process(pinned(0, [*argv, "--upstream", stub]), port) as proc:
+                print(f"{FLOOR} (aiohttp alone)", flush=True)
+                results += run_target(
+                    FLOOR, f"http://127.0.0.1:{port}", "sk-client", args, pid=proc.pid
+                )
         for name in (t for t in PROXIES if t in args.targets):
             sample, full = PROXY_SETUPS[name]
             port = free_port()

@@ -1,0 +1,91 @@
+"""The least proxy our stack can be: an aiohttp server that forwards every request to one
+upstream through an aiohttp client session set up as kvmigrate's (no decompression, no
+cookie jar, no User-Agent), and relays the answer chunk by chunk, on uvloop.
+
+No routing, no identity, no records, no metrics: what it adds over the upstream is what
+aiohttp and the loop cost on their own, the floor under kvmigrate's `forwarding` figure.
+proxy_overhead.py runs it as the `aiohttp-floor` target, so the gap between the two is
+kvmigrate's own code and the gap between this and `direct` is the transport's.
+
+    python benchmarks/floor_proxy.py --port 9100 --upstream http://127.0.0.1:9000
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import aiohttp
+from aiohttp import web
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "upgrade"}
+)
+
+
+def make_app(upstream: str) -> web.Application:
+    session: aiohttp.ClientSession | None = None
+
+    async def open_session(_app: web.Application) -> None:
+        nonlocal session
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1000, keepalive_timeout=30),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def close_session(_app: web.Application) -> None:
+        if session is not None:
+            await session.close()
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        assert session is not None
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        response = await session.request(
+            request.method, upstream + request.path_qs, data=body, headers=headers
+        )
+        relayed = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
+        try:
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                answer = await response.read()
+                return web.Response(status=response.status, body=answer, headers=relayed)
+            client = web.StreamResponse(status=response.status, headers=relayed)
+            await client.prepare(request)
+            async for chunk in response.content.iter_any():
+                await client.write(chunk)
+            await client.write_eof()
+            return client
+        finally:
+            response.release()
+
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    app.on_startup.append(open_session)
+    app.on_cleanup.append(close_session)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100)
+    parser.add_argument("--upstream", required=True, help="base URL, e.g. http://127.0.0.1:9000")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    web.run_app(
+        make_app(args.upstream.rstrip("/")),
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+    )
+
+
+if __name__ == "__main__":
+    main()
