@@ -18,6 +18,7 @@ from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
+from kvmigrate.proxy.intake import authorize
 from kvmigrate.proxy.rollout_source import RolloutSource
 from kvmigrate.proxy.service import ProxyService
 from kvmigrate.rollout.continuity import ContinuityResolver
@@ -105,7 +106,7 @@ def _connection_limits(config: Config, service: ProxyService) -> ConnectionLimit
 
 
 async def list_models(config: Config, request: web.Request) -> web.Response:
-    request.app[SERVICE_KEY].authorize(request)
+    authorize(request, config.server.master_key)
     if "anthropic-version" in request.headers:  # the anthropic SDKs' models.list()
         return _json(anthropic_model_list([route.model_name for route in config.models]))
     created = int(time.time())
@@ -120,7 +121,7 @@ async def get_model(config: Config, request: web.Request) -> web.StreamResponse:
     name = request.match_info["suffix"].removeprefix("models/")
     if config.route(name) is None:
         return await service.handle_passthrough(request)
-    service.authorize(request)
+    authorize(request, config.server.master_key)
     return _json(_model_card(name, int(time.time())))
 
 

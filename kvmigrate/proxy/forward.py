@@ -34,6 +34,15 @@ class UpstreamFailure(Exception):
         self.error = error
 
 
+def candidate_failure(backend: str, kind: str) -> UpstreamFailure:
+    """A backend's answer refused before its first byte (an error status; from a candidate,
+    also a malformed or unserved answer), so the route's fallback may answer instead."""
+    return UpstreamFailure(
+        kind,
+        ProxyError(502, f"Backend `{backend}` failed ({kind}).", "server_error", "upstream_error"),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     method: str

@@ -25,17 +25,15 @@ from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.copy_usage import with_usage
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import (
-    ProxyError,
-    body_too_large,
     chain_stranded,
     model_not_found,
     route_not_served,
-    unauthorized,
 )
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
     UpstreamFailure,
+    candidate_failure,
     drain,
     is_event_stream,
     open_response,
@@ -46,11 +44,11 @@ from kvmigrate.proxy.forward import (
     should_stream,
 )
 from kvmigrate.proxy.headers import (
-    bearer_token,
     candidate_view,
     upstream_headers,
     upstream_query,
 )
+from kvmigrate.proxy.intake import authorize, read_body
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
@@ -65,13 +63,6 @@ from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
-
-
-def _candidate_failure(backend: str, kind: str) -> UpstreamFailure:
-    return UpstreamFailure(
-        kind,
-        ProxyError(502, f"Backend `{backend}` failed ({kind}).", "server_error", "upstream_error"),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +137,9 @@ class ProxyService:
 
     async def handle_model_route(self, request: web.Request, path: str) -> web.StreamResponse:
         started = time.perf_counter()
-        self.authorize(request)
-        routed = await self._route(request, path, await self.read_body(request))
+        authorize(request, self.config.server.master_key)
+        raw = await read_body(request, self.config.server)
+        routed = await self._route(request, path, raw)
         exchange = self._exchange(routed, routed.route.serve, SERVE, started)
         return await self._answer(request, routed, exchange, started)
 
@@ -342,22 +334,22 @@ class ProxyService:
         can_fall_back = routed.route.fallback is not None and exchange.fallback_from is None
         if can_fall_back and (response.status >= 500 or response.status == 429):
             response.close()
-            raise _candidate_failure(exchange.backend, f"http_{response.status}")
+            raise candidate_failure(exchange.backend, f"http_{response.status}")
         if can_fall_back and checked:
             unserved = self.unserved.kind(exchange.backend, routed.path, response.status)
             if unserved is not None:
                 response.close()
-                raise _candidate_failure(exchange.backend, unserved)
+                raise candidate_failure(exchange.backend, unserved)
         if should_stream(response):
             first = await read_first_chunk(upstream, response, exchange)
             check = SseCheck() if checked and is_event_stream(response) else None
             if check is not None and not check.feed(first):
                 response.close()
-                raise _candidate_failure(exchange.backend, ErrorKind.MALFORMED_STREAM)
+                raise candidate_failure(exchange.backend, ErrorKind.MALFORMED_STREAM)
             return response, first, check
         body = await read_whole(upstream, response, exchange)
         if checked and response.status == 200 and not json_ok(body):
-            raise _candidate_failure(exchange.backend, ErrorKind.MALFORMED_BODY)
+            raise candidate_failure(exchange.backend, ErrorKind.MALFORMED_BODY)
         return response, None, None
 
     def _model_call(self, request: web.Request, routed: Routed, backend: str) -> Call:
@@ -497,44 +489,13 @@ class ProxyService:
 
     # -- everything else --------------------------------------------------------------------
 
-    def authorize(self, request: web.Request) -> None:
-        master = self.config.server.master_key
-        if master is None:
-            return
-        token = bearer_token(request.headers)
-        if token is None:
-            raise unauthorized(
-                "Missing API key: send it as `Authorization: Bearer <key>` or `x-api-key`."
-            )
-        if not master.matches(token):
-            raise unauthorized("Incorrect API key provided.")
-
-    async def read_body(self, request: web.Request) -> bytes:
-        limit = self.config.server.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise body_too_large(limit)
-        try:
-            # A client that trickles its body (slow-loris) must not hold a slot forever. A
-            # deadline on this task: wait_for made a second task per request.
-            async with asyncio.timeout(self.config.server.body_timeout_seconds):
-                return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise body_too_large(limit) from None
-        except TimeoutError:
-            raise ProxyError(
-                408,
-                "The request body did not arrive in time.",
-                "invalid_request_error",
-                "request_timeout",
-            ) from None
-
     async def handle_passthrough(self, request: web.Request) -> web.StreamResponse:
         """Any other /v1 path goes to the primary unchanged (a stored response, to the
         backend that stored it)."""
         started = time.perf_counter()
-        self.authorize(request)
+        authorize(request, self.config.server.master_key)
         suffix = safe_suffix(request.match_info["suffix"])
-        raw = await self.read_body(request)
+        raw = await read_body(request, self.config.server)
         check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary
         backend = await self.chained.stored_on(suffix, self.config.backends) or primary

@@ -1,0 +1,46 @@
+"""Taking a client's request in: its key checked against the proxy's own, its body read
+within the size and time limits. Every route that answers a client starts here."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from kvmigrate.config import ServerConfig
+from kvmigrate.config.secret import Secret
+from kvmigrate.proxy.errors import ProxyError, body_too_large, unauthorized
+from kvmigrate.proxy.headers import bearer_token
+
+
+def authorize(request: web.Request, master_key: Secret | None) -> None:
+    """Without a master key the proxy is open (the primary checks the client's own key)."""
+    if master_key is None:
+        return
+    token = bearer_token(request.headers)
+    if token is None:
+        raise unauthorized(
+            "Missing API key: send it as `Authorization: Bearer <key>` or `x-api-key`."
+        )
+    if not master_key.matches(token):
+        raise unauthorized("Incorrect API key provided.")
+
+
+async def read_body(request: web.Request, server: ServerConfig) -> bytes:
+    limit = server.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise body_too_large(limit)
+    try:
+        # A client that trickles its body (slow-loris) must not hold a slot forever. A
+        # deadline on this task: wait_for made a second task per request.
+        async with asyncio.timeout(server.body_timeout_seconds):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise body_too_large(limit) from None
+    except TimeoutError:
+        raise ProxyError(
+            408,
+            "The request body did not arrive in time.",
+            "invalid_request_error",
+            "request_timeout",
+        ) from None
