@@ -94,7 +94,7 @@ def test_a_close_difference_says_how_much_more_traffic_would_decide_it() -> None
     assert f"about {got.needed_conversations} more conversations each" in got.detail
     tie = error_rate_difference(window("bf16", errors=40), window("fp8", errors=40), CONFIG)
     assert tie.needed_conversations is None
-    assert "more traffic alone will not decide it" in tie.detail
+    assert "too close to call to say how much more traffic it needs" in tie.detail
 
 
 @pytest.mark.parametrize(

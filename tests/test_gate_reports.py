@@ -110,7 +110,7 @@ ERROR_ROWS: list[tuple[str, W, W, GateConfig, Verdict, str, dict[str, Any], tupl
         W("c", requests=1, conversations=1, errors=1),
         GateConfig(min_requests=1, error_rate_margin=0.999),
         Verdict.INCONCLUSIVE,
-        "candidate 100.00% - primary 0.00% = +100.00 pts [+9.79 pts, +100.00 pts] vs margin +99.90 pts (rollout.gates.error_rate_margin); the estimate sits on the threshold: more traffic alone will not decide it",
+        "candidate 100.00% - primary 0.00% = +100.00 pts [+9.79 pts, +100.00 pts] vs margin +99.90 pts (rollout.gates.error_rate_margin); the estimate is too close to the threshold to say how much more traffic it needs",
         {
             "candidate_error_rate": 1.0,
             "primary_error_rate": 0.0,
@@ -128,7 +128,7 @@ ERROR_ROWS: list[tuple[str, W, W, GateConfig, Verdict, str, dict[str, Any], tupl
         W("c", requests=1, conversations=1, errors=1),
         GateConfig(min_requests=1, error_rate_margin=0.999),
         Verdict.INCONCLUSIVE,
-        "candidate 100.00% - primary 0.00% = +100.00 pts [-27.57 pts, +100.00 pts] vs margin +99.90 pts (rollout.gates.error_rate_margin); the estimate sits on the threshold: more traffic alone will not decide it",
+        "candidate 100.00% - primary 0.00% = +100.00 pts [-27.57 pts, +100.00 pts] vs margin +99.90 pts (rollout.gates.error_rate_margin); the estimate is too close to the threshold to say how much more traffic it needs",
         {
             "candidate_error_rate": 1.0,
             "primary_error_rate": 0.0,
@@ -201,7 +201,7 @@ def test_eta_at_the_rate_evidence_arrived(
 @pytest.mark.parametrize(
     ("more", "span_s", "text"),
     [
-        (None, 100, "; the estimate sits on the threshold: more traffic alone will not decide it"),
+        (None, 100, "; the estimate is too close to the threshold to say how much more traffic it needs"),
         (1, 100, "; about 1 more conversation at the observed rates"
                  "; at the current rate (2 min so far) about 10 s more"),
         (2, 120, "; about 2 more conversations at the observed rates"

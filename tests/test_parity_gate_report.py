@@ -118,7 +118,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "inconclusive",
-            "detail": "40 scored pairs are in, but no comparator has 30 of its own yet (rollout.gates.min_parity_samples); not yet covered: exact (40/30 pairs, 10 noise), judge (1/30 pairs, 20 noise)",
+            "detail": "40 scored pairs are in, but no comparator has both 30 scored pairs (rollout.gates.min_parity_samples) and its noise pairs yet; not yet covered: exact (40/30 pairs, 10/20 noise), judge (1/30 pairs, 20/20 noise)",
             "estimate": None,
             "interval": [None, None],
             "threshold": 0.9,
@@ -152,7 +152,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "passed",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200 noise)",
+            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200/20 noise)",
             "estimate": 1.0,
             "interval": [0.9654850004150907, 1.0],
             "threshold": 0.9,
@@ -311,7 +311,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "inconclusive",
-            "detail": "30 scored pairs are in, but no comparator has 30 of its own yet (rollout.gates.min_parity_samples); not yet covered: exact (30/30 pairs, 10 noise)",
+            "detail": "30 scored pairs are in, but no comparator has both 30 scored pairs (rollout.gates.min_parity_samples) and its noise pairs yet; not yet covered: exact (30/30 pairs, 10/20 noise)",
             "estimate": None,
             "interval": [None, None],
             "threshold": 0.9,
@@ -344,7 +344,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "passed",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200 noise), embed (20/30 pairs, 200 noise)",
+            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200/20 noise), embed (20/30 pairs, 200/20 noise)",
             "estimate": 1.0,
             "interval": [0.9654850004150907, 1.0],
             "threshold": 0.9,

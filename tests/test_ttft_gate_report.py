@@ -303,7 +303,7 @@ TTFT_ROWS: list[tuple[str, W, W, GateConfig, dict[str, Any]]] = [
         {
             "name": "ttft_p95",
             "verdict": "inconclusive",
-            "detail": "candidate TTFT p95 296 ms [292 ms, 299 ms] = inf [0.00, unbounded] x primary's 0 ms vs 1.5 x (rollout.gates.ttft_p95_factor); the estimate sits on the threshold: more traffic alone will not decide it",
+            "detail": "candidate TTFT p95 296 ms [292 ms, 299 ms] = inf [0.00, unbounded] x primary's 0 ms vs 1.5 x (rollout.gates.ttft_p95_factor); the estimate is too close to the threshold to say how much more traffic it needs",
             "estimate": None,
             "interval": [0.0, None],
             "threshold": 1.5,
@@ -327,7 +327,7 @@ TTFT_ROWS: list[tuple[str, W, W, GateConfig, dict[str, Any]]] = [
         {
             "name": "ttft_p95",
             "verdict": "inconclusive",
-            "detail": "candidate TTFT p95 441 ms [432 ms, unbounded] = 1.50 [0.00, unbounded] x primary's 294 ms vs 1.5 x (rollout.gates.ttft_p95_factor); the estimate sits on the threshold: more traffic alone will not decide it",
+            "detail": "candidate TTFT p95 441 ms [432 ms, unbounded] = 1.50 [0.00, unbounded] x primary's 294 ms vs 1.5 x (rollout.gates.ttft_p95_factor); the estimate is too close to the threshold to say how much more traffic it needs",
             "estimate": 1.5011,
             "interval": [0.0, None],
             "threshold": 1.5,

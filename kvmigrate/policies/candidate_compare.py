@@ -105,8 +105,11 @@ def ttft_p50_difference(a: BackendWindow, b: BackendWindow, config: GateConfig) 
     measure = "TTFT p50" if streamed else "latency p50"
     sa = sorted(a.ttft_sample if streamed else a.latency_sample)
     sb = sorted(b.ttft_sample if streamed else b.latency_sample)
-    if min(a.requests, b.requests) < config.min_requests or not sa or not sb:
+    if min(a.requests, b.requests) < config.min_requests:
         return _waiting(a, b, "ttft_p50", _too_few(a.requests, b.requests, config))
+    if not sa or not sb:  # every request failed: no time to compare
+        missing = " or ".join(w.backend for w, s in ((a, sa), (b, sb)) if not s)
+        return _waiting(a, b, "ttft_p50", f"no {measure} recorded yet for {missing}")
     pa, pb = _p50(sa), _p50(sb)
 
     def estimate(scale: float) -> tuple[float, Interval]:
@@ -175,7 +178,7 @@ def _judged(
     if which is Lead.UNDECIDED:
         more = more_needed(max(a.conversations, b.conversations), needed_scale(verdict_at))
         detail += ": undecided" + (
-            "; more traffic alone will not decide it"
+            "; too close to call to say how much more traffic it needs"
             if more is None
             else f"; about {more} more conversations each at the observed rates"
         )

@@ -87,7 +87,9 @@ def too_few_requests(candidate: BackendWindow, config: GateConfig, what: str) ->
 def still_needed(candidate: BackendWindow, more: int | None) -> str:
     """The wait of an interval that straddles its threshold, in conversations."""
     if more is None:
-        return "; the estimate sits on the threshold: more traffic alone will not decide it"
+        # Not "never": a quantile's interval is read off today's sample, so its resolution
+        # stops the search (needed_scale) where fresh traffic would still narrow it.
+        return "; the estimate is too close to the threshold to say how much more traffic it needs"
     have = candidate.conversations
     noun = "conversation" if more == 1 else "conversations"
     return f"; about {more} more {noun} at the observed rates" + eta(

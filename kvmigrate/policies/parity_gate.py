@@ -68,7 +68,7 @@ def parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
         "(rollout.gates.min_parity)"
     )
     if waiting:
-        detail += "; not yet covered: " + ", ".join(_short(c, config) for c in waiting)
+        detail += "; not yet covered: " + ", ".join(_short(c, candidate, config) for c in waiting)
     more = None
     if verdict is Verdict.INCONCLUSIVE:
         scale = needed_scale(lambda s: _overall(judged_at(s)))
@@ -133,8 +133,11 @@ def _overall(judged: list[ComparatorVerdict]) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
-def _short(c: ComparatorCounts, config: GateConfig) -> str:
-    return f"{c.name} ({c.candidate_n}/{config.min_parity_samples} pairs, {c.noise_n} noise)"
+def _short(c: ComparatorCounts, candidate: BackendWindow, config: GateConfig) -> str:
+    floor = max(1, candidate.noise_needed)
+    return (
+        f"{c.name} ({c.candidate_n}/{config.min_parity_samples} pairs, {c.noise_n}/{floor} noise)"
+    )
 
 
 def _parity_wait(
@@ -157,7 +160,7 @@ def _parity_wait(
             "(share of conversations sent to the primary twice) or rollout.noise_per_minute"
         )
     return (
-        f"{have} scored pairs are in, but no comparator has {need} of its own yet "
-        "(rollout.gates.min_parity_samples); not yet covered: "
-        + ", ".join(_short(c, config) for c in waiting)
+        f"{have} scored pairs are in, but no comparator has both {need} scored pairs "
+        "(rollout.gates.min_parity_samples) and its noise pairs yet; not yet covered: "
+        + ", ".join(_short(c, candidate, config) for c in waiting)
     )
