@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
 
-from kvmigrate.background import BACKGROUND_NICE
+from kvmigrate.background import BACKGROUND_NICE, WorkerProcess
 from kvmigrate.cachecheck.addon import CacheBusterAddon
 from kvmigrate.recorder import RecorderAddon
 
@@ -59,3 +60,28 @@ def test_the_recorder_and_cachecheck_workers_run_at_the_lowest_priority(tmp_path
     _, alive = psutil.wait_procs(workers, timeout=60)
     assert not alive
     assert not _workers(before)
+
+
+def wait_for_the_end(conn: Connection) -> None:
+    """A worker's main (started by name, so the child imports this module): it waits until
+    the pipe says stop or closes."""
+    with contextlib.suppress(EOFError, OSError):
+        conn.recv()
+
+
+def test_a_worker_is_at_the_lowest_priority_from_its_start() -> None:
+    """Not only once its main runs: a child at normal priority would spend its interpreter
+    start-up and imports (about 0.1 s of CPU) on a pinned proxy's own core. It is read as
+    soon as `start` returns, when the child is still starting its interpreter."""
+    worker = WorkerProcess("test-worker", f"{__name__}:wait_for_the_end", lambda: ())
+    nice, policy = os.nice(0), getattr(os, "sched_getscheduler", lambda _: None)(0)
+    worker.start()
+    try:
+        assert worker.pid is not None
+        assert _lowest(psutil.Process(worker.pid))
+        # The caller's own thread, and so the proxy's, keep their priority.
+        assert os.nice(0) == nice
+        assert getattr(os, "sched_getscheduler", lambda _: None)(0) == policy
+    finally:
+        worker.close(timeout=60)
+    assert not worker.running
