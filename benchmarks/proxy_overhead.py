@@ -405,6 +405,10 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                     figures[f"{target}.{mode}.c{c}.rps"] = res.rps
                     if res.cpu_us == res.cpu_us:  # measured (not NaN)
                         figures[f"{target}.{mode}.c{c}.proxy_cpu_us"] = res.cpu_us
+                    if res.reported:  # the proxy's own clock: request in to answer out
+                        figures[f"{target}.{mode}.c{c}.reported_p50_ms"] = statistics.median(
+                            res.reported
+                        )
                 # Shadow's cost beyond the doubled upstream work: the proxy's own share.
                 doubled = get("direct+copy", mode, c)
                 if target in SHADOWED and doubled and res and res.latencies:
