@@ -15,6 +15,8 @@ the candidate's copies):
   aiohttp-floor the least proxy our stack can be (benchmarks/floor_proxy.py: aiohttp server
                 and client, uvloop, nothing else): what the transport costs on its own, so
                 `kvmigrate` minus this is kvmigrate's own code
+  lean-client-floor  the same with a bare asyncio-streams client in place of aiohttp's
+                (a measuring prototype): what a leaner upstream transport could save
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
 Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
 sends the role chunk first, then one write per content chunk, as an engine does).
@@ -88,8 +90,8 @@ PROXY_SETUPS = {
 }
 PROXIES = tuple(PROXY_SETUPS)
 SHADOWED = ("kv+shadow", "kv+full")
-FLOOR = "aiohttp-floor"
-TARGETS = ("direct", "direct+copy", FLOOR, *PROXIES, "litellm")
+FLOOR, LEAN = "aiohttp-floor", "lean-client-floor"
+TARGETS = ("direct", "direct+copy", FLOOR, LEAN, *PROXIES, "litellm")
 
 
 @dataclass
@@ -395,7 +397,7 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
         )
 
     figures: dict[str, float] = {}
-    for target in ("direct+copy", FLOOR, *PROXIES, "litellm"):
+    for target in ("direct+copy", FLOOR, LEAN, *PROXIES, "litellm"):
         for mode in ("plain", "stream"):
             for c in (1, 16, 64):
                 base, res = get("direct", mode, c), get(target, mode, c)
@@ -459,14 +461,16 @@ def main() -> None:
             print("direct+copy (stub, and a copy of each request to the candidate stub)")
             copy_to = candidate + "/v1/chat/completions"
             results += run_target("direct+copy", stub, "sk-stub", args, copy_to)
-        if FLOOR in args.targets:
+        for name, client in ((FLOOR, "aiohttp"), (LEAN, "lean")):
+            if name not in args.targets:
+                continue
             port = free_port()
             argv = [sys.executable, str(HERE / "floor_proxy.py"), "--port", str(port)]
-            with process(pinned(0, [*argv, "--upstream", stub]), port) as proc:
-                print(f"{FLOOR} (aiohttp alone)", flush=True)
-                results += run_target(
-                    FLOOR, f"http://127.0.0.1:{port}", "sk-client", args, pid=proc.pid
-                )
+            argv += ["--upstream", stub, "--client", client]
+            with process(pinned(0, argv), port) as proc:
+                print(f"{name} (the transport alone)", flush=True)
+                base = f"http://127.0.0.1:{port}"
+                results += run_target(name, base, "sk-client", args, pid=proc.pid)
         for name in (t for t in PROXIES if t in args.targets):
             sample, full = PROXY_SETUPS[name]
             port = free_port()
