@@ -31,10 +31,15 @@ log = logging.getLogger("kvmigrate.rollout")
 MAX_LOCAL_PINS = 200_000
 # Read only for a later turn this proxy has no pin for (another replica's conversation, or
 # one from before a restart); the answer is then remembered here. A read that does not answer
-# in time reads as no pin, so the conversation is routed and pinned again, maybe on the other
-# backend. Beside a CPU hog a Redis read took over 50 ms (the old bound) and moved pinned
-# conversations; the same bound as a link read's: a hung store delays such a turn, once.
+# in time is routed by the split and pinned here only (UNANSWERED_PIN_S), so another
+# replica's pin in the store is never overwritten. Beside a CPU hog a Redis read took over
+# 50 ms (the old bound); the same bound as a link read's.
 REMOTE_PIN_TIMEOUT = 0.5
+# A turn routed while the store did not answer is held where it went, here only, this long:
+# each such conversation then waits for a hung store at most once in this span, and follows
+# the store's own pin again once it answers (held for the pin's whole TTL, an hour, it went
+# on to the other backend than every other replica sent it to).
+UNANSWERED_PIN_S = 30.0
 
 
 class LiveRollout:
@@ -45,8 +50,10 @@ class LiveRollout:
         poll_interval: float = 0.25,
         shared_pins: bool | None = None,
         supervisor: Supervisor | None = None,
+        unanswered_pin_s: float = UNANSWERED_PIN_S,
     ) -> None:
         self.config = config
+        self.unanswered_pin_s = unanswered_pin_s
         self.supervisor = supervisor or Supervisor()
         self.store = store
         self.poll_interval = poll_interval
@@ -98,37 +105,50 @@ class LiveRollout:
         key = pin_key(f"{cohort}:{conversation}" if cohort else conversation)
         found = key if key in self._pins or not cohort else pin_key(conversation)
         pin = self._pins.get(found)
+        if pin is not None and pin.expires_at < now:
+            pin = None  # as if none: the store may hold a newer one
+        answered = True
         if pin is None and turn > 1 and self.shared_pins:
-            found, pin = key, await self._remote_pin(key, pin_key(conversation))
+            found = key
+            answered, pin = await self._remote_pin(key, pin_key(conversation))
         if pin is not None:
             self._pins.move_to_end(found)
         routed = route(conversation, snapshot, served, pin, now)
-        if routed.pin:
+        if routed.pin and answered:
             expires = now + self.config.rollout.pin_ttl_seconds
             self._remember(Pin(key, routed.serve, snapshot.epoch, expires))
+        elif routed.pin:
+            # The store did not answer, and may hold another replica's pin for this
+            # conversation: hold this choice here only, briefly, and never overwrite that.
+            self._hold(key, PinView(routed.serve, snapshot.epoch, now + self.unanswered_pin_s))
         return routed
 
     def _remember(self, pin: Pin) -> None:
-        self._pins[pin.conversation] = PinView(pin.backend, pin.epoch, pin.expires_at)
-        if len(self._pins) > MAX_LOCAL_PINS:
-            self._pins.popitem(last=False)
+        self._hold(pin.conversation, PinView(pin.backend, pin.epoch, pin.expires_at))
         self._unsaved.append(pin)
 
-    async def _remote_pin(self, key: str, conversation: str) -> PinView | None:
-        """The cohort's pin another replica made (or one made before cohorts)."""
+    def _hold(self, key: str, view: PinView) -> None:
+        self._pins[key] = view
+        self._pins.move_to_end(key)
+        if len(self._pins) > MAX_LOCAL_PINS:
+            self._pins.popitem(last=False)
+
+    async def _remote_pin(self, key: str, conversation: str) -> tuple[bool, PinView | None]:
+        """Whether the store answered, and the cohort's pin another replica made (or one
+        made before cohorts)."""
         keys = [key] if key == conversation else [key, conversation]
         try:
             pins = await asyncio.wait_for(
                 asyncio.to_thread(self.store.load_pins, keys), REMOTE_PIN_TIMEOUT
             )
         except (TimeoutError, StoreError):
-            return None
+            return False, None
         if not pins:
-            return None
+            return True, None
         pin = min(pins, key=lambda p: keys.index(p.conversation))
         view = PinView(pin.backend, pin.epoch, pin.expires_at)
-        self._pins[key] = view
-        return view
+        self._hold(key, view)
+        return True, view
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         # One series per configured cohort: the label's values come from the config only.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,19 @@ MODEL = "gpt-4o-mini"
 SERVED = "meta-llama/Llama-3.1-8B-Instruct"
 
 
+@dataclass(frozen=True)
+class RedisServer:
+    url: str
+    process: subprocess.Popen[bytes]  # a test may pause it (SIGSTOP), as a hung store
+
+
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A throwaway redis-server on a free loopback port (Debian's redis-server package)."""
     binary = shutil.which("redis-server")
     assert binary, (
@@ -54,8 +67,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert time.monotonic() < deadline, "redis-server did not listen"
         time.sleep(0.05)
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisServer(f"redis://127.0.0.1:{port}/0", proc)
     finally:
+        proc.send_signal(signal.SIGCONT)  # if a test left it paused
         proc.terminate()
         proc.wait(10)
 
