@@ -54,7 +54,7 @@ from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
-from kvmigrate.proxy.stream_check import SseCheck, json_ok, malformed_kind
+from kvmigrate.proxy.stream_check import SseCheck, json_ok
 from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
@@ -252,7 +252,14 @@ class ProxyService:
             owner = backend if extra else ""
             mirrors = self.chained.expect_mirror(exchange.chain, owner)
             sent = self._dispatch_copy(
-                request, routed, backend, SHADOW, exchange.request_id, mirrors, owner
+                request,
+                routed,
+                backend,
+                SHADOW,
+                exchange.request_id,
+                mirrors,
+                owner,
+                primary_status=exchange.status,
             )
             if mirrors is not None and not sent:
                 self.chains.mirrored(mirrors, None, owner)
@@ -436,11 +443,13 @@ class ProxyService:
         primary_id: str,
         mirrors: str | None = None,
         owner: str = "",
+        primary_status: int | None = None,
     ) -> bool:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted.
         `mirrors`: the primary's response id of the answer a shadow copy mirrors (for
-        `owner`, the candidate whose chain it continues; "": the model's only one)."""
+        `owner`, the candidate whose chain it continues; "": the model's only one).
+        `primary_status`: the primary's answer's, for judging the candidate's."""
         call = self._model_call(request, routed, backend)
 
         async def copy() -> None:
@@ -475,12 +484,8 @@ class ProxyService:
                 event_stream = is_event_stream(response)
                 await drain(response, exchange)
                 if exchange.error is None and routed.route.is_candidate(backend):
-                    # The same checks as in split mode, so shadow evidence counts a
-                    # candidate that answers garbage, or serves no such route, as failing.
-                    exchange.error = (
-                        malformed_kind(exchange.body(), event_stream)
-                        if exchange.status == 200
-                        else self.unserved.kind(backend, routed.path, exchange.status)
+                    exchange.error = self.unserved.copy_error(
+                        exchange, event_stream, primary_status
                     )
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)

@@ -2,13 +2,16 @@
 server without Anthropic's /v1/messages. It answers 404 (or 405) for a route every request
 on it will take, which is no answer to the client's question: in split mode the request
 falls back to the primary like a 5xx, and in shadow mode the copy counts as the candidate's
-error, not as a client error. Logged once per backend and route, counted always."""
+error, not as a client error (unless the primary did not serve that request either: then
+the 404 is the request's). Logged once per backend and route, counted always."""
 
 from __future__ import annotations
 
 import logging
 
 from kvmigrate.policies.outcome import ErrorKind
+from kvmigrate.proxy.exchange import Exchange
+from kvmigrate.proxy.stream_check import malformed_kind
 
 log = logging.getLogger("kvmigrate.proxy")
 
@@ -36,3 +39,15 @@ class UnservedRoutes:
                 str(ErrorKind.ROUTE_NOT_SERVED),
             )
         return ErrorKind.ROUTE_NOT_SERVED
+
+    def copy_error(
+        self, copy: Exchange, event_stream: bool, primary_status: int | None
+    ) -> str | None:
+        """A candidate's shadow copy judged as split mode judges its answer, so shadow
+        evidence counts a candidate that answers garbage, or serves no such route, as
+        failing. A 404 the primary gave as well is the request's, not the candidate's."""
+        if copy.status == 200:
+            return malformed_kind(copy.body(), event_stream)
+        if primary_status is None or primary_status >= 400:
+            return None
+        return self.kind(copy.backend, copy.route, copy.status)

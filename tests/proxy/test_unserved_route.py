@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import openai
 import pytest
 from aiohttp import web
 from proxy_support import HOSTED_MODEL, ProxyFactory
@@ -20,10 +21,8 @@ from kvmigrate.serving import BackgroundServer
 Handler = Callable[[web.Request], Any]
 
 
-@pytest.fixture(params=[404, 405])
-def older_vllm(request: pytest.FixtureRequest) -> Iterator[BackgroundServer]:
-    """The vLLM emulator, less its Responses API: what a vLLM from before it answers."""
-    status: int = request.param
+def without_responses(profile: str, status: int) -> BackgroundServer:
+    """An emulator less its Responses API, answering `status` there."""
 
     @web.middleware
     async def no_responses(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -33,11 +32,17 @@ def older_vllm(request: pytest.FixtureRequest) -> Iterator[BackgroundServer]:
         return response
 
     def factory() -> web.Application:
-        app = build_app(EmulatorSettings(profile="vllm", time_scale=0))
+        app = build_app(EmulatorSettings(profile=profile, time_scale=0))
         app.middlewares.insert(0, no_responses)
         return app
 
-    with BackgroundServer(factory) as server:
+    return BackgroundServer(factory)
+
+
+@pytest.fixture(params=[404, 405])
+def older_vllm(request: pytest.FixtureRequest) -> Iterator[BackgroundServer]:
+    """The vLLM emulator, less its Responses API: what a vLLM from before it answers."""
+    with without_responses("vllm", request.param) as server:
         yield server
 
 
@@ -90,3 +95,31 @@ def test_shadow_copy_counts_as_the_candidates_error(
         assert time.monotonic() < deadline, "the shadow copy's error was never counted"
         time.sleep(0.05)
     assert proxy.metric("kvmigrate_errors_total", **labels) == 1
+
+
+def test_a_404_the_primary_gave_too_is_not_the_candidates_error(
+    make_proxy: ProxyFactory, older_vllm: BackgroundServer
+) -> None:
+    """The request itself was not served (here the primary lacks the route as well): the
+    candidate's matching answer is no evidence against it."""
+    with without_responses("hosted", 404) as older_hosted:
+        proxy = make_proxy(
+            rollout="{mode: shadow, shadow_sample: 1.0}",
+            hosted_url=older_hosted.url,
+            vllm_url=older_vllm.url,
+        )
+        with pytest.raises(openai.NotFoundError):
+            proxy.client().responses.create(model=HOSTED_MODEL, input="Name a river.")
+        copies = {"backend": "vllm", "role": "shadow"}
+        deadline = time.monotonic() + 30  # the copy runs in the background: wait for it
+        while proxy.metric("kvmigrate_requests_total", **copies) < 1:
+            assert time.monotonic() < deadline, "the shadow copy was never counted"
+            time.sleep(0.05)
+        # A client error, like the primary's (which the gates do not hold against a
+        # backend), not `route_not_served` (which they do).
+        assert proxy.metric("kvmigrate_errors_total", error="route_not_served") == 0
+        as_client_error = [
+            proxy.metric("kvmigrate_errors_total", **copies, error=f"http_{status}")
+            for status in (404, 405)
+        ]
+        assert sum(as_client_error) == 1
