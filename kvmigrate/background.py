@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +46,12 @@ def start_at_lowest_priority(process: SpawnProcess) -> None:
     """Start `process` from a short-lived thread at the lowest priority, which the child
     inherits: its interpreter start-up and imports, before its main can step aside, then
     no longer take the proxy's core (about 0.1 s of CPU per worker at every start, on a
-    pinned proxy's own core). The thread ends with the start, so no priority is restored."""
+    pinned proxy's own core). The thread ends with the start, so no priority is restored.
+    Only on Linux, where nice and the scheduling policy are a thread's own: elsewhere
+    `nice` is the whole process's, the proxy's too, so the child lowers itself as it runs."""
+    if not sys.platform.startswith("linux"):
+        process.start()
+        return
     failed: list[BaseException] = []
 
     def start() -> None:
