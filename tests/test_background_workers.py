@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
+import pytest
 
 from kvmigrate.background import BACKGROUND_NICE, WorkerProcess
 from kvmigrate.cachecheck.addon import CacheBusterAddon
@@ -69,6 +71,7 @@ def wait_for_the_end(conn: Connection) -> None:
         conn.recv()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is Linux's")
 def test_a_worker_is_at_the_lowest_priority_from_its_start() -> None:
     """Not only once its main runs: a child at normal priority would spend its interpreter
     start-up and imports (about 0.1 s of CPU) on a pinned proxy's own core. It is read as
