@@ -89,7 +89,7 @@ def parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
 def _split(
     candidate: BackendWindow, config: GateConfig
 ) -> tuple[list[ComparatorCounts], list[ComparatorCounts]]:
-    noise_floor = max(1, candidate.noise_needed)
+    noise_floor = _noise_floor(candidate)
     covered: list[ComparatorCounts] = []
     waiting: list[ComparatorCounts] = []
     for c in candidate.comparators:
@@ -133,8 +133,13 @@ def _overall(judged: list[ComparatorVerdict]) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
+def _noise_floor(candidate: BackendWindow) -> int:
+    """The noise pairs each comparator needs of its own: at least one."""
+    return max(1, candidate.noise_needed)
+
+
 def _short(c: ComparatorCounts, candidate: BackendWindow, config: GateConfig) -> str:
-    floor = max(1, candidate.noise_needed)
+    floor = _noise_floor(candidate)
     return (
         f"{c.name} ({c.candidate_n}/{config.min_parity_samples} pairs, {c.noise_n}/{floor} noise)"
     )
