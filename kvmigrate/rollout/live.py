@@ -31,14 +31,14 @@ log = logging.getLogger("kvmigrate.rollout")
 MAX_LOCAL_PINS = 200_000
 # Read only for a later turn this proxy has no pin for (another replica's conversation, or
 # one from before a restart); the answer is then remembered here. A read that does not answer
-# in time is routed by the split and pinned here only (UNANSWERED_PIN_S), so another
-# replica's pin in the store is never overwritten. Beside a CPU hog a Redis read took over
-# 50 ms (the old bound); the same bound as a link read's.
+# in time is routed by the split and held here only, briefly (UNANSWERED_PIN_S). Beside a
+# CPU hog a Redis read took over 50 ms (the old bound); the same bound as a link read's.
 REMOTE_PIN_TIMEOUT = 0.5
 # A turn routed while the store did not answer is held where it went, here only, this long:
-# each such conversation then waits for a hung store at most once in this span, and follows
-# the store's own pin again once it answers (held for the pin's whole TTL, an hour, it went
-# on to the other backend than every other replica sent it to).
+# each such conversation waits for a hung store at most once in this span, then follows the
+# store's pin again. The store keeps another replica's pin (its writes are first-pin-wins),
+# so a choice held for the pin's whole TTL (an hour) sent the conversation, from this
+# replica only, to the other backend for that hour.
 UNANSWERED_PIN_S = 30.0
 
 
@@ -119,7 +119,7 @@ class LiveRollout:
             self._remember(Pin(key, routed.serve, snapshot.epoch, expires))
         elif routed.pin:
             # The store did not answer, and may hold another replica's pin for this
-            # conversation: hold this choice here only, briefly, and never overwrite that.
+            # conversation: hold this choice here only, briefly, then ask the store again.
             self._hold(key, PinView(routed.serve, snapshot.epoch, now + self.unanswered_pin_s))
         return routed
 
