@@ -113,6 +113,9 @@ def upstream_headers(
         headers[name] = value
     if backend_auth is not None:
         headers.update(backend_auth)
+    # Without the header any coding is acceptable (RFC 9110 section 12.5.3), and HTTP
+    # clients add gzip by default: the proxy reads every answer and relays it unchanged.
+    headers["Accept-Encoding"] = "identity"
     return headers
 
 
