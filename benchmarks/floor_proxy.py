@@ -7,10 +7,9 @@ aiohttp and the loop cost on their own, the floor under kvmigrate's `forwarding`
 proxy_overhead.py runs it as the `aiohttp-floor` target, so the gap between the two is
 kvmigrate's own code and the gap between this and `direct` is the transport's.
 
-`--client lean` swaps aiohttp's client for the least HTTP/1.1 client that relays these
-answers (asyncio streams, a keep-alive pool, Content-Length and chunked bodies; no TLS, no
-redirects, no timeouts): the `lean-client-floor` target, what a leaner upstream transport
-could save. A prototype for measuring, not a client to serve with.
+`--client lean` swaps aiohttp's client for kvmigrate's own upstream client
+(`kvmigrate.proxy.client`: llhttp through httptools on a plain asyncio protocol): the
+`lean-client-floor` target, what that transport costs with nothing else around it.
 
     python benchmarks/floor_proxy.py --port 9100 --upstream http://127.0.0.1:9000
 """
@@ -18,75 +17,40 @@ could save. A prototype for measuring, not a client to serve with.
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
+
+from kvmigrate.proxy.client import HttpClient
 
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "upgrade"}
 )
 
 
-class LeanClient:
-    """Keep-alive connections to one upstream; one request at a time on each."""
-
-    def __init__(self, base: str) -> None:
-        parts = urlsplit(base)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-    async def request(
-        self, method: str, path: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, list[tuple[str, str]], AsyncIterator[bytes]]:
-        if self.idle:
-            reader, writer = self.idle.pop()
-        else:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        lines.append(f"Content-Length: {len(body)}")
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        status = int(head[0].split(" ", 2)[1])
-        fields = [tuple(x.strip() for x in line.split(":", 1)) for line in head[1:] if line]
-        found = {k.lower(): v for k, v in fields}
-        return status, fields, self._body(reader, writer, found)  # type: ignore[return-value]
-
-    async def _body(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: dict[str, str]
-    ) -> AsyncIterator[bytes]:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            while size := int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
-                yield (await reader.readexactly(size + 2))[:-2]
-            await reader.readuntil(b"\r\n")
-        else:
-            yield await reader.readexactly(int(headers.get("content-length", "0")))
-        self.idle.append((reader, writer))
-
-
 def make_lean_app(upstream: str) -> web.Application:
-    client = LeanClient(upstream)
+    client: HttpClient | None = None
 
     async def forward(request: web.Request) -> web.StreamResponse:
+        nonlocal client
+        if client is None:
+            client = HttpClient(max_connections=1000, connect_timeout=5, read_timeout=600)
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        status, fields, chunks = await client.request(
-            request.method, request.path_qs, headers, body
-        )
-        relayed = {k: v for k, v in fields if k.lower() not in HOP_BY_HOP}
-        kind = next((v for k, v in fields if k.lower() == "content-type"), "")
-        if "text/event-stream" not in kind:
-            answer = b"".join([chunk async for chunk in chunks])
-            return web.Response(status=status, body=answer, headers=relayed)
-        response = web.StreamResponse(status=status, headers=relayed)
-        await response.prepare(request)
-        async for chunk in chunks:
-            await response.write(chunk)
-        await response.write_eof()
-        return response
+        response = await client.request(request.method, upstream + request.path_qs, headers, body)
+        relayed = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
+        try:
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                answer = await response.read()
+                return web.Response(status=response.status, body=answer, headers=relayed)
+            relay = web.StreamResponse(status=response.status, headers=relayed)
+            await relay.prepare(request)
+            async for chunk in response.iter_any():
+                await relay.write(chunk)
+            await relay.write_eof()
+            return relay
+        finally:
+            response.close()
 
     app = web.Application(client_max_size=8 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", forward)

@@ -15,8 +15,8 @@ the candidate's copies):
   aiohttp-floor the least proxy our stack can be (benchmarks/floor_proxy.py: aiohttp server
                 and client, uvloop, nothing else): what the transport costs on its own, so
                 `kvmigrate` minus this is kvmigrate's own code
-  lean-client-floor  the same with a bare asyncio-streams client in place of aiohttp's
-                (a measuring prototype): what a leaner upstream transport could save
+  lean-client-floor  the same with kvmigrate's own upstream client (kvmigrate.proxy.client)
+                in place of aiohttp's: what that transport costs on its own
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
 Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
 sends the role chunk first, then one write per content chunk, as an engine does).

@@ -12,6 +12,7 @@ import logging
 import resource
 import signal
 import socket
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -264,10 +265,17 @@ class BackgroundServer:
     ...     httpx.get(server.url + "/health")
     """
 
-    def __init__(self, app_factory: AppFactory, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        app_factory: AppFactory,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._app_factory = app_factory
         self.host = host
         self.port = port
+        self.tls = tls
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: EnvelopeAppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -276,7 +284,7 @@ class BackgroundServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def app(self) -> web.Application:
@@ -343,7 +351,9 @@ class BackgroundServer:
             app = await app
         self._runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self.tls
+        )
         await site.start()
 
     async def _close(self) -> None:

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.logtext import printable
+from kvmigrate.proxy.client import UpstreamError
 from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
@@ -173,13 +174,15 @@ async def _probe(service: ProxyService, name: str) -> str:
     upstream = service.upstreams[name]
     url, headers = upstream.probe()
     try:
-        async with upstream.session.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=3)
-        ) as response:
-            await response.read()
-            # A 401 still proves the backend is up: the primary may expect client keys.
-            return "ok" if response.status < 500 else f"http {response.status}"
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        async with asyncio.timeout(3):
+            response = await upstream.client.request("GET", url, headers)
+            try:
+                await response.read()
+            finally:
+                response.close()
+        # A 401 still proves the backend is up: the primary may expect client keys.
+        return "ok" if response.status < 500 else f"http {response.status}"
+    except (TimeoutError, UpstreamError, OSError) as exc:
         return f"unreachable ({type(exc).__name__})"
 
 

@@ -12,6 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.policies.outcome import ErrorKind
+from kvmigrate.proxy.client import TIMEOUTS, Response, UpstreamError
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import ProxyError, upstream_timeout, upstream_unreachable
 from kvmigrate.proxy.exchange import Exchange
@@ -20,9 +21,9 @@ from kvmigrate.proxy.stream_check import SseCheck
 from kvmigrate.proxy.upstream import Upstream
 
 BUFFER_LIMIT = 8 * 1024 * 1024
-_TIMEOUTS = (asyncio.TimeoutError, aiohttp.ServerTimeoutError)
-# What a failing upstream connection raises; a timeout is also an OSError, so test it first.
-TRANSPORT_ERRORS = (*_TIMEOUTS, aiohttp.ClientError, OSError)
+_TIMEOUTS = (*TIMEOUTS, asyncio.TimeoutError)
+# What a failing upstream call raises.
+TRANSPORT_ERRORS = (UpstreamError, OSError)
 
 
 class UpstreamFailure(Exception):
@@ -52,10 +53,8 @@ class Call:
 
 
 @contextlib.contextmanager
-def upstream_errors(
-    upstream: Upstream, response: aiohttp.ClientResponse | None = None
-) -> Iterator[None]:
-    """Map aiohttp's transport errors to an `UpstreamFailure`, in this one place (as httpx's
+def upstream_errors(upstream: Upstream, response: Response | None = None) -> Iterator[None]:
+    """Map the client's transport errors to an `UpstreamFailure`, in this one place (as httpx's
     `map_httpcore_exceptions` does), closing the half-read `response` if one is given."""
     try:
         yield
@@ -72,53 +71,40 @@ def break_kind(exc: BaseException) -> str:
     return ErrorKind.STREAM_TIMEOUT if isinstance(exc, _TIMEOUTS) else ErrorKind.STREAM_BROKEN
 
 
-async def open_response(upstream: Upstream, call: Call) -> aiohttp.ClientResponse:
+async def open_response(upstream: Upstream, call: Call) -> Response:
     """Send the call and wait for the response headers."""
-    for attempt in (1, 2):
-        with upstream_errors(upstream):
-            try:
-                return await upstream.session.request(
-                    call.method, call.url, data=call.body or None, headers=call.headers
-                )
-            except aiohttp.ServerDisconnectedError:
-                # Almost always a pooled keep-alive connection the server closed while idle.
-                if attempt == 2:
-                    raise
-    raise AssertionError("unreachable")
+    with upstream_errors(upstream):
+        return await upstream.send(call.method, call.url, call.headers, call.body)
 
 
-def is_event_stream(response: aiohttp.ClientResponse) -> bool:
+def is_event_stream(response: Response) -> bool:
     return "text/event-stream" in response.headers.get("content-type", "")
 
 
-def should_stream(response: aiohttp.ClientResponse) -> bool:
+def should_stream(response: Response) -> bool:
     if is_event_stream(response):
         return True
     length = response.content_length
     return length is None or length > BUFFER_LIMIT
 
 
-async def read_first_chunk(
-    upstream: Upstream, response: aiohttp.ClientResponse, exchange: Exchange
-) -> bytes:
+async def read_first_chunk(upstream: Upstream, response: Response, exchange: Exchange) -> bytes:
     """Wait for the first body bytes before answering the client: until then a failure can
     still fall back to another backend without the client noticing."""
     with upstream_errors(upstream, response):
-        chunk = await response.content.readany()
+        chunk = await response.readany()
     exchange.first_byte = time.perf_counter()
     if chunk:
         exchange.chunks.append(chunk)
     return chunk
 
 
-async def read_whole(
-    upstream: Upstream, response: aiohttp.ClientResponse, exchange: Exchange
-) -> bytes:
+async def read_whole(upstream: Upstream, response: Response, exchange: Exchange) -> bytes:
     try:
         with upstream_errors(upstream):
             body = await response.read()
     finally:
-        response.release()
+        response.close()
     exchange.first_byte = exchange.finished = time.perf_counter()
     exchange.chunks.append(body)
     return body
@@ -126,7 +112,7 @@ async def read_whole(
 
 async def send_buffered(
     request: web.Request,
-    response: aiohttp.ClientResponse,
+    response: Response,
     body: bytes,
     extra_headers: list[tuple[str, str]],
 ) -> web.Response:
@@ -142,7 +128,7 @@ async def send_buffered(
 
 async def relay_stream(
     request: web.Request,
-    response: aiohttp.ClientResponse,
+    response: Response,
     first_chunk: bytes,
     exchange: Exchange,
     extra_headers: list[tuple[str, str]],
@@ -164,7 +150,7 @@ async def relay_stream(
     try:
         if first_chunk:
             await client.write(rewrite(first_chunk) if rewrite else first_chunk)
-        async for chunk in response.content.iter_any():
+        async for chunk in response.iter_any():
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
                 exchange.error = ErrorKind.MALFORMED_STREAM
@@ -214,11 +200,11 @@ async def _write_eof_quietly(client: web.StreamResponse) -> None:
         await client.write_eof()
 
 
-async def drain(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
+async def drain(response: Response, exchange: Exchange) -> None:
     """Consume a whole response with nobody to relay it to (shadow copies): measures TTFT and
     total time and keeps the bytes for comparison."""
     try:
-        async for chunk in response.content.iter_any():
+        async for chunk in response.iter_any():
             if exchange.first_byte is None:
                 exchange.first_byte = time.perf_counter()
             exchange.chunks.append(chunk)

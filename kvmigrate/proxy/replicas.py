@@ -6,8 +6,8 @@
   turn (or after it went idle) and then keeps its replica, so every turn reaches the cache
   that holds its prefix. Counting requests in flight instead would move a conversation for
   one turn whenever its replica is momentarily busy, and each such turn is a cold prefill.
-- In-flight requests per replica are counted too (`loads`), from the backend's own aiohttp
-  session: a trace hook when a request starts, the response's release or close when it ends.
+- In-flight requests per replica are counted too (`loads`): `Upstream.send` takes a lease
+  when a call starts and the answer's close ends it (reading it to the end closes it).
   That covers serve and shadow calls alike, with nothing to forget on an error path. They
   are reported, and steer requests that belong to no conversation.
 - Health: a replica that refuses connections is marked down at once (passive check); its
@@ -26,11 +26,9 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Literal
 
 import aiohttp
-from yarl import URL
 
 from kvmigrate.policies.replicas import LOAD_FACTOR, VIRTUAL_NODES, HashRing, choose_replica
 
@@ -38,31 +36,6 @@ log = logging.getLogger("kvmigrate.proxy")
 
 Strategy = Literal["bounded_hash", "round_robin"]
 STRATEGIES: tuple[Strategy, ...] = ("bounded_hash", "round_robin")
-# Failures that prove nothing listens at the replica. A dropped keep-alive connection
-# (ServerDisconnectedError) or a slow answer does not: those replicas still serve.
-_DOWN_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-
-
-class LeasedResponse(aiohttp.ClientResponse):
-    """A response that ends its replica's in-flight lease when it is released or closed."""
-
-    _on_finished: Callable[[], None] | None = None
-
-    def attach(self, on_finished: Callable[[], None]) -> None:
-        self._on_finished = on_finished
-
-    def _finish(self) -> None:
-        callback, self._on_finished = self._on_finished, None
-        if callback is not None:
-            callback()
-
-    def release(self) -> Any:
-        self._finish()
-        return super().release()
-
-    def close(self) -> None:
-        self._finish()
-        super().close()
 
 
 class _Lease:
@@ -109,7 +82,6 @@ class ReplicaSet:
         self._probe_headers = dict(probe_headers or {})
         self._probe_url = probe_url
         self._ring = HashRing.build(_unique_names(self.bases), vnodes)
-        self._urls = [URL(base) for base in self.bases]
         self._turns = itertools.count()
         self._probes: dict[int, asyncio.Task[None]] = {}
         # conversation -> (replica index, last seen), oldest first: expiry pops from the front.
@@ -168,58 +140,27 @@ class ReplicaSet:
         """The replica a conversation belongs to when all are up and idle."""
         return self.bases[self._ring.home(conversation)]
 
-    def index_of(self, url: URL) -> int | None:
-        """Which replica a request URL goes to; the longest matching base path wins."""
+    def index_of(self, url: str) -> int | None:
+        """Which replica a request URL goes to; the longest matching base wins."""
         best: int | None = None
-        for index, base in enumerate(self._urls):
-            if url.origin() != base.origin() or not url.path.startswith(base.path):
-                continue
-            if best is None or len(base.path) > len(self._urls[best].path):
+        for index, base in enumerate(self.bases):
+            under = url == base or url.startswith(base.rstrip("/") + "/")
+            if under and (best is None or len(base) > len(self.bases[best])):
                 best = index
         return best
 
-    # -- load, from the backend session's own request lifecycle ----------------------------
+    # -- load: each upstream call holds a lease on its replica until its answer closes ----
 
-    def trace_configs(self) -> list[aiohttp.TraceConfig]:
-        """Hooks for the backend's ClientSession; none for a single replica (nothing to pick)."""
+    def lease(self, url: str) -> _Lease | None:
+        """Count a call to `url` as its replica's load; none for a single replica (nothing
+        to pick between)."""
         if not self.multiple:
-            return []
-        trace = aiohttp.TraceConfig()
-        trace.on_request_start.append(self._on_request_start)
-        trace.on_request_end.append(self._on_request_end)
-        trace.on_request_exception.append(self._on_request_exception)
-        return [trace]
-
-    async def _on_request_start(
-        self, _session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
-    ) -> None:
-        index = self.index_of(params.url)
-        ctx.lease = None
-        if index is not None:
-            self.loads[index] += 1
-            ctx.lease = _Lease(self, index)
-
-    async def _on_request_end(
-        self, _session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
-    ) -> None:
-        lease: _Lease | None = getattr(ctx, "lease", None)
-        if lease is None:
-            return
-        # The request is in flight until its body is consumed, not when the headers arrive.
-        if isinstance(params.response, LeasedResponse):
-            params.response.attach(lease.release)
-        else:
-            lease.release()
-
-    async def _on_request_exception(
-        self, _session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
-    ) -> None:
-        lease: _Lease | None = getattr(ctx, "lease", None)
-        if lease is None:
-            return
-        lease.release()
-        if isinstance(params.exception, _DOWN_ERRORS):
-            self.mark_down(lease.index)
+            return None
+        index = self.index_of(url)
+        if index is None:
+            return None
+        self.loads[index] += 1
+        return _Lease(self, index)
 
     # -- health ----------------------------------------------------------------------------
 

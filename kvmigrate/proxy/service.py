@@ -21,6 +21,7 @@ from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
+from kvmigrate.proxy.client import Response
 from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.copy_usage import with_usage
 from kvmigrate.proxy.envelopes import envelope_for
@@ -271,7 +272,7 @@ class ProxyService:
         request: web.Request,
         routed: Routed,
         exchange: Exchange,
-        response: aiohttp.ClientResponse,
+        response: Response,
         first: bytes | None,
         check: SseCheck | None,
         before_call: float,
@@ -327,7 +328,7 @@ class ProxyService:
 
     async def _open(
         self, request: web.Request, routed: Routed, exchange: Exchange
-    ) -> tuple[aiohttp.ClientResponse, bytes | None, SseCheck | None]:
+    ) -> tuple[Response, bytes | None, SseCheck | None]:
         """Open the upstream response up to its first bytes. Returns the first chunk of a
         stream (None when the whole small body is already in `exchange.chunks`), and the
         check that the rest of a candidate's stream must pass."""

@@ -7,15 +7,15 @@ but a path below `/v1`, which is checked so it cannot climb out of that base.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from types import TracebackType
 
-import aiohttp
-
 from kvmigrate.config import BackendConfig, Config
+from kvmigrate.proxy.client import ConnectFailed, HttpClient, Response
 from kvmigrate.proxy.errors import bad_request
 from kvmigrate.proxy.headers import candidate_allowlist
 from kvmigrate.proxy.kinds import kind_of
-from kvmigrate.proxy.replicas import LeasedResponse, ReplicaSet
+from kvmigrate.proxy.replicas import ReplicaSet
 
 
 class Upstream:
@@ -33,32 +33,35 @@ class Upstream:
         self.replicas = ReplicaSet(
             backend.api_bases, probe_headers=self.auth, probe_url=self.kind.probe_url
         )
-        self._session: aiohttp.ClientSession | None = None
+        self._client: HttpClient | None = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self.config.max_connections, keepalive_timeout=30, ttl_dns_cache=300
+    def client(self) -> HttpClient:
+        if self._client is None:
+            self._client = HttpClient(
+                max_connections=self.config.max_connections,
+                connect_timeout=self.config.connect_timeout,
+                read_timeout=self.config.read_timeout,
             )
-            timeout = aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=self.config.connect_timeout,
-                sock_read=self.config.read_timeout,
-            )
-            # Bytes are relayed as they arrive: no decompression, no cookie jar shared
-            # between clients.
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=timeout,
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                skip_auto_headers=("User-Agent",),
-                # In-flight load per replica, for bounded-load routing (see proxy.replicas).
-                response_class=LeasedResponse,
-                trace_configs=self.replicas.trace_configs(),
-            )
-        return self._session
+        return self._client
+
+    async def send(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> Response:
+        """Send a call to the replica `url` is on; until the answer is closed it counts as
+        that replica's load, and a failed connection takes the replica out of rotation."""
+        lease = self.replicas.lease(url)
+        try:
+            response = await self.client.request(method, url, headers, body)
+        except BaseException as exc:
+            if lease is not None:
+                lease.release()
+                if isinstance(exc, ConnectFailed):
+                    self.replicas.mark_down(lease.index)
+            raise
+        if lease is not None:
+            response.on_finished(lease.release)
+        return response
 
     def url(self, suffix: str, conversation: str = "", deployment: str | None = None) -> str:
         """The URL of the checked path below /v1 on the conversation's replica, as the
@@ -71,9 +74,9 @@ class Upstream:
 
     async def close(self) -> None:
         await self.replicas.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
 
 def safe_suffix(suffix: str) -> str:

@@ -39,13 +39,17 @@ class Pool:
     config: Path
 
     def workers(self) -> list[psutil.Process]:
-        """The serving workers: the parent's direct children, without multiprocessing's
-        resource tracker (the recorder's own workers are the workers' children)."""
-        return [
-            child
-            for child in psutil.Process(self.proc.pid).children()
-            if "resource_tracker" not in " ".join(child.cmdline())
-        ]
+        """The serving workers: the parent's live direct children, without multiprocessing's
+        resource tracker (the recorder's own workers are the workers' children). A child
+        that has just exited and is not yet reaped serves nothing."""
+        return [child for child in psutil.Process(self.proc.pid).children() if _serving(child)]
+
+
+def _serving(child: psutil.Process) -> bool:
+    try:
+        return "resource_tracker" not in " ".join(child.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return False
 
 
 def _config(tmp: Path, port: int, hosted: str, vllm: str) -> Path:

@@ -1,0 +1,26 @@
+"""The proxy's upstream HTTP/1.1 client (see `pool`), its answers and its errors."""
+
+from kvmigrate.proxy.client.connection import Response
+from kvmigrate.proxy.client.errors import (
+    TIMEOUTS,
+    ConnectFailed,
+    ConnectTimeout,
+    ProtocolViolation,
+    ReadTimeout,
+    ServerDisconnected,
+    UpstreamError,
+)
+from kvmigrate.proxy.client.pool import HttpClient, InvalidHeader
+
+__all__ = [
+    "TIMEOUTS",
+    "ConnectFailed",
+    "ConnectTimeout",
+    "HttpClient",
+    "InvalidHeader",
+    "ProtocolViolation",
+    "ReadTimeout",
+    "Response",
+    "ServerDisconnected",
+    "UpstreamError",
+]

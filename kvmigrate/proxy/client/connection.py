@@ -1,0 +1,348 @@
+"""One keep-alive HTTP/1.1 connection to an upstream, and the answer read from it.
+
+The parser is llhttp (through httptools, the parser uvicorn serves with), fed straight from
+the protocol's `data_received`: no stream reader in between and no timer per read. Body
+bytes reach the answer as they arrive; reading pauses while a slow consumer leaves more
+than `HIGH_WATER` bytes unread, so one stalled client cannot buffer a whole upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import cast
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from kvmigrate.proxy.client.errors import (
+    ProtocolViolation,
+    ReadTimeout,
+    ServerDisconnected,
+    UpstreamError,
+)
+
+# An answer's status line and headers; llhttp itself bounds no size.
+MAX_HEAD_BYTES = 64 * 1024
+HIGH_WATER = 1 << 20
+# Statuses whose answers never have a body (RFC 9110 section 6.4.1), so EOF cannot end one.
+_BODILESS = frozenset({204, 304})
+
+
+class Connection(asyncio.Protocol):
+    """A transport, and the answer in progress on it (none while the connection is idle)."""
+
+    __slots__ = ("_on_lost", "answer", "closed", "idle_since", "pool_key", "reused", "transport")
+
+    def __init__(self, on_lost: Callable[[Connection], None]) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.answer: Response | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.reused = False
+        self.pool_key = ""  # the origin whose idle list it goes back to
+        self._on_lost = on_lost
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.answer is None:
+            self.abort()  # bytes nobody asked for: the connection is out of step
+            return
+        self.answer.feed(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._on_lost(self)
+        if self.answer is not None:
+            self.answer.lost(exc)
+
+    def send(self, head: bytes, body: bytes) -> None:
+        assert self.transport is not None
+        if len(body) < 65536:
+            self.transport.write(head + body)  # one segment for a typical request
+        else:
+            self.transport.writelines((head, body))
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+
+class Response:
+    """An upstream's answer: the status and headers, then the body as it arrives.
+
+    `close()` ends it: its connection goes back to the pool when the answer came whole and
+    the server keeps the connection alive, and is dropped otherwise. Reading to the end
+    closes it too. `on_finished` callbacks run once, at the close.
+    """
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_closed",
+        "_complete",
+        "_error",
+        "_finished",
+        "_head_bytes",
+        "_head_done",
+        "_head_read",
+        "_head_request",
+        "_head_seen",
+        "_keep_alive",
+        "_last_read",
+        "_loop",
+        "_on_close",
+        "_parser",
+        "_paused",
+        "_raw_headers",
+        "_read_timeout",
+        "_received",
+        "_timer",
+        "_until_eof",
+        "_waiter",
+        "connection",
+        "content_length",
+        "headers",
+        "status",
+    )
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        head_request: bool,
+        read_timeout: float,
+        on_close: Callable[[Connection, bool], None],
+    ) -> None:
+        self.status = 0
+        self.headers: CIMultiDictProxy[str] = _NO_HEADERS
+        self.content_length: int | None = None
+        self.connection = connection
+        self._loop = asyncio.get_running_loop()
+        self._parser = httptools.HttpResponseParser(self)
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0  # of the headers parsed
+        self._head_read = 0  # of the reads while the head is incomplete
+        self._head_request = head_request
+        self._head_done = False
+        self._head_seen: asyncio.Future[None] = self._loop.create_future()
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._complete = False
+        self._keep_alive = False
+        self._until_eof = False
+        self._received = False
+        self._error: UpstreamError | None = None
+        self._closed = False
+        self._on_close = on_close
+        self._finished: list[Callable[[], None]] = []
+        self._read_timeout = read_timeout
+        self._last_read = self._loop.time()
+        self._timer = self._loop.call_at(self._last_read + read_timeout, self._check_read_timeout)
+
+    # -- what the connection hands over ---------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        self._received = True
+        self._last_read = self._loop.time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(ProtocolViolation(f"the answer's head is over {MAX_HEAD_BYTES} bytes"))
+            else:
+                self._fail(ProtocolViolation(f"the answer is not valid HTTP/1.1 ({exc})"))
+            return
+        if not self._head_done:  # a head still coming: every byte so far is head
+            self._head_read += len(data)
+            if self._head_read > MAX_HEAD_BYTES:
+                self._fail(ProtocolViolation(f"the answer's head is over {MAX_HEAD_BYTES} bytes"))
+
+    def lost(self, exc: Exception | None) -> None:
+        if self._complete:
+            return
+        if exc is None and self._head_done and self._until_eof:
+            self.on_message_complete()  # a body delimited by the end of the connection
+            return
+        state = "while answering" if self._received else "before answering"
+        self._fail(
+            ServerDisconnected(
+                f"the upstream closed the connection {state}", before_answer=not self._received
+            )
+        )
+
+    # -- llhttp's callbacks -----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second answer to one request: never reuse this connection
+            self._keep_alive = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._head_done:
+            return  # a chunked body's trailers are dropped
+        self._raw_headers.append((name, value))
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _HeadTooLarge  # stops the parser; `feed` says why
+
+    def on_headers_complete(self) -> None:
+        if self._head_done:
+            return
+        status = self._parser.get_status_code()
+        if status < 200:  # an interim answer (103 Early Hints): the final one follows
+            self._raw_headers = []
+            return
+        headers: CIMultiDict[str] = CIMultiDict()
+        for name, value in self._raw_headers:
+            headers.add(name.decode("latin-1"), _text(value))
+        self._raw_headers = []
+        self.status = status
+        self.headers = CIMultiDictProxy(headers)
+        length = headers.get("content-length")
+        self.content_length = int(length) if length is not None and length.isdigit() else None
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self._keep_alive = self._parser.should_keep_alive()
+        self._until_eof = length is None and not chunked and status not in _BODILESS
+        self._head_done = True
+        if not self._head_seen.done():
+            self._head_seen.set_result(None)
+        if self._head_request:  # its Content-Length describes a body that never comes
+            self._keep_alive = False
+            self.on_message_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._complete:
+            return
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > HIGH_WATER and not self._paused:
+            self._paused = True
+            self.connection.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if not self._head_done or self._complete:
+            return  # the end of an interim answer, or of one nobody asked for
+        self._complete = True
+        self._timer.cancel()
+        self._wake()
+
+    # -- the consumer's side ----------------------------------------------------------------
+
+    async def wait_head(self) -> None:
+        """Until the status and headers have arrived; raises if the call failed first."""
+        if not self._head_seen.done():
+            await self._head_seen
+        if not self._head_done:
+            assert self._error is not None
+            raise self._error
+
+    async def readany(self) -> bytes:
+        """The body bytes buffered so far (waiting for some), or b"" at the end."""
+        while not self._chunks:
+            if self._complete:
+                self.close()
+                return b""
+            if self._error is not None:
+                raise self._error
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        if self._paused:
+            self._paused = False
+            self.connection.resume_reading()
+        return data
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while chunk := await self.readany():
+            yield chunk
+
+    async def read(self) -> bytes:
+        parts = []
+        while chunk := await self.readany():
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def on_finished(self, callback: Callable[[], None]) -> None:
+        if self._closed:
+            callback()
+        else:
+            self._finished.append(callback)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._timer.cancel()
+        reusable = self._complete and self._keep_alive and self._error is None
+        if reusable and self._paused:
+            self.connection.resume_reading()
+        self.connection.answer = None
+        self._on_close(self.connection, reusable)
+        for callback in self._finished:
+            callback()
+        self._finished.clear()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: UpstreamError) -> None:
+        if self._error is None and not self._complete:
+            self._error = error
+        self._keep_alive = False
+        self._timer.cancel()
+        self.connection.abort()
+        if not self._head_seen.done():
+            self._head_seen.set_result(None)
+        self._wake()
+
+    def _check_read_timeout(self) -> None:
+        if self._complete or self._closed or self._error is not None:
+            return
+        now = self._loop.time()
+        if self._chunks:  # the consumer has bytes to read: nobody waits on the upstream
+            due = now + self._read_timeout
+        else:
+            due = self._last_read + self._read_timeout
+            if now >= due:
+                self._fail(ReadTimeout(f"the upstream sent nothing for {self._read_timeout:g} s"))
+                return
+        self._timer = self._loop.call_at(due, self._check_read_timeout)
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+def _text(value: bytes) -> str:
+    """A header value as text: UTF-8 when it is, else each byte as one character."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
