@@ -31,6 +31,8 @@ async def read_body(request: web.Request, server: ServerConfig) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise body_too_large(limit)
     try:
+        if request.content.is_eof():  # the whole body came with the headers: no wait
+            return await request.read()
         # A client that trickles its body (slow-loris) must not hold a slot forever. A
         # deadline on this task: wait_for made a second task per request.
         async with asyncio.timeout(server.body_timeout_seconds):
