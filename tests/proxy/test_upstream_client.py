@@ -88,6 +88,21 @@ async def keep_alive(
         await writer.drain()
 
 
+def answer_once(answer: bytes, then_wait: float = 0.0) -> Script:
+    """Read one request, write `answer`, wait `then_wait` seconds, close."""
+
+    async def script(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
+    ) -> None:
+        await state.read_request(reader)
+        if answer:
+            writer.write(answer)
+            await writer.drain()
+        await asyncio.sleep(then_wait)
+
+    return script
+
+
 def client(**kwargs: float) -> HttpClient:
     settings: dict[str, float] = {"max_connections": 100, "connect_timeout": 2, "read_timeout": 5}
     settings.update(kwargs)
@@ -175,12 +190,7 @@ def test_framings(answer: bytes, body: bytes, reused: bool) -> None:
 
 
 def test_an_interim_answers_headers_are_not_the_answers() -> None:
-    async def script(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + OK)
-        await writer.drain()
+    script = answer_once(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + OK)
 
     async def main() -> None:
         async with scripted(script) as server:
@@ -199,12 +209,7 @@ def test_a_keep_alive_connection_the_server_dropped_is_replaced_once() -> None:
     """The server answers with keep-alive, then closes the idle connection: the next call
     goes out on a new connection without the caller seeing the drop."""
 
-    async def script(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(OK)
-        await writer.drain()
+    script = answer_once(OK)
 
     async def main() -> None:
         async with scripted(script) as server:
@@ -218,10 +223,7 @@ def test_a_keep_alive_connection_the_server_dropped_is_replaced_once() -> None:
 
 
 def test_a_fresh_connection_closed_before_answering_fails() -> None:
-    async def script(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
+    script = answer_once(b"")
 
     async def main() -> None:
         async with scripted(script) as server:
@@ -259,12 +261,7 @@ def test_a_fresh_connection_closed_before_answering_fails() -> None:
     ],
 )
 def test_broken_answers(answer: bytes, error: type[Exception], message: str) -> None:
-    async def script(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(answer)
-        await writer.drain()
+    script = answer_once(answer)
 
     async def main() -> None:
         async with scripted(script) as server:
@@ -404,13 +401,7 @@ def test_a_slow_consumer_pauses_the_upstream() -> None:
 
 
 def test_a_head_answer_ends_at_its_headers() -> None:
-    async def script(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(30)
+    script = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", then_wait=30)
 
     async def main() -> None:
         async with scripted(script) as server:
@@ -449,12 +440,7 @@ def test_a_header_that_would_break_framing_is_refused_before_sending(
 
 
 def test_upstream_header_bytes_that_are_not_utf8_still_read() -> None:
-    async def script(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nX-Name: caf\xe9\r\nX-Utf: caf\xc3\xa9\r\n" + OK[17:])
-        await writer.drain()
+    script = answer_once(b"HTTP/1.1 200 OK\r\nX-Name: caf\xe9\r\nX-Utf: caf\xc3\xa9\r\n" + OK[17:])
 
     async def main() -> None:
         async with scripted(script) as server:
