@@ -146,7 +146,11 @@ async def relay_stream(
     )
     is_sse = is_event_stream(response)
     error_event = envelope_for(exchange.route).stream_event
-    await client.prepare(request)
+    try:
+        await client.prepare(request)
+    except BaseException:  # the client left before its headers: the upstream's answer ends
+        response.close()
+        raise
     try:
         if first_chunk:
             await client.write(rewrite(first_chunk) if rewrite else first_chunk)

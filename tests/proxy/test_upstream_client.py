@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -367,6 +368,23 @@ def test_an_answer_closed_unread_takes_its_connection_with_it() -> None:
             assert await fetch(http, server.url) == (200, b"abcde")
             await http.close()
         assert server.connections == 2
+
+    asyncio.run(main())
+
+
+def test_an_answer_dropped_unclosed_gives_its_slot_back() -> None:
+    """A code path that forgets to close an answer must not hold its connection slot for
+    good: with one slot, the next call would wait forever."""
+
+    async def main() -> None:
+        async with scripted(keep_alive) as server:
+            http = client(max_connections=1)
+            response = await http.request("POST", server.url + "/v1/x", {}, b"{}")
+            assert response.status == 200
+            del response
+            gc.collect()
+            assert await asyncio.wait_for(fetch(http, server.url), 5) == (200, b"{}")
+            await http.close()
 
     asyncio.run(main())
 

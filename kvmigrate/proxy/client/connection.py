@@ -9,6 +9,7 @@ than `HIGH_WATER` bytes unread, so one stalled client cannot buffer a whole upst
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import cast
@@ -37,7 +38,8 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, on_lost: Callable[[Connection], None]) -> None:
         self.transport: asyncio.Transport | None = None
-        self.answer: Response | None = None
+        # Weak: an answer its reader dropped unclosed must still be collected (see __del__).
+        self.answer: weakref.ref[Response] | None = None
         self.closed = False
         self.idle_since = 0.0
         self.reused = False
@@ -48,16 +50,18 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.answer is None:
+        answer = self.answer() if self.answer is not None else None
+        if answer is None:
             self.abort()  # bytes nobody asked for: the connection is out of step
             return
-        self.answer.feed(data)
+        answer.feed(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._on_lost(self)
-        if self.answer is not None:
-            self.answer.lost(exc)
+        answer = self.answer() if self.answer is not None else None
+        if answer is not None:
+            answer.lost(exc)
 
     def send(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
@@ -89,6 +93,7 @@ class Response:
     """
 
     __slots__ = (
+        "__weakref__",
         "_buffered",
         "_chunks",
         "_closed",
@@ -109,6 +114,7 @@ class Response:
         "_raw_headers",
         "_read_timeout",
         "_received",
+        "_ref",
         "_timer",
         "_until_eof",
         "_waiter",
@@ -152,7 +158,9 @@ class Response:
         self._finished: list[Callable[[], None]] = []
         self._read_timeout = read_timeout
         self._last_read = self._loop.time()
-        self._timer = self._loop.call_at(self._last_read + read_timeout, self._check_read_timeout)
+        self._ref = weakref.ref(self)
+        connection.answer = self._ref
+        self._timer = self._loop.call_at(self._last_read + read_timeout, _time_check, self._ref)
 
     # -- what the connection hands over ---------------------------------------------------
 
@@ -302,6 +310,16 @@ class Response:
             callback()
         self._finished.clear()
 
+    def __del__(self) -> None:
+        # A safety net: an answer nobody closed would hold its connection slot (and its
+        # replica's lease) for good, and enough of them would stall every call. The
+        # collector may run in any thread, so the close goes to the loop's.
+        if getattr(self, "_closed", True) or self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(
+            _close_dropped, self._timer, self.connection, self._on_close, tuple(self._finished)
+        )
+
     # -- inside ---------------------------------------------------------------------------
 
     def _wake(self) -> None:
@@ -330,7 +348,27 @@ class Response:
             if now >= due:
                 self._fail(ReadTimeout(f"the upstream sent nothing for {self._read_timeout:g} s"))
                 return
-        self._timer = self._loop.call_at(due, self._check_read_timeout)
+        self._timer = self._loop.call_at(due, _time_check, self._ref)
+
+
+def _close_dropped(
+    timer: asyncio.TimerHandle,
+    connection: Connection,
+    on_close: Callable[[Connection, bool], None],
+    finished: tuple[Callable[[], None], ...],
+) -> None:
+    timer.cancel()
+    connection.answer = None
+    on_close(connection, False)
+    for callback in finished:
+        callback()
+
+
+def _time_check(ref: weakref.ref[Response]) -> None:
+    """The read timer holds its answer weakly, like the connection does."""
+    answer = ref()
+    if answer is not None:
+        answer._check_read_timeout()
 
 
 class _HeadTooLarge(Exception):

@@ -87,7 +87,6 @@ class HttpClient:
                 read_timeout=self._read_timeout,
                 on_close=self._closed,
             )
-            connection.answer = response
             connection.send(head, body)
             try:
                 await response.wait_head()
