@@ -17,6 +17,7 @@ kvmigrate's own code and the gap between this and `direct` is the transport's.
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -26,6 +27,25 @@ from kvmigrate.proxy.client import HttpClient
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "upgrade"}
 )
+
+
+async def relay(
+    request: web.Request,
+    status: int,
+    headers: Mapping[str, str],
+    read_whole: Callable[[], Awaitable[bytes]],
+    chunks: AsyncIterator[bytes],
+) -> web.StreamResponse:
+    """The answer to the client: whole, or chunk by chunk for an event stream."""
+    relayed = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+    if "text/event-stream" not in headers.get("content-type", ""):
+        return web.Response(status=status, body=await read_whole(), headers=relayed)
+    client = web.StreamResponse(status=status, headers=relayed)
+    await client.prepare(request)
+    async for chunk in chunks:
+        await client.write(chunk)
+    await client.write_eof()
+    return client
 
 
 def make_lean_app(upstream: str) -> web.Application:
@@ -38,17 +58,10 @@ def make_lean_app(upstream: str) -> web.Application:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         response = await client.request(request.method, upstream + request.path_qs, headers, body)
-        relayed = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
-            if "text/event-stream" not in response.headers.get("content-type", ""):
-                answer = await response.read()
-                return web.Response(status=response.status, body=answer, headers=relayed)
-            relay = web.StreamResponse(status=response.status, headers=relayed)
-            await relay.prepare(request)
-            async for chunk in response.iter_any():
-                await relay.write(chunk)
-            await relay.write_eof()
-            return relay
+            return await relay(
+                request, response.status, response.headers, response.read, response.iter_any()
+            )
         finally:
             response.close()
 
@@ -80,17 +93,14 @@ def make_app(upstream: str) -> web.Application:
         response = await session.request(
             request.method, upstream + request.path_qs, data=body, headers=headers
         )
-        relayed = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
-            if "text/event-stream" not in response.headers.get("content-type", ""):
-                answer = await response.read()
-                return web.Response(status=response.status, body=answer, headers=relayed)
-            client = web.StreamResponse(status=response.status, headers=relayed)
-            await client.prepare(request)
-            async for chunk in response.content.iter_any():
-                await client.write(chunk)
-            await client.write_eof()
-            return client
+            return await relay(
+                request,
+                response.status,
+                response.headers,
+                response.read,
+                response.content.iter_any(),
+            )
         finally:
             response.release()
 
