@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gc
 import ssl
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -384,6 +385,31 @@ def test_an_answer_dropped_unclosed_gives_its_slot_back() -> None:
             del response
             gc.collect()
             assert await asyncio.wait_for(fetch(http, server.url), 5) == (200, b"{}")
+            await http.close()
+
+    asyncio.run(main())
+
+
+def test_a_closed_answer_dies_by_reference_count() -> None:
+    """Every upstream call makes an answer: one that only the cyclic collector can free
+    makes the proxy's young collections find and scan every call's objects under load."""
+
+    async def main() -> None:
+        async with scripted(keep_alive) as server:
+            http = client()
+            gc.disable()
+            try:
+                for read_whole in (True, False):
+                    response = await http.request("POST", server.url + "/v1/x", {}, b"{}")
+                    if read_whole:
+                        assert await response.read() == b"{}"
+                    else:
+                        response.close()
+                    answer = weakref.ref(response)
+                    del response
+                    assert answer() is None, "an answer outlived its last reference"
+            finally:
+                gc.enable()
             await http.close()
 
     asyncio.run(main())
