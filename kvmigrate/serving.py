@@ -137,6 +137,9 @@ class EnvelopeRequestHandler(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._limits is not None:
             self._limits.open -= 1
+        request = self._current_request
+        if request is not None and request.get(_OUTLIVES_CLIENT):
+            self._task_handler = None  # what aiohttp would cancel the handler through
         super().connection_lost(exc)
 
     """Answers requests that fail below the application (a malformed request line, bad
@@ -174,6 +177,17 @@ class EnvelopeRequestHandler(RequestHandler):
         response = web.Response(status=status, body=body, content_type="application/json")
         response.force_close()
         return response
+
+
+def outlive_client(request: BaseRequest) -> None:
+    """From here on, the request's handler runs to its end even if its client leaves: the
+    handler notices at its next write. aiohttp, serving with `handler_cancellation`, would
+    cancel it at the disconnect (what a proxy wants before the first byte: the upstream call
+    stops). The alternative, a task per request to shield, cost 20 us of CPU per request."""
+    request[_OUTLIVES_CLIENT] = True
+
+
+_OUTLIVES_CLIENT = web.RequestKey("kvmigrate_outlives_client", bool)
 
 
 class EnvelopeServer(web.Server):

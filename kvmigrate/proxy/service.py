@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -60,6 +60,7 @@ from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
+from kvmigrate.serving import outlive_client
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 if TYPE_CHECKING:
@@ -113,8 +114,9 @@ class ProxyService:
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.unserved = UnservedRoutes()
-        # Relays that outlive a cancelled handler (see _answer), held until they end.
-        self._relays: set[asyncio.Future[web.StreamResponse]] = set()
+        # The handlers relaying an answer, which may outlive their clients (see _answer):
+        # aiohttp's shutdown no longer waits for those, `close` ends them.
+        self._relays: set[asyncio.Task[Any]] = set()
         self.shadow, self.shadows = candidate_dispatchers(config, self.metrics, shadow_timeout)
 
     async def start(self) -> None:
@@ -196,19 +198,16 @@ class ProxyService:
             raise
         # From the first byte on, the relay runs to its end even if the client leaves: it
         # notices at its next write, records what was sent, and the answer's copies go out.
-        relay = asyncio.ensure_future(
-            self._relay(request, routed, exchange, response, first, check, call_at - started)
-        )
+        outlive_client(request)
+        relay = asyncio.current_task()
+        assert relay is not None
         self._relays.add(relay)
-        relay.add_done_callback(self._relay_done)
-        return await asyncio.shield(relay)
-
-    def _relay_done(self, relay: asyncio.Future[web.StreamResponse]) -> None:
-        self._relays.discard(relay)
-        if not relay.cancelled():
-            # Retrieved here: a relay whose client left mid-write has recorded that itself,
-            # and nobody may be left awaiting it.
-            relay.exception()
+        try:
+            return await self._relay(
+                request, routed, exchange, response, first, check, call_at - started
+            )
+        finally:
+            self._relays.discard(relay)
 
     def _fall_back(self, routed: Routed, failed: Exchange, failure: UpstreamFailure) -> Exchange:
         """Record the failed first attempt; the exchange with the fallback backend, or the

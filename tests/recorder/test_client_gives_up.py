@@ -1,4 +1,5 @@
 """A client that gives up before the first byte: the upstream call stops, and it is evidence.
+One that leaves mid-stream: the relay runs on to its next write, and that is evidence too.
 
 A candidate slow enough that clients time out is exactly what the gates and auto-rollback
 exist to catch, so its give-ups must leave rows and metrics and count against it.
@@ -7,6 +8,8 @@ exist to catch, so its give-ups must leave rows and metrics and count against it
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -123,3 +126,70 @@ def test_a_client_that_gives_up_cancels_the_upstream_and_counts_against_it(
     )
     assert reason is not None
     assert "error rate" in reason
+
+
+class PausedStream:
+    """An upstream that streams one content chunk, then the rest once `resume` is set."""
+
+    def __init__(self) -> None:
+        self.resume = threading.Event()
+        self.finished = threading.Event()
+
+    def app(self) -> web.Application:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(_chunk({"role": "assistant", "content": "one"}))
+            await asyncio.to_thread(self.resume.wait, 10)
+            for word in (" two", " three"):
+                await response.write(_chunk({"content": word}))
+            await response.write(b"data: [DONE]\n\n")
+            self.finished.set()
+            return response
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        return app
+
+
+def _chunk(delta: dict[str, str]) -> bytes:
+    event = {
+        "id": "chatcmpl-paused",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "llama",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+    }
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def test_a_client_that_leaves_mid_stream_is_recorded_as_disconnected(
+    backends: Backends, tmp_path: Path
+) -> None:
+    """From the first byte on, the proxy's relay runs to its next write after the client
+    left (aiohttp would cancel it at the disconnect), so the answer still leaves a record:
+    the status and time to first byte it had, and the client's disconnect as its error."""
+    upstream = PausedStream()
+    db = f"sqlite:///{tmp_path}/records.db"
+    rollout = "{mode: split, percent: 100, noise_sample: 0, pinning: false}"
+    with BackgroundServer(upstream.app) as candidate:
+        config = recorder_config(backends.hosted.url, candidate.url, db, rollout=rollout)
+        proxy = start_recording_proxy(config)
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client", max_retries=0)
+        stream = client.chat.completions.create(
+            model=HOSTED_MODEL, messages=[{"role": "user", "content": "count"}], stream=True
+        )
+        assert next(iter(stream)).choices[0].delta.content == "one"
+        stream.close()  # the client leaves with the stream half read
+        client.close()
+        upstream.resume.set()
+        assert upstream.finished.wait(10), "the upstream's answer was cut off"
+        wait_until(lambda: proxy.recorder.stats.written >= 1)
+        proxy.stop()
+
+    with open_store(db) as store:
+        rows = store.query("SELECT backend, role, status, error, ttft_ms FROM records")
+    assert len(rows) == 1
+    backend, role, status, error, ttft_ms = rows[0]
+    assert (backend, role, status, error) == ("vllm", "serve", 200, "client_disconnected")
+    assert ttft_ms is not None and ttft_ms > 0
