@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.wire import anthropic_stream
+from kvmigrate.wire.assemble import assemble
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects, sse_payloads
 from kvmigrate.wire.usage import token_counts
@@ -62,6 +63,8 @@ class Exchange:
     chunks: list[bytes] = field(default_factory=ChunkLog)
     _usage: dict[str, Any] | None = None
     _usage_parsed: bool = False
+    _answer: dict[str, Any] | None = None
+    _answer_parsed: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -82,12 +85,22 @@ class Exchange:
     def body(self) -> bytes:
         return b"".join(self.chunks)
 
+    def answer(self) -> dict[str, Any] | None:
+        """The whole answer as its route's response object (a stream reassembled), parsed
+        once for everyone in this process: the metrics' usage and conversation identity
+        both read it."""
+        if not self._answer_parsed:
+            self._answer_parsed = True
+            self._answer = assemble(self.route, self.body())
+        return self._answer
+
     @property
     def usage(self) -> dict[str, Any] | None:
         if not self._usage_parsed:
             self._usage_parsed = True
             if not self.stream:
-                self._usage = _body_usage(self.body())
+                answer = self.answer()
+                self._usage = _usage_of(answer) if answer is not None else None
             elif self.route == anthropic_stream.ROUTE:
                 self._usage = _messages_stream_usage(self.chunks)
             else:
@@ -133,14 +146,6 @@ def _last_usage_line(tail: bytes) -> dict[str, Any] | None:
     try:
         data = orjson.loads(line[5:])
     except orjson.JSONDecodeError:  # an event whose data spans lines, or a cut-off one
-        return None
-    return _usage_of(data) if isinstance(data, dict) else None
-
-
-def _body_usage(body: bytes) -> dict[str, Any] | None:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
         return None
     return _usage_of(data) if isinstance(data, dict) else None
 

@@ -42,3 +42,29 @@ def test_the_state_rebuilds_the_exchange_in_a_worker() -> None:
 
 def test_the_proxy_imports_the_same_type() -> None:
     assert proxy_exchange.Exchange is Exchange
+
+
+def test_a_whole_answer_is_parsed_once_for_its_usage_and_its_readers() -> None:
+    """The metrics' usage, conversation identity and the tool-call check all read the
+    answer: one parse on the proxy's loop, not one each."""
+    x = _exchange()
+    x.stream = False
+    x.chunks = [b'{"id": "chatcmpl-1", "choices": [], ', b'"usage": {"prompt_tokens": 9}}']
+    assert x.usage == {"prompt_tokens": 9}
+    answer = x.answer()
+    assert answer == {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 9}}
+    assert x.answer() is answer
+    assert x.usage is answer["usage"]
+
+
+def test_a_streamed_answer_is_reassembled() -> None:
+    x = _exchange()
+    x.chunks = [
+        b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",'
+        b' "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    answer = x.answer()
+    assert answer is not None
+    assert answer["choices"][0]["message"]["content"] == "hi"
+    assert x.answer() is answer

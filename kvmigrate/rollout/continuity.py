@@ -32,7 +32,6 @@ from kvmigrate.policies.conversation import conversation_key, declared_key, turn
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
-from kvmigrate.wire.assemble import assemble
 
 log = logging.getLogger("kvmigrate.identity")
 
@@ -234,7 +233,7 @@ class ContinuityResolver:
         pending = exchange.continuity
         if not isinstance(pending, Pending) or exchange.status != 200 or not exchange.ok:
             return
-        response = assemble(exchange.route, exchange.body())
+        response = exchange.answer()
         if response is not None:
             self.remember(pending, response)
 

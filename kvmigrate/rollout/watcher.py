@@ -29,7 +29,6 @@ from kvmigrate.rollout.controller import RolloutController, RolloutError
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.rollout.store import StoreError
-from kvmigrate.wire.assemble import assemble
 
 if TYPE_CHECKING:
     from kvmigrate.proxy.exchange import Exchange
@@ -153,7 +152,7 @@ class RollbackWatcher:
         while self._unchecked:
             exchange = self._unchecked.popleft()
             window = self.windows.get((exchange.cohort, exchange.backend))
-            response = assemble(exchange.route, exchange.body())
+            response = exchange.answer()
             try:
                 request = orjson.loads(exchange.request_body)
             except orjson.JSONDecodeError:
