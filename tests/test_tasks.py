@@ -55,3 +55,40 @@ def test_close_cancels_what_outlives_the_timeout() -> None:
         assert cancelled.is_set()
 
     asyncio.run(scenario())
+
+
+def test_a_task_past_its_deadline_is_cancelled_and_counted() -> None:
+    """One sweep cancels what outlives the deadline; a task that ends in time is left alone,
+    and one cancelled for another reason is not counted as overdue."""
+
+    async def scenario() -> None:
+        overdue: list[int] = []
+        stuck_cancelled = asyncio.Event()
+
+        async def stuck() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                stuck_cancelled.set()
+                raise
+
+        async def quick() -> None:
+            await asyncio.sleep(0.01)
+
+        tasks = BoundedTasks(4, lambda: None, deadline=0.2, on_overdue=lambda: overdue.append(1))
+        started = asyncio.get_running_loop().time()
+        assert tasks.start(stuck)
+        assert tasks.start(quick)
+        await asyncio.wait_for(stuck_cancelled.wait(), 10)
+        # Never before the deadline (10 s above is a liveness bound, not a timing).
+        waited = asyncio.get_running_loop().time() - started
+        assert waited >= 0.2
+        await asyncio.sleep(0)  # the done callback runs on the next loop turn
+        assert (overdue, len(tasks)) == ([1], 0)
+
+        assert tasks.start(stuck)
+        await tasks.close(grace=0.01)  # cancelled by the close, not by the deadline
+        await asyncio.sleep(0)
+        assert overdue == [1]
+
+    asyncio.run(scenario())

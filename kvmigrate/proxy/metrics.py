@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kvmigrate.proxy.pool_metrics import TrackingRegistry, pool_directory, render_pool
@@ -95,12 +95,6 @@ class ProxyMetrics:
         )
         self.shadow_dropped = Counter(
             "kvmigrate_shadow_dropped", "Shadow copies not sent, by reason.", ["reason"], registry=r
-        )
-        self.shadow_inflight = Gauge(
-            "kvmigrate_shadow_inflight",
-            "Shadow copies in flight.",
-            registry=r,
-            multiprocess_mode="livesum",
         )
         self.fallbacks = Counter(
             "kvmigrate_fallbacks",

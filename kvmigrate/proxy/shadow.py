@@ -41,39 +41,16 @@ class RateBudget:
         return True
 
 
-class InflightTotal:
-    """The in-flight copies of several dispatchers (one per candidate), as one gauge."""
-
-    def __init__(self, set_gauge: Callable[[float], None]) -> None:
-        self._counts: dict[int, int] = {}
-        self._set = set_gauge
-
-    def counter(self) -> Callable[[int], None]:
-        slot = len(self._counts)
-        self._counts[slot] = 0
-
-        def count(n: int) -> None:
-            self._counts[slot] = n
-            self._set(sum(self._counts.values()))
-
-        return count
-
-
 class ShadowDispatcher:
-    def __init__(
-        self,
-        max_concurrency: int,
-        metrics: ProxyMetrics,
-        timeout: float,
-        inflight: Callable[[int], None] | None = None,
-    ) -> None:
+    def __init__(self, max_concurrency: int, metrics: ProxyMetrics, timeout: float) -> None:
         self.max_concurrency = max_concurrency
         self.timeout = timeout
         self._metrics = metrics
         self._tasks = BoundedTasks(
             max_concurrency,
             lambda: metrics.shadow_dropped.labels("concurrency_limit").inc(),
-            inflight or metrics.shadow_inflight.set,
+            deadline=timeout,
+            on_overdue=metrics.shadow_dropped.labels("timeout").inc,
         )
 
     @property
@@ -85,12 +62,9 @@ class ShadowDispatcher:
         return self._tasks.start(lambda: self._run(make_copy))
 
     async def _run(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        # Past `timeout` the task is cancelled, and counted, by BoundedTasks' sweep.
         try:
-            # A deadline on this task, not wait_for's second task per copy.
-            async with asyncio.timeout(self.timeout):
-                await make_copy()
-        except TimeoutError:
-            self._metrics.shadow_dropped.labels("timeout").inc()
+            await make_copy()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -109,9 +83,14 @@ def candidate_dispatchers(
     every further candidate (models[].candidates): each has a budget of its own, so a slow
     one cannot starve the others' copies. One gauge counts them all."""
     bound = config.rollout.shadow_max_concurrency
-    inflight = InflightTotal(metrics.shadow_inflight.set)
-    default = ShadowDispatcher(bound, metrics, timeout, inflight.counter())
+    default = ShadowDispatcher(bound, metrics, timeout)
     further = {b for m in config.models for b in m.candidates} - {config.rollout.candidate}
-    return default, {
-        b: ShadowDispatcher(bound, metrics, timeout, inflight.counter()) for b in sorted(further)
-    }
+    others = {b: ShadowDispatcher(bound, metrics, timeout) for b in sorted(further)}
+    every = (default, *others.values())
+    # Read when scraped: counting on every copy's start and end cost a lock each time.
+    metrics.gauge_function(
+        "kvmigrate_shadow_inflight",
+        "Shadow copies in flight.",
+        lambda: sum(dispatcher.inflight for dispatcher in every),
+    )
+    return default, others
