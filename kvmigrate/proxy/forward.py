@@ -208,7 +208,7 @@ async def drain(response: Response, exchange: Exchange) -> None:
     """Consume a whole response with nobody to relay it to (shadow copies): measures TTFT and
     total time and keeps the bytes for comparison."""
     try:
-        async for chunk in response.iter_any():
+        while chunk := await response.readany():
             if exchange.first_byte is None:
                 exchange.first_byte = time.perf_counter()
             exchange.chunks.append(chunk)

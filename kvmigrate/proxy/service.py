@@ -490,7 +490,10 @@ class ProxyService:
             exchange.finished = exchange.finished or time.perf_counter()
             self.addons.exchange_done(exchange)
 
-        return self.shadows.get(backend, self.shadow).dispatch(copy)
+        # Without a chain to settle, no wrapper: a coroutine less per copy.
+        return self.shadows.get(backend, self.shadow).dispatch(
+            copy if mirrors is not None else send_copy
+        )
 
     # -- everything else --------------------------------------------------------------------
 

@@ -136,7 +136,7 @@ class ContinuityResolver:
             identity = Identity(opening, history.turn, source)
         self._link(history.request_link, identity.conversation, identity.turn)
         pending = Pending(route, history, identity.conversation, identity.turn)
-        return self._count(replace(identity, pending=pending))
+        return self._count(Identity(identity.conversation, identity.turn, identity.source, pending))
 
     def _local_link(self, history: History) -> tuple[str, int] | None:
         """The answer link, else the request link (an answer not linked: it failed, or the
