@@ -152,6 +152,10 @@ class EnvelopeRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        if isinstance(exc, ConnectionError):
+            # Not malformed: the client left while its answer was being written (a handler
+            # that outlives its client, see outlive_client). There is no one to answer.
+            raise ConnectionError("the client closed the connection") from exc
         # A malformed request is the client's problem: one debug line, no traceback. The
         # parser's own message quotes the offending line, which may be anyone's credential
         # under any header name: neither the log nor the answer repeats it.
