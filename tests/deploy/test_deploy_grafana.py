@@ -42,13 +42,15 @@ REQUIRED = {
 }  # fmt: skip
 _CONSTRUCTOR = re.compile(
     r"\b(Counter|Gauge|Histogram|Summary|Info|CounterMetricFamily|GaugeMetricFamily|"
-    r"HistogramMetricFamily|SummaryMetricFamily)\(\s*[\"']([a-zA-Z_:][a-zA-Z0-9_:]*)[\"']"
+    r"HistogramMetricFamily|SummaryMetricFamily|gauge_function)\(\s*[\"']"
+    r"([a-zA-Z_:][a-zA-Z0-9_:]*)[\"']"
 )
 _SUFFIXES = {
     "Counter": ("_total",),
     "CounterMetricFamily": ("_total",),
     "Gauge": ("",),
     "GaugeMetricFamily": ("",),
+    "gauge_function": ("",),  # ProxyMetrics.gauge_function: a gauge read at scrape time
     "Info": ("_info",),
     "Histogram": ("_bucket", "_sum", "_count"),
     "HistogramMetricFamily": ("_bucket", "_sum", "_count"),
