@@ -7,7 +7,6 @@ can never grow the proxy's memory or delay the primary.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -44,7 +43,6 @@ class RateBudget:
 class ShadowDispatcher:
     def __init__(self, max_concurrency: int, metrics: ProxyMetrics, timeout: float) -> None:
         self.max_concurrency = max_concurrency
-        self.timeout = timeout
         self._metrics = metrics
         self._tasks = BoundedTasks(
             max_concurrency,
@@ -65,9 +63,7 @@ class ShadowDispatcher:
         # Past `timeout` the task is cancelled, and counted, by BoundedTasks' sweep.
         try:
             await make_copy()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # not a cancellation (a BaseException): that ends the task
             self._metrics.shadow_dropped.labels("error").inc()
             log.exception("shadow copy failed")
 

@@ -10,7 +10,6 @@ call) are in benchmarks/stream_relay_timing.py.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 from proxy_support import HOSTED_MODEL, ProxyFactory
+from sse_chunks import chat_chunk
 
 from kvmigrate.serving import BackgroundServer
 
@@ -36,16 +36,8 @@ class Lockstep:
     sent: int = 0
 
 
-def chunk(index: int, content: str | None, finish: str | None = None) -> bytes:
-    delta = {"content": content} if content is not None else {}
-    body = {
-        "id": "chatcmpl-lockstep",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def chunk(content: str | None, finish: str | None = None) -> bytes:
+    return chat_chunk({"content": content} if content is not None else {}, finish)
 
 
 @pytest.fixture
@@ -58,10 +50,10 @@ def lockstep_upstream() -> Iterator[tuple[BackgroundServer, Lockstep]]:
         await response.prepare(request)
         for k in range(CHUNKS):
             state.sent = k + 1  # before the write: the client may see the chunk at once
-            await response.write(chunk(k, f"w{k} "))
+            await response.write(chunk(f"w{k} "))
             if not await asyncio.to_thread(state.received[k].wait, STALL_S):
                 state.stalled.append(k)
-        await response.write(chunk(CHUNKS, None, "stop") + b"data: [DONE]\n\n")
+        await response.write(chunk(None, "stop") + b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 

@@ -8,7 +8,6 @@ exist to catch, so its give-ups must leave rows and metrics and count against it
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import urllib.request
@@ -24,6 +23,7 @@ from recorder_support import (
     start_recording_proxy,
     wait_until,
 )
+from sse_chunks import chat_chunk
 
 from kvmigrate.policies.gates import (
     GateConfig,
@@ -139,10 +139,10 @@ class PausedStream:
         async def handle(request: web.Request) -> web.StreamResponse:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
-            await response.write(_chunk({"role": "assistant", "content": "one"}))
+            await response.write(chat_chunk({"role": "assistant", "content": "one"}))
             await asyncio.to_thread(self.resume.wait, 10)
             for word in (" two", " three"):
-                await response.write(_chunk({"content": word}))
+                await response.write(chat_chunk({"content": word}))
             await response.write(b"data: [DONE]\n\n")
             self.finished.set()
             return response
@@ -150,17 +150,6 @@ class PausedStream:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handle)
         return app
-
-
-def _chunk(delta: dict[str, str]) -> bytes:
-    event = {
-        "id": "chatcmpl-paused",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "llama",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-    }
-    return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
 def test_a_client_that_leaves_mid_stream_is_recorded_as_disconnected(
