@@ -46,6 +46,15 @@ REMOTE_LINK_TIMEOUT = 0.5
 # work on the answer. A link after a quiet spell still goes at once. Well under
 # REMOTE_RETRY_DELAY: another proxy's second read must find a link this one just made.
 LINK_BATCH_S = 0.005
+# Where no other process reads the store (one proxy, not `--workers`), its links serve only
+# the proxy's next start: a batch every quarter second, not every 5 ms. Each batch is a
+# thread hop and a transaction whose thread contends for the loop's core and GIL; at 3,000
+# answers a second the 5 ms batches cost 8-12% of the default deployment's throughput. A
+# SIGKILL loses at most this much of the links (soft state: a lost link costs a
+# conversation its continuity across the restart, never a decision).
+LOCAL_LINK_BATCH_S = 0.25
+# A batch this large goes at once, whatever the window: it bounds what one write holds.
+LINK_BATCH_MAX = 2_000
 # Another proxy writes its link as soon as its answer is whole, but its client can be quicker
 # still: a miss on a shared store is read once more after this long before it counts.
 REMOTE_RETRY_DELAY = 0.01
@@ -86,6 +95,7 @@ class ContinuityResolver:
         max_local: int = MAX_LOCAL_LINKS,
         remote_timeout: float = REMOTE_LINK_TIMEOUT,
         supervisor: Supervisor | None = None,
+        batch_s: float | None = None,
     ) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
@@ -97,7 +107,6 @@ class ContinuityResolver:
         self._wake: asyncio.Event | None = None
         self._saved: asyncio.Future[None] | None = None  # done when the queued batch is saved
         self._gathering: asyncio.Future[None] | None = None  # the writer's batch window
-        self._last_flush = -LINK_BATCH_S
         self._task: asyncio.Task[None] | None = None
         # The counter's child per source, labelled once: `labels()` validates and locks on
         # every call, and this counts every request.
@@ -109,6 +118,9 @@ class ContinuityResolver:
         # directory is set for them only). A single proxy knows its links in process, and
         # the wait (a thread hop and a transaction, ~0.5 ms at c=1) would be pure cost.
         self.others_read = self.shared or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        # How long the writer gathers links into one batch (LINK_BATCH_S, LOCAL_LINK_BATCH_S).
+        self.batch_s = batch_s or (LINK_BATCH_S if self.others_read else LOCAL_LINK_BATCH_S)
+        self._last_flush = -self.batch_s
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
 
@@ -201,10 +213,14 @@ class ContinuityResolver:
     def save(self, link: Link) -> None:
         """Queue a link for the writer's next batch (response ids use it too, issue 17)."""
         if self.store is not None:
-            self._unsaved.append(link)
-            del self._unsaved[:-MAX_UNSAVED]
+            unsaved = self._unsaved
+            unsaved.append(link)
+            if len(unsaved) > MAX_UNSAVED:
+                del unsaved[:-MAX_UNSAVED]
             if self._wake is not None:
                 self._wake.set()
+                if len(unsaved) >= LINK_BATCH_MAX and self._gathering is not None:
+                    _release(self._gathering)
 
     async def settle(self, exchange: Any) -> None:
         """Before the client's last byte: remember a served answer and wait (at most
@@ -272,10 +288,11 @@ class ContinuityResolver:
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            delay = self._last_flush + LINK_BATCH_S - loop.time()
-            if self._saved is None and delay > 0:
+            delay = self._last_flush + self.batch_s - loop.time()
+            if self._saved is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
                 # Nobody waits on this batch yet (a request's own link, a retry): let it
-                # gather, until the window ends or an answer waits on it (`settle`).
+                # gather, until the window ends, an answer waits on it (`settle`) or it
+                # holds LINK_BATCH_MAX links (`save`).
                 self._gathering = loop.create_future()
                 handle = loop.call_later(delay, _release, self._gathering)
                 await self._gathering
@@ -320,10 +337,11 @@ def _release(waiting: asyncio.Future[None]) -> None:
 # a Redis store reads its secret at first use.
 def _save_links(store: RolloutStore, links: list[Link]) -> None:
     keys = store.keys
+    latest = {link.key: link for link in links}  # a key saved twice in a batch: its last
     store.save_links(
         [
-            replace(k, key=keys.key(k.key), conversation=keys.conversation(k.conversation))
-            for k in links
+            Link(keys.key(k.key), keys.conversation(k.conversation), k.turn, k.expires_at, k.detail)
+            for k in latest.values()
         ]
     )
 

@@ -15,7 +15,6 @@ conversation continued through another proxy keeps its key, its split bucket and
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
@@ -34,8 +33,11 @@ def new_secret() -> str:
 
 
 def is_hashed(key: str) -> bool:
-    body = key[len(HASHED_PREFIX) :]
-    return key.startswith(HASHED_PREFIX) and len(body) == HASH_HEX_DIGITS and set(body) <= _HEX
+    return (
+        key.startswith(HASHED_PREFIX)
+        and len(key) == len(HASHED_PREFIX) + HASH_HEX_DIGITS
+        and set(key[len(HASHED_PREFIX) :]) <= _HEX
+    )
 
 
 class StoreKeys:
@@ -55,8 +57,10 @@ class StoreKeys:
         if is_hashed(key):
             return key
         data = key.encode("utf-8", "surrogateescape")
-        digest = hmac.new(self._secret, data, hashlib.sha256).hexdigest()
-        return HASHED_PREFIX + digest[:HASH_HEX_DIGITS]
+        # The one-shot C HMAC: half the time of `hmac.new`, and the store's writer hashes
+        # every link it saves.
+        digest = hmac.digest(self._secret, data, "sha256")
+        return HASHED_PREFIX + digest[: HASH_HEX_DIGITS // 2].hex()
 
     def conversation(self, conversation: str) -> str:
         """A link's conversation as the store keeps it: hashed unless derived."""

@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from kvmigrate.rollout.continuity import ContinuityResolver
+from kvmigrate.rollout.continuity import (
+    LINK_BATCH_MAX,
+    LINK_BATCH_S,
+    LOCAL_LINK_BATCH_S,
+    ContinuityResolver,
+)
 from kvmigrate.rollout.state import Link, Pin, RolloutState
 from kvmigrate.rollout.store import open_store
 
@@ -177,3 +182,45 @@ def test_a_next_turn_that_outruns_the_answer_link_continues_by_the_request_link(
         2,
         "continuity",
     )
+
+
+def test_a_single_proxy_gathers_its_links_and_a_full_batch_goes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no other process reads the links, they are only for the next start: they
+    gather for the resolver's window. A lone link after a quiet spell goes at once, the
+    next ones wait, LINK_BATCH_MAX of them go at once, and what is left goes at shutdown."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    url = f"sqlite:///{tmp_path}/state.db"
+    assert ContinuityResolver(open_store(url, RolloutState())).batch_s == LOCAL_LINK_BATCH_S
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # `proxy --workers N`
+    assert ContinuityResolver(open_store(url, RolloutState())).batch_s == LINK_BATCH_S
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+
+    def link(key: str) -> Link:
+        return Link(key, "h:0123456789abcdef01234567", 1, time.time() + 60)
+
+    async def in_store(resolver: ContinuityResolver, key: str) -> bool:
+        assert resolver.store is not None
+        found = await asyncio.to_thread(resolver.store.load_links, [resolver.store.keys.key(key)])
+        return bool(found)
+
+    async def run() -> None:
+        resolver = ContinuityResolver(open_store(url, RolloutState()), batch_s=3600.0)
+        await resolver.running()
+        resolver.save(link("c:first"))
+        await stored(resolver, "c:first")
+        resolver.save(link("c:second"))
+        await asyncio.sleep(0.05)
+        assert not await in_store(resolver, "c:second")  # gathering, for an hour
+        for n in range(LINK_BATCH_MAX - 1):
+            resolver.save(link(f"c:burst-{n}"))
+        await stored(resolver, f"c:burst-{LINK_BATCH_MAX - 2}")
+        assert await in_store(resolver, "c:second")
+        resolver.save(link("c:last"))
+        await resolver.done()
+        assert await in_store(resolver, "c:last")
+        assert resolver.store is not None
+        resolver.store.close()
+
+    asyncio.run(run())
