@@ -44,6 +44,7 @@ __all__ = ["CHAT_ROUTE", "CacheBusterAddon", "CacheCheckResult"]
 RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 WORKERS = ("process", "thread")
 _BATCH = 64  # exchanges per round trip to the worker process
+_GATHER_S = 0.02  # how long a first exchange waits for others to join its batch
 
 
 class CacheBusterAddon:
@@ -174,6 +175,10 @@ class CacheBusterAddon:
         """(up to _BATCH exchanges, whether close() was called): waits for the first."""
         batch: list[Exchange] = []
         item = self._queue.get()
+        if item is not None and self._queue.qsize() < _BATCH:
+            # Let a batch gather: at low rates a wake per exchange put a GIL hand-over and
+            # a round trip to the worker in the middle of the next request.
+            time.sleep(_GATHER_S)
         while item is not None:
             batch.append(item)
             if len(batch) >= _BATCH:
