@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -40,6 +40,8 @@ class ProxyMetrics:
 
     def __init__(self) -> None:
         self.registry = TrackingRegistry()
+        # Called before every scrape: what tallies figures off the metrics folds them in.
+        self.before_render: list[Callable[[], None]] = []
         r = self.registry
         self.requests = Counter(
             "kvmigrate_requests",
@@ -119,10 +121,26 @@ class ProxyMetrics:
         self.registry.register(_GaugeFunction(name, documentation, read))
 
     def render(self) -> bytes:
+        for fold in self.before_render:
+            fold()
         directory = pool_directory()
         if directory is not None:
             return render_pool(directory, self.registry.live)
         return generate_latest(self.registry)
+
+
+def add_observations(histogram: Histogram, counts: Sequence[float], total: float) -> None:
+    """Observations already counted per bucket (`counts[i]`: values above bucket i-1's
+    bound, up to bucket i's, +Inf last) and summed, added as `observe` would have added
+    them one by one. prometheus-client has no bulk form: this reaches into the buckets'
+    values, which it keeps per bucket (made cumulative when collected)."""
+    buckets = histogram._buckets
+    if len(counts) != len(buckets):
+        raise ValueError(f"{len(counts)} bucket counts for a histogram of {len(buckets)}")
+    for value, count in zip(buckets, counts, strict=True):
+        if count:
+            value.inc(count)
+    histogram._sum.inc(total)
 
 
 class _GaugeFunction:
