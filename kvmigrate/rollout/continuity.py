@@ -106,6 +106,7 @@ class ContinuityResolver:
         self._unsaved: list[Link] = []
         self._wake: asyncio.Event | None = None
         self._saved: asyncio.Future[None] | None = None  # done when the queued batch is saved
+        self._saved_deadline: asyncio.TimerHandle | None = None  # LINK_SAVE_WAIT for it
         self._gathering: asyncio.Future[None] | None = None  # the writer's batch window
         self._task: asyncio.Task[None] | None = None
         # The counter's child per source, labelled once: `labels()` validates and locks on
@@ -234,14 +235,16 @@ class ContinuityResolver:
         exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
         if not self._unsaved:
             return
-        if self._saved is None:
-            self._saved = asyncio.get_running_loop().create_future()
+        saved = self._saved
+        if saved is None:
+            loop = asyncio.get_running_loop()
+            saved = self._saved = loop.create_future()
+            # One deadline for the batch's answers, not a timer per answer: under load a
+            # batch carries several, and its own write ends it (`_flush`).
+            self._saved_deadline = loop.call_later(LINK_SAVE_WAIT, _release, saved)
         if self._gathering is not None:
             _release(self._gathering)
-        # A deadline on this task: wait_for would make a second task per answer.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(LINK_SAVE_WAIT):
-                await asyncio.shield(self._saved)
+        await asyncio.shield(saved)
 
     def exchange_done(self, exchange: Any) -> None:
         """A served answer, whole: runs after the client's last byte, in the handler's task,
@@ -316,6 +319,7 @@ class ContinuityResolver:
             return
         batch, self._unsaved = self._unsaved, []
         saved, self._saved = self._saved, None
+        deadline, self._saved_deadline = self._saved_deadline, None
         try:
             await asyncio.to_thread(_save_links, self.store, batch)
         except StoreError:
@@ -325,6 +329,8 @@ class ContinuityResolver:
             # Failed too: an answer does not wait on a broken store (the batch is retried).
             if saved is not None and not saved.done():
                 saved.set_result(None)
+            if deadline is not None:
+                deadline.cancel()
 
 
 def _release(waiting: asyncio.Future[None]) -> None:
