@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -40,8 +43,9 @@ class ProxyMetrics:
 
     def __init__(self) -> None:
         self.registry = TrackingRegistry()
-        # Called before every scrape: what tallies figures off the metrics folds them in.
-        self.before_render: list[Callable[[], None]] = []
+        # What the response path counted since the last fold (see `count`, `fold`).
+        self._counts: defaultdict[tuple[Any, ...], float] = defaultdict(float)
+        self._observed: dict[tuple[Any, ...], _Tally] = {}
         r = self.registry
         self.requests = Counter(
             "kvmigrate_requests",
@@ -120,9 +124,38 @@ class ProxyMetrics:
         """A gauge read at scrape time (with --workers, summed across the workers)."""
         self.registry.register(_GaugeFunction(name, documentation, read))
 
+    # -- the response path's figures: tallied, then folded ------------------------------------
+
+    def count(self, counter: Counter, *labels: str, amount: float = 1.0) -> None:
+        """`counter.labels(*labels).inc(amount)`, at the next fold. Per exchange the metrics
+        took 5.8 us of the event loop's time (a labelled child found, a lock per value, a
+        histogram's buckets scanned; with `--workers`, a memory-mapped file written per
+        value); a tally takes a dict update."""
+        self._counts[(counter, *labels)] += amount
+
+    def observe(self, histogram: Histogram, value: float, *labels: str) -> None:
+        """`histogram.labels(*labels).observe(value)` (no labels: the histogram itself), at
+        the next fold."""
+        key = (histogram, *labels)
+        tally = self._observed.get(key)
+        if tally is None:
+            tally = self._observed[key] = _Tally(histogram)
+        tally.add(value)
+
+    def fold(self) -> None:
+        """Add what was tallied since the last fold to the Prometheus metrics: before every
+        scrape (`render`), and every `FOLD_INTERVAL_S` while the proxy runs (MetricsAddon),
+        so that with `--workers` a scrape of another worker is at most that late."""
+        counts, self._counts = self._counts, defaultdict(float)
+        observed, self._observed = self._observed, {}
+        for (counter, *labels), amount in counts.items():
+            counter.labels(*labels).inc(amount)
+        for (histogram, *labels), tally in observed.items():
+            target = histogram.labels(*labels) if labels else histogram
+            add_observations(target, tally.counts, tally.total)
+
     def render(self) -> bytes:
-        for fold in self.before_render:
-            fold()
+        self.fold()
         directory = pool_directory()
         if directory is not None:
             return render_pool(directory, self.registry.live)
@@ -141,6 +174,21 @@ def add_observations(histogram: Histogram, counts: Sequence[float], total: float
         if count:
             value.inc(count)
     histogram._sum.inc(total)
+
+
+class _Tally:
+    """Observations of one histogram's child, counted per bucket and summed."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, histogram: Histogram) -> None:
+        self.bounds: tuple[float, ...] = tuple(histogram._upper_bounds)  # +Inf last
+        self.counts = [0.0] * len(self.bounds)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value
+        self.total += value
 
 
 class _GaugeFunction:

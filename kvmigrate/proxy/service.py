@@ -279,7 +279,7 @@ class ProxyService:
         """Relay the opened answer to the client, then hand the finished exchange on."""
         now = time.perf_counter()
         overhead = before_call + (now - (exchange.first_byte or now))
-        self.metrics.overhead.observe(overhead)
+        self.metrics.observe(self.metrics.overhead, overhead)
         extra = [
             ("x-request-id", exchange.request_id),
             ("x-kvmigrate-backend", exchange.backend),

@@ -10,7 +10,12 @@ from prometheus_client import Histogram
 from prometheus_client.samples import Sample
 
 from kvmigrate.exchange import Exchange, Role
-from kvmigrate.proxy.metrics import LATENCY_BUCKETS, ProxyMetrics, add_observations
+from kvmigrate.proxy.metrics import (
+    LATENCY_BUCKETS,
+    OVERHEAD_BUCKETS,
+    ProxyMetrics,
+    add_observations,
+)
 from kvmigrate.proxy.metrics_addon import FOLD_INTERVAL_S, MetricsAddon
 
 COMPLETION = (
@@ -67,6 +72,16 @@ def test_folded_observations_read_as_observed_ones(values: list[float]) -> None:
         (direct.ttft, folded.ttft),
     ):
         assert samples(folded_metric) == samples(direct_metric)
+
+
+def test_an_unlabelled_histogram_folds_too() -> None:
+    """The proxy's own overhead, observed on every request through the same tally."""
+    direct, folded = ProxyMetrics(), ProxyMetrics()
+    for value in [0.0, *OVERHEAD_BUCKETS, 0.00011, 0.3, 0.00004]:
+        direct.overhead.observe(value)
+        folded.observe(folded.overhead, value)
+    folded.render()
+    assert samples(folded.overhead) == samples(direct.overhead)
 
 
 def test_counters_fold_per_label_set_and_a_fold_adds_only_what_is_new() -> None:
