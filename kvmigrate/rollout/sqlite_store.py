@@ -90,6 +90,7 @@ class SqliteRolloutStore:
         # Links have a connection of their own, opened at the first batch (see _links).
         self._links_lock = threading.Lock()
         self._links_db: sqlite3.Connection | None = None
+        self._links_closed = False
         self._next_link_sweep = 0.0
         self.keys = self._open_keys()
 
@@ -255,6 +256,8 @@ class SqliteRolloutStore:
         loses nothing committed; only a power loss can drop the last links. Rollout state,
         on the other connection, keeps FULL; switching one connection between the two cost
         two statements per batch."""
+        if self._links_closed:  # as the closed main connection would answer
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         if self._links_db is None:
             db = sqlite3.connect(
                 self.path, timeout=10.0, isolation_level=None, check_same_thread=False
@@ -279,6 +282,7 @@ class SqliteRolloutStore:
         with self._links_lock:
             if self._links_db is not None:
                 self._links_db.close()
+            self._links_closed = True
 
     def _query_one(self, sql: str, args: tuple[object, ...] = ()) -> Any:
         try:

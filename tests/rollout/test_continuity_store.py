@@ -18,7 +18,7 @@ from kvmigrate.rollout.continuity import (
     ContinuityResolver,
 )
 from kvmigrate.rollout.state import Link, Pin, RolloutState
-from kvmigrate.rollout.store import open_store
+from kvmigrate.rollout.store import StoreError, open_store
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -224,3 +224,16 @@ def test_a_single_proxy_gathers_its_links_and_a_full_batch_goes_at_once(
         resolver.store.close()
 
     asyncio.run(run())
+
+
+def test_a_closed_sqlite_store_refuses_links(tmp_path: Path) -> None:
+    """Links have a connection of their own: closing the store closes it too, and a batch
+    after that fails as any write to a closed store does, instead of reopening the file."""
+    link = Link("c:a", "h:0123456789abcdef01234567", 1, time.time() + 60)
+    for batches_before in (0, 1):  # the links' connection never opened, and opened
+        store = open_store(f"sqlite:///{tmp_path}/state-{batches_before}.db", RolloutState())
+        for _ in range(batches_before):
+            store.save_links([link])
+        store.close()
+        with pytest.raises(StoreError):
+            store.save_links([link])
