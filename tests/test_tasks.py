@@ -7,6 +7,15 @@ import asyncio
 from kvmigrate.tasks import BoundedTasks, Work
 
 
+async def wait_to_be_cancelled(cancelled: asyncio.Event) -> None:
+    """Never ends by itself; sets `cancelled` when it is cancelled."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 def test_at_the_bound_a_task_is_refused_counted_and_never_made() -> None:
     async def scenario() -> None:
         refused: list[int] = []
@@ -40,16 +49,8 @@ def test_at_the_bound_a_task_is_refused_counted_and_never_made() -> None:
 def test_close_cancels_what_outlives_the_timeout() -> None:
     async def scenario() -> None:
         cancelled = asyncio.Event()
-
-        async def forever() -> None:
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
         tasks = BoundedTasks(4, lambda: None)
-        assert tasks.start(forever)
+        assert tasks.start(lambda: wait_to_be_cancelled(cancelled))
         await asyncio.sleep(0)
         await tasks.close(grace=0.05)
         assert cancelled.is_set()
@@ -65,19 +66,12 @@ def test_a_task_past_its_deadline_is_cancelled_and_counted() -> None:
         overdue: list[int] = []
         stuck_cancelled = asyncio.Event()
 
-        async def stuck() -> None:
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                stuck_cancelled.set()
-                raise
-
         async def quick() -> None:
             await asyncio.sleep(0.01)
 
         tasks = BoundedTasks(4, lambda: None, deadline=0.2, on_overdue=lambda: overdue.append(1))
         started = asyncio.get_running_loop().time()
-        assert tasks.start(stuck)
+        assert tasks.start(lambda: wait_to_be_cancelled(stuck_cancelled))
         assert tasks.start(quick)
         await asyncio.wait_for(stuck_cancelled.wait(), 10)
         # Never before the deadline (10 s above is a liveness bound, not a timing).
@@ -86,7 +80,7 @@ def test_a_task_past_its_deadline_is_cancelled_and_counted() -> None:
         await asyncio.sleep(0)  # the done callback runs on the next loop turn
         assert (overdue, len(tasks)) == ([1], 0)
 
-        assert tasks.start(stuck)
+        assert tasks.start(lambda: wait_to_be_cancelled(stuck_cancelled))
         await tasks.close(grace=0.01)  # cancelled by the close, not by the deadline
         await asyncio.sleep(0)
         assert overdue == [1]

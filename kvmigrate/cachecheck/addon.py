@@ -172,7 +172,8 @@ class CacheBusterAddon:
                 return
 
     def _take(self) -> tuple[list[Exchange], bool]:
-        """(up to _BATCH exchanges, whether close() was called): waits for the first."""
+        """(up to _BATCH exchanges, whether close() was called): waits for the first, then
+        up to _GATHER_S for others to join it."""
         batch: list[Exchange] = []
         item = self._queue.get()
         if item is not None and self._queue.qsize() < _BATCH:

@@ -11,6 +11,8 @@ import asyncio
 import threading
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import openai
@@ -19,6 +21,7 @@ from aiohttp import web
 from recorder_support import (
     HOSTED_MODEL,
     Backends,
+    RecordingProxy,
     recorder_config,
     start_recording_proxy,
     wait_until,
@@ -40,6 +43,25 @@ CLIENTS = 6
 CLIENT_TIMEOUT_S = 0.4
 
 
+def chat_completions_app(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> web.Application:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    return app
+
+
+@contextmanager
+def candidate_behind_recording_proxy(
+    backends: Backends, candidate_app: Callable[[], web.Application], db: str
+) -> Iterator[RecordingProxy]:
+    """A recording proxy that sends every conversation to `candidate_app`'s server."""
+    rollout = "{mode: split, percent: 100, noise_sample: 0, pinning: false}"
+    with BackgroundServer(candidate_app) as candidate:
+        config = recorder_config(backends.hosted.url, candidate.url, db, rollout=rollout)
+        yield start_recording_proxy(config)
+
+
 class SlowUpstream:
     """An upstream that never answers in time and notes when each call was abandoned."""
 
@@ -57,9 +79,7 @@ class SlowUpstream:
                 raise
             return web.json_response({})
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handle)
-        return app
+        return chat_completions_app(handle)
 
 
 def test_a_client_that_gives_up_cancels_the_upstream_and_counts_against_it(
@@ -67,10 +87,7 @@ def test_a_client_that_gives_up_cancels_the_upstream_and_counts_against_it(
 ) -> None:
     slow = SlowUpstream()
     db = f"sqlite:///{tmp_path}/records.db"
-    rollout = "{mode: split, percent: 100, noise_sample: 0, pinning: false}"
-    with BackgroundServer(slow.app) as candidate:
-        config = recorder_config(backends.hosted.url, candidate.url, db, rollout=rollout)
-        proxy = start_recording_proxy(config)
+    with candidate_behind_recording_proxy(backends, slow.app, db) as proxy:
         client = openai.OpenAI(
             base_url=proxy.url + "/v1", api_key="sk-client", max_retries=0, timeout=CLIENT_TIMEOUT_S
         )
@@ -147,9 +164,7 @@ class PausedStream:
             self.finished.set()
             return response
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handle)
-        return app
+        return chat_completions_app(handle)
 
 
 def test_a_client_that_leaves_mid_stream_is_recorded_as_disconnected(
@@ -160,10 +175,7 @@ def test_a_client_that_leaves_mid_stream_is_recorded_as_disconnected(
     the status and time to first byte it had, and the client's disconnect as its error."""
     upstream = PausedStream()
     db = f"sqlite:///{tmp_path}/records.db"
-    rollout = "{mode: split, percent: 100, noise_sample: 0, pinning: false}"
-    with BackgroundServer(upstream.app) as candidate:
-        config = recorder_config(backends.hosted.url, candidate.url, db, rollout=rollout)
-        proxy = start_recording_proxy(config)
+    with candidate_behind_recording_proxy(backends, upstream.app, db) as proxy:
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-client", max_retries=0)
         stream = client.chat.completions.create(
             model=HOSTED_MODEL, messages=[{"role": "user", "content": "count"}], stream=True
