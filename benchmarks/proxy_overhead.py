@@ -17,6 +17,10 @@ the candidate's copies):
                 `kvmigrate` minus this is kvmigrate's own code
   lean-client-floor  the same with kvmigrate's own upstream client (kvmigrate.proxy.client)
                 in place of aiohttp's: what that transport costs on its own
+  nginx         nginx as a keep-alive reverse proxy with buffering off (when `nginx` is
+                installed; Debian's nginx-light): what a proxy written in C adds on this
+                machine, the reference for the concurrency-1 figures, where the machine's
+                wake-ups and loopback hops, not the proxy's code, are most of the time
   litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
 Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
 sends the role chunk first, then one write per content chunk, as an engine does).
@@ -90,8 +94,8 @@ PROXY_SETUPS = {
 }
 PROXIES = tuple(PROXY_SETUPS)
 SHADOWED = ("kv+shadow", "kv+full")
-FLOOR, LEAN = "aiohttp-floor", "lean-client-floor"
-TARGETS = ("direct", "direct+copy", FLOOR, LEAN, *PROXIES, "litellm")
+FLOOR, LEAN, NGINX = "aiohttp-floor", "lean-client-floor", "nginx"
+TARGETS = ("direct", "direct+copy", NGINX, FLOOR, LEAN, *PROXIES, "litellm")
 
 
 @dataclass
@@ -179,6 +183,35 @@ rollout:
   state: "sqlite:///{tmp}/{path.stem}-state.db"
 record: {{enabled: {flag}, db: "sqlite:///{tmp}/{path.stem}-records.db"}}
 cachecheck: {{enabled: {flag}}}
+""")
+
+
+def nginx_config(path: Path, port: int, stub: str) -> None:
+    """One process (no master), keep-alive upstream connections, and no buffering, so that a
+    streamed chunk is relayed as it arrives: nginx set up as a proxy for LLM traffic is."""
+    upstream = stub.removeprefix("http://")
+    path.write_text(f"""
+daemon off;
+master_process off;
+error_log stderr warn;
+pid {path.parent}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {path.parent}/nginx-body;
+  proxy_temp_path {path.parent}/nginx-proxy;
+  upstream stub {{ server {upstream}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://stub;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
 """)
 
 
@@ -397,7 +430,7 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
         )
 
     figures: dict[str, float] = {}
-    for target in ("direct+copy", FLOOR, LEAN, *PROXIES, "litellm"):
+    for target in ("direct+copy", NGINX, FLOOR, LEAN, *PROXIES, "litellm"):
         for mode in ("plain", "stream"):
             for c in (1, 16, 64):
                 base, res = get("direct", mode, c), get(target, mode, c)
@@ -429,6 +462,14 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
             kv, floor = get("kvmigrate", mode, c), get(FLOOR, mode, c)
             if kv and floor and kv.latencies and floor.latencies:
                 figures[f"own_code.{mode}.c{c}.p50_ms"] = kv.pct(0.5) - floor.pct(0.5)
+    # kvmigrate against a proxy in C on the same machine: at concurrency 1 the machine's
+    # wake-ups are most of either's added time, so this difference is what our stack adds.
+    for target in PROXIES:
+        for mode in ("plain", "stream"):
+            for c in (1, 16, 64):
+                kv, ref = get(target, mode, c), get(NGINX, mode, c)
+                if kv and ref and kv.latencies and ref.latencies:
+                    figures[f"over_nginx.{target}.{mode}.c{c}.p50_ms"] = kv.pct(0.5) - ref.pct(0.5)
     figures |= messages_figures(figures, get)
     kv1, sh1 = get("kvmigrate", "plain", 1), get("kv+shadow", "plain", 1)
     if kv1 and sh1:
@@ -461,6 +502,17 @@ def main() -> None:
             print("direct+copy (stub, and a copy of each request to the candidate stub)")
             copy_to = candidate + "/v1/chat/completions"
             results += run_target("direct+copy", stub, "sk-stub", args, copy_to)
+        if NGINX in args.targets and not shutil.which("nginx"):
+            print("nginx: not installed, skipped (Debian: apt-get install nginx-light)")
+        if NGINX in args.targets and shutil.which("nginx"):
+            port = free_port()
+            cfg = Path(tmp) / "nginx.conf"
+            nginx_config(cfg, port, stub)
+            argv = [str(shutil.which("nginx")), "-p", tmp, "-c", str(cfg), "-e", "stderr"]
+            with process(pinned(0, argv), port) as proc:
+                print("nginx (a proxy in C, the reference)", flush=True)
+                base = f"http://127.0.0.1:{port}"
+                results += run_target(NGINX, base, "sk-stub", args, pid=proc.pid)
         for name, client in ((FLOOR, "aiohttp"), (LEAN, "lean")):
             if name not in args.targets:
                 continue
