@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -42,10 +42,18 @@ class Target:
         return f"Target({self.name!r}, {self.base_url!r})"
 
 
-def targets_from_config(config: Config, primary_key: str | None = None) -> tuple[Target, Target]:
-    """(primary, candidate). A primary without `api_key` uses `primary_key` (by default
-    $OPENAI_API_KEY), as the proxy passes the client's key to the primary only."""
-    fallback = primary_key if primary_key is not None else os.environ.get("OPENAI_API_KEY")
+def targets_from_config(
+    config: Config, primary_key: str | None = None, env: Mapping[str, str] = os.environ
+) -> tuple[Target, Target]:
+    """(primary, candidate). A primary without `api_key` uses `primary_key`, else the
+    variable its own API's SDK reads (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`,
+    `ANTHROPIC_API_KEY`), as the proxy passes the client's key to the primary only. Never
+    another provider's: an OpenAI key is not sent to Anthropic. The candidate gets only its
+    own configured key."""
+    kind = kind_of(config.primary)
+    fallback = primary_key
+    if fallback is None and kind.key_env is not None:
+        fallback = env.get(kind.key_env)
     return (
         _target(config, config.primary, fallback),
         _target(config, config.candidate, None),

@@ -23,6 +23,9 @@ class BackendKind:
     """
 
     via_gateway = False
+    # Where this API's own SDK looks for its key: what a tool calling the backend directly
+    # (parity replay) may fall back on. Never another provider's variable.
+    key_env: str | None = "OPENAI_API_KEY"
 
     def url(self, base: str, path: str, deployment: str | None = None) -> str:
         """The URL of `path` (below /v1, already checked) on one replica's `base`."""
@@ -49,6 +52,7 @@ class AzureKind(BackendKind):
     key in `api-key`."""
 
     api_version: str
+    key_env = "AZURE_OPENAI_API_KEY"
 
     def url(self, base: str, path: str, deployment: str | None = None) -> str:
         if deployment is None:
@@ -73,6 +77,7 @@ class LiteLLMKind(BackendKind):
     OpenAI's wire format (kvmigrate.adapters.litellm_gateway)."""
 
     via_gateway = True
+    key_env = None  # the gateway holds the provider's credentials
 
     def serves(self, route: str) -> bool:
         # The gateway speaks OpenAI's wire: a Messages request would be translated.
@@ -83,6 +88,8 @@ class AnthropicKind(BackendKind):
     """Anthropic's API: the key in `x-api-key`; `anthropic-version` and `anthropic-beta`
     come from the client and pass through (headers.upstream_headers). It serves only the
     Messages routes: a chat request is never translated into one."""
+
+    key_env = "ANTHROPIC_API_KEY"
 
     def auth_headers(self, key: Secret) -> dict[str, str]:
         return {"x-api-key": key.reveal()}
