@@ -58,6 +58,10 @@ class Exchange:
     mirrored: bool = False  # an answer a shadow copy will be compared with
     identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
     cohort: str = ""  # the rollout cohort it was routed in (a name from the config)
+    # The conversation as a shared rollout store keys it (a declared key's keyed hash), when
+    # that differs: a later turn that does not declare it again, served by another proxy, is
+    # known only by that hash, so records group every turn by it (`grouping_key`).
+    conversation_in_store: str = ""
     continuity: Any = None  # what conversation identity remembers once the answer is whole
     chain: Any = None  # a Responses request's place in its chain (kvmigrate.rollout.chains)
     chunks: list[bytes] = field(default_factory=ChunkLog)
@@ -73,6 +77,11 @@ class Exchange:
         if not self.stream or self.first_byte is None:
             return None
         return self.first_byte - self.started
+
+    @property
+    def grouping_key(self) -> str:
+        """The conversation's key at every one of its turns, whichever proxy served them."""
+        return self.conversation_in_store or self.conversation
 
     @property
     def duration(self) -> float | None:

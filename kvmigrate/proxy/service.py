@@ -80,6 +80,7 @@ class Routed:
     identity: Identity
     chain: ChainRef | None = None  # the stored response or conversation a request continues
     cohort: str = ""
+    in_store: str = ""  # the conversation as the rollout store keys it (Exchange.grouping_key)
 
 
 class ProxyService:
@@ -172,7 +173,10 @@ class ProxyService:
                 declared.value if declared else None,
             )
         conversation, turn = identity.conversation, identity.turn
-        return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort)
+        in_store = self.identity.in_store(conversation)
+        return Routed(
+            path, body, conversation, turn, chosen, served, identity, ref, cohort, in_store
+        )
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -426,6 +430,7 @@ class ProxyService:
         if routed is not None:
             exchange.identity = routed.identity.source
             exchange.cohort = routed.cohort
+            exchange.conversation_in_store = routed.in_store
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
             if routed.path == RESPONSES and role != NOISE:

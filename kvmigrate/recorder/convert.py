@@ -132,7 +132,9 @@ def to_record(
         role=str(x.role),  # a plain str, as every store binds it
         model=x.model,
         served_model=x.served_model,
-        conversation=stored_conversation(x.conversation, content, hash_key),
+        conversation=x.conversation
+        if content == "full"
+        else stored_conversation(x.grouping_key, content, hash_key),
         turn=x.turn,
         stream=x.stream,
         status=x.status,
@@ -166,7 +168,7 @@ def _stored_request(
     def encode(value: Any) -> bytes:
         return _encode(value, content, redactor)
 
-    split = history.split(x.route, x.request_body, ts, encode, x.conversation)
+    split = history.split(x.route, x.request_body, ts, encode, x.grouping_key)
     if split is None:
         return {}
     return {

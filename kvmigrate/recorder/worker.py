@@ -190,7 +190,7 @@ class ProcessWriter:
             item = pending.popleft()
             try:
                 packed = pack(*item)
-                batches[hash(item[0].conversation) % lanes if lanes > 1 else 0].append(packed)
+                batches[hash(item[0].grouping_key) % lanes if lanes > 1 else 0].append(packed)
             except Exception:
                 log.debug("recorder: not an exchange: %r", item, exc_info=True)
                 self._invalid += 1

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.policies.continuity import History, answer_digest, iter_answer, request_history
 from kvmigrate.policies.conversation import conversation_key, declared_key, turn_index
+from kvmigrate.rollout.keys import StoreKeys
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
@@ -124,6 +125,7 @@ class ContinuityResolver:
         self._last_flush = -self.batch_s
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
+        self._keys: StoreKeys | None = None
 
     # -- resolving ----------------------------------------------------------------------------
 
@@ -150,6 +152,25 @@ class ContinuityResolver:
         self._link(history.request_link, identity.conversation, identity.turn)
         pending = Pending(route, history, identity.conversation, identity.turn)
         return self._count(Identity(identity.conversation, identity.turn, identity.source, pending))
+
+    def in_store(self, conversation: str) -> str:
+        """The conversation as the store keeps it (a declared key's keyed hash), or "" where
+        that is the key itself (a derived key, a hash already, no store). A turn that does
+        not declare its conversation again, after a restart or on another proxy, is known
+        by that hash alone (ChainMap.identify)."""
+        if self._keys is None:  # no store, or its keys not read yet (`_read_keys`)
+            return ""
+        stored = self._keys.conversation(conversation)
+        return "" if stored == conversation else stored
+
+    async def _read_keys(self) -> None:
+        """The store's keys, read off the loop: a Redis store reads its secret at first use,
+        and may be down."""
+        store = self.store
+        if store is None or self._keys is not None:
+            return
+        with contextlib.suppress(StoreError):
+            self._keys = await asyncio.to_thread(lambda: store.keys)
 
     def _local_link(self, history: History) -> tuple[str, int] | None:
         """The answer link, else the request link (an answer not linked: it failed, or the
@@ -289,8 +310,10 @@ class ContinuityResolver:
     async def _writer(self) -> None:
         assert self._wake is not None
         loop = asyncio.get_running_loop()
+        await self._read_keys()
         while True:
             await self._wake.wait()
+            await self._read_keys()  # when the store was down at start
             delay = self._last_flush + self.batch_s - loop.time()
             if self._saved is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
                 # Nobody waits on this batch yet (a request's own link, a retry): let it

@@ -24,6 +24,8 @@ from typing import Any
 from settling import wait_settled
 
 from kvmigrate.recorder.convert import stored_conversation
+from kvmigrate.rollout.keys import StoreKeys
+from kvmigrate.rollout.sqlite_store import KEY_SECRET
 from kvmigrate.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,31 +96,49 @@ class Row:
     stream: bool
 
 
-def rows_for(db: Path, conversation: str) -> list[Row]:
+def rows_for(db: Path, conversation: str, grouped_as: str | None = None) -> list[Row]:
+    """The records of a session. Redacted records keep a keyed hash of its key as the
+    rollout store keys it (`grouped_as`: by default from the SQLite store beside `db`), or
+    of the key itself where no store keyed it."""
+    if grouped_as is None:
+        grouped_as = in_sqlite_store(db.parent / "state.db", conversation)
+    keys = {stored_conversation(key, "redacted") for key in (conversation, grouped_as) if key}
     raw = query(
         db,
         "SELECT request_id, role, backend, status, error, fallback_from, pair_id, stream "
-        "FROM records WHERE conversation IN (?, ?) ORDER BY ts",
-        # A redacted record keeps a keyed hash of an X-Session-ID (the default key: salt).
-        (conversation, stored_conversation(conversation, "redacted")),
+        f"FROM records WHERE conversation IN (?{', ?' * len(keys)}) ORDER BY ts",
+        (conversation, *keys),
     )
     return [Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in raw]
 
 
+def in_sqlite_store(state: Path, conversation: str) -> str:
+    """`conversation` as a SQLite rollout store keys it ("" with no store there)."""
+    if not state.exists():
+        return ""
+    found = query(state, "SELECT value FROM rollout_meta WHERE name = ?", (KEY_SECRET,))
+    return StoreKeys(str(found[0][0])).conversation(conversation) if found else ""
+
+
 def wait_rows(
-    db: Path, conversation: str, count: int, proxy_url: str, timeout: float = 30.0
+    db: Path,
+    conversation: str,
+    count: int,
+    proxy_url: str,
+    timeout: float = 30.0,
+    grouped_as: str | None = None,
 ) -> list[Row]:
     """The conversation's records once `count` are written (the writer flushes every 0.2 s;
     a shadow copy lands only after its own timeout) and the proxy at `proxy_url` has settled:
     nothing in flight, every exchange it counted written, so any record beyond the expected
     ones would be there too."""
     wait_until(
-        lambda: len(rows_for(db, conversation)) >= count,
+        lambda: len(rows_for(db, conversation, grouped_as)) >= count,
         timeout,
         f"{count} records of {conversation}",
     )
     wait_settled(proxy_url, timeout)
-    return rows_for(db, conversation)
+    return rows_for(db, conversation, grouped_as)
 
 
 def describe(rows: list[Row]) -> str:

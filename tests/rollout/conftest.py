@@ -105,9 +105,10 @@ def responses_emulators() -> Iterator[tuple[BackgroundServer, BackgroundServer]]
 def config_for(
     tmp_path: Path, responses_emulators: tuple[BackgroundServer, BackgroundServer]
 ) -> ConfigFor:
-    """A config for a proxy in front of `responses_emulators`, recording in full."""
+    """A config for a proxy in front of `responses_emulators`, recording in full unless
+    `content` says otherwise."""
 
-    def make(rollout: str, state: str = "", vllm_url: str = "") -> Config:
+    def make(rollout: str, state: str = "", vllm_url: str = "", content: str = "full") -> Config:
         hosted, vllm = responses_emulators
         state = state or f"sqlite:///{tmp_path}/state.db"
         return parse_config(
@@ -118,7 +119,7 @@ backends:
 models:
   - {{model_name: {MODEL}, hosted: {MODEL}, vllm: {SERVED}}}
 rollout: {{{rollout}, state: "{state}"}}
-record: {{db: "sqlite:///{tmp_path}/records.db", content: full}}
+record: {{db: "sqlite:///{tmp_path}/records.db", content: {content}}}
 """,
             env={},
         )

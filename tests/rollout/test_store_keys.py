@@ -240,3 +240,39 @@ def test_sessions_through_two_proxies_stay_whole_and_the_store_names_nobody(
     assert "link:" in stored
     assert "pin:" in stored
     assert "example.com" not in stored, stored
+
+
+def test_a_session_declared_only_at_its_first_turn_is_one_conversation_in_redacted_records(
+    config_for: ConfigFor, fresh_redis_url: str
+) -> None:
+    """Responses chains whose first turn alone names its `X-Session-ID`, each turn on the
+    other proxy: later turns are known by the store's hash of the session, so the records
+    (redacted, the default) group every turn under one key, and name no session."""
+    config = config_for("mode: split, percent: 50", state=fresh_redis_url, content="redacted")
+    proxies = [start(config), start(config)]
+    clients = [client_for(p) for p in proxies]
+    sessions = [f"agent-{n}@example.com" for n in range(3)]
+    for number, session in enumerate(sessions):
+        previous = None
+        for turn in range(1, 4):
+            answer = clients[(number + turn) % 2].responses.create(
+                model=MODEL,
+                input=f"step {turn}",
+                max_output_tokens=16,
+                **(
+                    {"previous_response_id": previous}
+                    if previous
+                    else {"extra_headers": {"X-Session-ID": session}}
+                ),
+            )
+            previous = answer.id
+    for client in clients:
+        client.close()
+    for proxy in proxies:
+        proxy.stop()
+    rows = record_rows(config)
+    served = by_conversation(rows, "serve")
+    assert sorted([r[1] for r in turns] for turns in served.values()) == [[1, 2, 3]] * 3
+    assert {r[6] for r in rows if r[1] == 1} == {"header"}
+    assert {r[6] for r in rows if r[1] > 1} == {"chain"}
+    assert not any("example.com" in r[0] for r in rows)
