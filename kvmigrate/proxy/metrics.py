@@ -46,6 +46,7 @@ class ProxyMetrics:
         # What the response path counted since the last fold (see `count`, `fold`).
         self._counts: defaultdict[tuple[Any, ...], float] = defaultdict(float)
         self._observed: dict[tuple[Any, ...], _Tally] = {}
+        self._other_folds: list[Callable[[], None]] = []
         r = self.registry
         self.requests = Counter(
             "kvmigrate_requests",
@@ -142,12 +143,18 @@ class ProxyMetrics:
             tally = self._observed[key] = _Tally(histogram)
         tally.add(value)
 
+    def fold_also(self, fold: Callable[[], None]) -> None:
+        """Run `fold` at every fold: another part's own tally, kept where it is counted."""
+        self._other_folds.append(fold)
+
     def fold(self) -> None:
         """Add what was tallied since the last fold to the Prometheus metrics: before every
         scrape (`render`), and every `FOLD_INTERVAL_S` while the proxy runs (MetricsAddon),
         so that with `--workers` a scrape of another worker is at most that late."""
         counts, self._counts = self._counts, defaultdict(float)
         observed, self._observed = self._observed, {}
+        for other in self._other_folds:
+            other()
         for (counter, *labels), amount in counts.items():
             counter.labels(*labels).inc(amount)
         for (histogram, *labels), tally in observed.items():

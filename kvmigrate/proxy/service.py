@@ -101,6 +101,7 @@ class ProxyService:
         self.addons = Addons([MetricsAddon(self.metrics), self.identity, self.chains, *addons])
         self.chained = ChainRouting(self.chains, self.metrics)
         self.addons.trigger("register_metrics", self.metrics.registry)
+        self.metrics.fold_also(self.identity.fold_counts)
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
         if any(kind_of(b).via_gateway for b in config.backends.values()):

@@ -110,9 +110,12 @@ class ContinuityResolver:
         self._saved_deadline: asyncio.TimerHandle | None = None  # LINK_SAVE_WAIT for it
         self._gathering: asyncio.Future[None] | None = None  # the writer's batch window
         self._task: asyncio.Task[None] | None = None
-        # The counter's child per source, labelled once: `labels()` validates and locks on
-        # every call, and this counts every request.
+        # The counter's child per source (`register_metrics`), and what `fold_counts` has
+        # added to it: requests are counted in `counts`, a dict, and folded into Prometheus
+        # before a scrape, as ProxyMetrics folds its tally (with `--workers` a counter
+        # increment is a write to a memory-mapped file under a lock).
         self._counted: dict[str, Any] = {}
+        self._folded: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.shared = store is not None and store.url.startswith(("redis://", "rediss://"))
         # Does another process read this store's links, so that an answer must wait until
         # its link is written (`settle`)? A Redis store is shared by design; the workers of
@@ -183,9 +186,15 @@ class ContinuityResolver:
 
     def _count(self, identity: Identity) -> Identity:
         self.counts[identity.source] += 1
-        if (child := self._counted.get(identity.source)) is not None:
-            child.inc()
         return identity
+
+    def fold_counts(self) -> None:
+        """Add the requests counted since the last fold to the Prometheus counter."""
+        for source, child in self._counted.items():
+            count = self.counts[source]
+            if count != self._folded[source]:
+                child.inc(count - self._folded[source])
+                self._folded[source] = count
 
     async def _remote(self, history: History) -> tuple[str, int] | None:
         keys = [k for k in (history.lookup, history.asked) if k is not None]

@@ -17,6 +17,7 @@ from kvmigrate.proxy.metrics import (
     add_observations,
 )
 from kvmigrate.proxy.metrics_addon import FOLD_INTERVAL_S, MetricsAddon
+from kvmigrate.rollout.continuity import ContinuityResolver
 
 COMPLETION = (
     b'{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":'
@@ -111,6 +112,35 @@ def test_counters_fold_per_label_set_and_a_fold_adds_only_what_is_new() -> None:
         'kvmigrate_request_duration_seconds_count{backend="vllm",cohort="",role="serve"} 5.0'
         in again
     )
+
+
+def test_the_conversation_identity_count_folds_with_the_rest() -> None:
+    """The identity resolver counts each request by source in a dict; the service folds it
+    into its Prometheus counter with the tally, once per request, however often it folds."""
+    metrics = ProxyMetrics()
+    resolver = ContinuityResolver()
+    resolver.register_metrics(metrics.registry)
+    metrics.fold_also(resolver.fold_counts)
+    opening = {"model": "m", "messages": [{"role": "user", "content": "start the job"}]}
+
+    async def identify(times: int, headers: dict[str, str]) -> None:
+        for _ in range(times):
+            await resolver.identify(headers, opening, "m", "chat/completions")
+
+    def counted(text: str) -> dict[str, str]:
+        prefix = "kvmigrate_conversation_identity_total{source="
+        return {
+            line[len(prefix) + 1 : line.index('"}')]: line.rsplit(" ", 1)[1]
+            for line in text.splitlines()
+            if line.startswith(prefix) and not line.endswith(" 0.0")
+        }
+
+    asyncio.run(identify(3, {}))
+    asyncio.run(identify(2, {"x-session-id": "s-1"}))
+    assert counted(metrics.render().decode()) == {"opening": "3.0", "header": "2.0"}
+    metrics.fold()  # the addon's timer, between two scrapes
+    asyncio.run(identify(1, {}))
+    assert counted(metrics.render().decode()) == {"opening": "4.0", "header": "2.0"}
 
 
 def test_a_running_addon_folds_every_interval_without_a_scrape() -> None:
