@@ -14,6 +14,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -207,6 +208,31 @@ def test_every_store_on_one_url_shares_the_secret(round2_url: str) -> None:
             s.close()
 
 
+def chains_through_two_proxies(
+    config: Config, sessions: list[str], declare_every_turn: bool
+) -> None:
+    """Three turns of a Responses chain per session, each turn on the other proxy of two
+    sharing `config`'s store; the session's `X-Session-ID` at every turn, or at its first."""
+    proxies = [start(config), start(config)]
+    clients = [client_for(p) for p in proxies]
+    for number, session in enumerate(sessions):
+        previous = None
+        for turn in range(1, 4):
+            extra: dict[str, Any] = {}
+            if declare_every_turn or previous is None:
+                extra["extra_headers"] = {"X-Session-ID": session}
+            if previous is not None:
+                extra["previous_response_id"] = previous
+            answer = clients[(number + turn) % 2].responses.create(
+                model=MODEL, input=f"step {turn}", max_output_tokens=16, **extra
+            )
+            previous = answer.id
+    for client in clients:
+        client.close()
+    for proxy in proxies:
+        proxy.stop()  # flushes the recorder, the pins and the links
+
+
 def test_sessions_through_two_proxies_stay_whole_and_the_store_names_nobody(
     config_for: ConfigFor, fresh_redis_url: str
 ) -> None:
@@ -214,24 +240,8 @@ def test_sessions_through_two_proxies_stay_whole_and_the_store_names_nobody(
     Redis: every chain is one conversation (its session id, recovered from the hash), and
     neither a pin nor a link names a session."""
     config = config_for("mode: split, percent: 50", state=fresh_redis_url)
-    proxies = [start(config), start(config)]
-    clients = [client_for(p) for p in proxies]
     sessions = [f"agent-{n}@example.com" for n in range(4)]
-    for number, session in enumerate(sessions):
-        previous = None
-        for turn in range(1, 4):
-            answer = clients[(number + turn) % 2].responses.create(
-                model=MODEL,
-                input=f"step {turn}",
-                max_output_tokens=16,
-                extra_headers={"X-Session-ID": session},
-                **({"previous_response_id": previous} if previous else {}),
-            )
-            previous = answer.id
-    for client in clients:
-        client.close()
-    for proxy in proxies:
-        proxy.stop()  # flushes the recorder, the pins and the links
+    chains_through_two_proxies(config, sessions, declare_every_turn=True)
     served = by_conversation(record_rows(config), "serve")
     assert {c: [r[1] for r in turns] for c, turns in served.items()} == {
         s: [1, 2, 3] for s in sessions
@@ -249,27 +259,9 @@ def test_a_session_declared_only_at_its_first_turn_is_one_conversation_in_redact
     other proxy: later turns are known by the store's hash of the session, so the records
     (redacted, the default) group every turn under one key, and name no session."""
     config = config_for("mode: split, percent: 50", state=fresh_redis_url, content="redacted")
-    proxies = [start(config), start(config)]
-    clients = [client_for(p) for p in proxies]
-    sessions = [f"agent-{n}@example.com" for n in range(3)]
-    for number, session in enumerate(sessions):
-        previous = None
-        for turn in range(1, 4):
-            answer = clients[(number + turn) % 2].responses.create(
-                model=MODEL,
-                input=f"step {turn}",
-                max_output_tokens=16,
-                **(
-                    {"previous_response_id": previous}
-                    if previous
-                    else {"extra_headers": {"X-Session-ID": session}}
-                ),
-            )
-            previous = answer.id
-    for client in clients:
-        client.close()
-    for proxy in proxies:
-        proxy.stop()
+    chains_through_two_proxies(
+        config, [f"agent-{n}@example.com" for n in range(3)], declare_every_turn=False
+    )
     rows = record_rows(config)
     served = by_conversation(rows, "serve")
     assert sorted([r[1] for r in turns] for turns in served.values()) == [[1, 2, 3]] * 3
