@@ -58,7 +58,7 @@ class Exchange:
     mirrored: bool = False  # an answer a shadow copy will be compared with
     identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
     cohort: str = ""  # the rollout cohort it was routed in (a name from the config)
-    # The conversation as a shared rollout store keys it (a declared key's keyed hash), when
+    # The conversation as the rollout store keys it (a declared key's keyed hash), when
     # that differs: a later turn that does not declare it again, served by another proxy, is
     # known only by that hash, so records group every turn by it (`grouping_key`).
     conversation_in_store: str = ""
