@@ -6,36 +6,33 @@ import asyncio
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies import Route
-from kvmigrate.policies.chain import ChainRef, chain_ref
+from kvmigrate.policies.chain import chain_ref
 from kvmigrate.policies.conversation import declared_key
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
-from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
+from kvmigrate.proxy.body import check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.client import Response
 from kvmigrate.proxy.cohorts import CohortResolver
-from kvmigrate.proxy.copy_usage import with_usage
+from kvmigrate.proxy.copies import Copies
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import (
     chain_stranded,
     model_not_found,
     route_not_served,
 )
-from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
+from kvmigrate.proxy.exchange import NOISE, SERVE, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
     UpstreamFailure,
     candidate_failure,
-    drain,
     is_event_stream,
     open_response,
     read_first_chunk,
@@ -54,33 +51,16 @@ from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
-from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
+from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.stream_check import SseCheck, json_ok
 from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams, safe_suffix
-from kvmigrate.rollout.chains import ChainMap, ChainTurn
-from kvmigrate.rollout.continuity import ContinuityResolver, Identity
+from kvmigrate.rollout.chains import ChainMap
+from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import outlive_client
-from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
-
-
-@dataclass(frozen=True, slots=True)
-class Routed:
-    """A validated request on a model route, with its routing facts."""
-
-    path: str  # below /v1, e.g. "chat/completions"
-    body: RequestBody
-    conversation: str
-    turn: int
-    route: Route
-    served: dict[str, str]
-    identity: Identity
-    chain: ChainRef | None = None  # the stored response or conversation a request continues
-    cohort: str = ""
-    in_store: str = ""  # the conversation as the rollout store keys it (Exchange.grouping_key)
 
 
 class ProxyService:
@@ -113,13 +93,21 @@ class ProxyService:
         self.upstreams = Upstreams(upstreams)
         # As configured: a litellm backend's gateway speaks OpenAI's wire, whatever it wraps.
         self.kinds = {name: kind_of(b) for name, b in config.backends.items()}
-        shadow_timeout = max(b.read_timeout for b in config.backends.values())
-        self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.unserved = UnservedRoutes()
         # The handlers relaying an answer, which may outlive their clients (see _answer):
         # aiohttp's shutdown no longer waits for those, `close` ends them.
         self._relays: set[asyncio.Task[Any]] = set()
-        self.shadow, self.shadows = candidate_dispatchers(config, self.metrics, shadow_timeout)
+        self.copies = Copies(
+            config,
+            self.metrics,
+            self.chains,
+            self.chained,
+            self.upstreams,
+            self.addons,
+            self.unserved,
+            self._model_call,
+            self._exchange,
+        )
 
     async def start(self) -> None:
         for gateway in self.gateways.values():
@@ -130,9 +118,7 @@ class ProxyService:
         for relay in list(self._relays):
             relay.cancel()
         await asyncio.gather(*self._relays, return_exceptions=True)
-        await self.shadow.close()
-        for dispatcher in self.shadows.values():
-            await dispatcher.close()
+        await self.copies.close()
         await self.upstreams.close()
         for gateway in self.gateways.values():
             await gateway.close()
@@ -199,7 +185,7 @@ class ProxyService:
                 # with it the upstream call). Its wait is evidence: a backend slow enough
                 # that clients give up is what the gates and auto-rollback exist to catch.
                 self._finish(routed, exchange, ErrorKind.CLIENT_CANCELLED)
-            self._mirror(request, routed, exchange)
+            self.copies.mirror(request, routed, exchange)
             raise
         # From the first byte on, the relay runs to its end even if the client leaves: it
         # notices at its next write, records what was sent, and the answer's copies go out.
@@ -245,31 +231,6 @@ class ProxyService:
             )
         )
         self.addons.exchange_done(exchange)
-
-    def _mirror(self, request: web.Request, routed: Routed, exchange: Exchange) -> None:
-        """After the client has its answer, so the copies cannot compete with it."""
-        chosen = routed.route
-        if not exchange.mirrored or chosen.shadow is None:
-            return
-        extra = chosen.extra_shadows(routed.served)
-        for backend in (chosen.shadow, *extra):
-            # With several candidates the chain map keeps each one's own response ids.
-            owner = backend if extra else ""
-            mirrors = self.chained.expect_mirror(exchange.chain, owner)
-            sent = self._dispatch_copy(
-                request,
-                routed,
-                backend,
-                SHADOW,
-                exchange.request_id,
-                mirrors,
-                owner,
-                primary_status=exchange.status,
-            )
-            if mirrors is not None and not sent:
-                self.chains.mirrored(mirrors, None, owner)
-        if chosen.noise and self.noise_budget.take():
-            self._dispatch_copy(request, routed, chosen.serve, NOISE, exchange.request_id)
 
     async def _relay(
         self,
@@ -321,7 +282,7 @@ class ProxyService:
             self._finish(routed, exchange, ErrorKind.CLIENT_DISCONNECTED)
             raise
         self._finish(routed, exchange)
-        self._mirror(request, routed, exchange)
+        self.copies.mirror(request, routed, exchange)
         return client
 
     def _answer_model(self, exchange: Exchange) -> Rewrite | None:
@@ -439,67 +400,6 @@ class ProxyService:
                     routed.conversation, routed.turn, routed.body, routed.chain
                 )
         return exchange
-
-    def _dispatch_copy(
-        self,
-        request: web.Request,
-        routed: Routed,
-        backend: str,
-        role: Role,
-        primary_id: str,
-        mirrors: str | None = None,
-        owner: str = "",
-        primary_status: int | None = None,
-    ) -> bool:
-        """A background copy of the request: to the candidate (shadow) or, for the noise
-        floor, once more to the primary. Never waited for, bounded, always accounted.
-        `mirrors`: the primary's response id of the answer a shadow copy mirrors (for
-        `owner`, the candidate whose chain it continues; "": the model's only one).
-        `primary_status`: the primary's answer's, for judging the candidate's."""
-        call = self._model_call(request, routed, backend)
-
-        async def copy() -> None:
-            try:
-                await send_copy()
-            finally:
-                if mirrors is not None:
-                    self.chains.mirrored(mirrors, None, owner)  # no-op once its id is known
-
-        async def send_copy() -> None:
-            nonlocal call
-            # In the task, after the client's answer. Anthropic streams always carry usage.
-            if routed.path not in MESSAGES_ROUTES:
-                call = with_usage(call, routed.body, routed.path)
-            if role == SHADOW and routed.chain is not None:
-                body = await self.chained.copy_body(call.body, routed.chain, owner)
-                if body is None:
-                    return
-                call = Call(call.method, call.url, body, call.headers)
-            exchange = self._exchange(routed, backend, role, time.perf_counter())
-            exchange.pair_id = primary_id
-            if isinstance(exchange.chain, ChainTurn):
-                exchange.chain.mirrors, exchange.chain.mirror_owner = mirrors, owner
-            exchange.request_body = call.body
-            upstream = self.upstreams[backend]
-            try:
-                response = await open_response(upstream, call)
-            except UpstreamFailure as failure:
-                exchange.error = failure.kind
-            else:
-                exchange.status = response.status
-                event_stream = is_event_stream(response)
-                await drain(response, exchange)
-                if exchange.error is None and routed.route.is_candidate(backend):
-                    exchange.error = self.unserved.copy_error(
-                        exchange, event_stream, primary_status
-                    )
-            exchange.finished = exchange.finished or time.perf_counter()
-            self.addons.exchange_done(exchange)
-
-        # Without a chain to settle, no wrapper: a coroutine less per copy.
-        return self.shadows.get(backend, self.shadow).dispatch(
-            copy if mirrors is not None else send_copy
-        )
 
     # -- everything else --------------------------------------------------------------------
 

@@ -1,0 +1,26 @@
+"""A request on a model route once it is routed: what the proxy decided, and on what."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvmigrate.policies import Route
+from kvmigrate.policies.chain import ChainRef
+from kvmigrate.proxy.body import RequestBody
+from kvmigrate.rollout.continuity import Identity
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A validated request on a model route, with its routing facts."""
+
+    path: str  # below /v1, e.g. "chat/completions"
+    body: RequestBody
+    conversation: str
+    turn: int
+    route: Route
+    served: dict[str, str]
+    identity: Identity
+    chain: ChainRef | None = None  # the stored response or conversation a request continues
+    cohort: str = ""
+    in_store: str = ""  # the conversation as the rollout store keys it (Exchange.grouping_key)
