@@ -60,7 +60,8 @@ class Exchange:
     cohort: str = ""  # the rollout cohort it was routed in (a name from the config)
     # The conversation as the rollout store keys it (a declared key's keyed hash), when
     # that differs: a later turn that does not declare it again, served by another proxy, is
-    # known only by that hash, so records group every turn by it (`grouping_key`).
+    # known only by that hash, so records group every turn by it (`grouping_key`). Set off
+    # the response path, by conversation identity's `exchange_done`.
     conversation_in_store: str = ""
     continuity: Any = None  # what conversation identity remembers once the answer is whole
     chain: Any = None  # a Responses request's place in its chain (kvmigrate.rollout.chains)

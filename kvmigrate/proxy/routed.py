@@ -23,4 +23,3 @@ class Routed:
     identity: Identity
     chain: ChainRef | None = None  # the stored response or conversation a request continues
     cohort: str = ""
-    in_store: str = ""  # the conversation as the rollout store keys it (Exchange.grouping_key)

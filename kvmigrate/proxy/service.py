@@ -160,10 +160,7 @@ class ProxyService:
                 declared.value if declared else None,
             )
         conversation, turn = identity.conversation, identity.turn
-        in_store = self.identity.in_store(conversation)
-        return Routed(
-            path, body, conversation, turn, chosen, served, identity, ref, cohort, in_store
-        )
+        return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort)
 
     async def _answer(
         self, request: web.Request, routed: Routed, exchange: Exchange, started: float
@@ -392,7 +389,6 @@ class ProxyService:
         if routed is not None:
             exchange.identity = routed.identity.source
             exchange.cohort = routed.cohort
-            exchange.conversation_in_store = routed.in_store
             if role == SERVE:  # the answer the client gets is the one its next turn resends
                 exchange.continuity = routed.identity.pending
             if routed.path == RESPONSES and role != NOISE:
