@@ -274,6 +274,8 @@ class KvmigrateRouter(_CustomLogger):
             return
         exchange = self._exchange(routed, backend, role, copy_id())
         exchange.pair_id = primary.request_id
+        # Recorded in its answer's conversation: the recorder pairs them within one lane.
+        exchange.conversation_in_store = primary.conversation_in_store
         exchange.request_body = primary.request_body
         self.shadows.dispatch(exchange, group, routed.body)
 

@@ -67,20 +67,11 @@ class Copies:
             # With several candidates the chain map keeps each one's own response ids.
             owner = backend if extra else ""
             mirrors = self.chained.expect_mirror(exchange.chain, owner)
-            sent = self._dispatch(
-                request,
-                routed,
-                backend,
-                SHADOW,
-                exchange.request_id,
-                mirrors,
-                owner,
-                primary_status=exchange.status,
-            )
+            sent = self._dispatch(request, routed, backend, SHADOW, exchange, mirrors, owner)
             if mirrors is not None and not sent:
                 self.chains.mirrored(mirrors, None, owner)
         if chosen.noise and self.noise_budget.take():
-            self._dispatch(request, routed, chosen.serve, NOISE, exchange.request_id)
+            self._dispatch(request, routed, chosen.serve, NOISE, exchange)
 
     def _dispatch(
         self,
@@ -88,16 +79,19 @@ class Copies:
         routed: Routed,
         backend: str,
         role: Role,
-        primary_id: str,
+        primary: Exchange,
         mirrors: str | None = None,
         owner: str = "",
-        primary_status: int | None = None,
     ) -> bool:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted.
-        `mirrors`: the primary's response id of the answer a shadow copy mirrors (for
-        `owner`, the candidate whose chain it continues; "": the model's only one).
-        `primary_status`: the primary's answer's, for judging the candidate's."""
+        `primary`: the exchange of the answer the copy mirrors, finished. `mirrors`: that
+        answer's response id (for `owner`, the candidate whose chain it continues; "": the
+        model's only one)."""
+        primary_id, primary_status = primary.request_id, primary.status
+        # The copy is recorded in its answer's conversation, as that answer was: the
+        # recorder pairs them within one lane, chosen by this key.
+        in_store = primary.conversation_in_store
         call = self._model_call(request, routed, backend)
 
         async def copy() -> None:
@@ -119,6 +113,7 @@ class Copies:
                 call = Call(call.method, call.url, body, call.headers)
             exchange = self._new_exchange(routed, backend, role, time.perf_counter())
             exchange.pair_id = primary_id
+            exchange.conversation_in_store = in_store
             if isinstance(exchange.chain, ChainTurn):
                 exchange.chain.mirrors, exchange.chain.mirror_owner = mirrors, owner
             exchange.request_body = call.body

@@ -280,8 +280,9 @@ class ContinuityResolver:
         """A served answer, whole: runs after the client's last byte, in the handler's task,
         so this proxy knows the link before the client can send its next turn. Every
         exchange (a copy, a failure too) learns its conversation as the store keys it, by
-        which the recorder, an addon after this one, groups its turns."""
-        if exchange.conversation and not exchange.conversation_in_store:
+        which the recorder, an addon after this one, groups its turns. A copy has its
+        answer's already, or none if its answer had none: it must not differ from it."""
+        if exchange.conversation and not exchange.conversation_in_store and not exchange.pair_id:
             exchange.conversation_in_store = self.in_store(exchange.conversation)
         pending = exchange.continuity
         if not isinstance(pending, Pending) or exchange.status != 200 or not exchange.ok:

@@ -22,7 +22,9 @@ from kvmigrate.integrations.litellm_plugin import (
 from kvmigrate.rollout.configured import open_controller
 
 
-def _config(tmp_path: Path, mode: str = "shadow", percent: float = 0) -> Config:
+def _config(
+    tmp_path: Path, mode: str = "shadow", percent: float = 0, content: str = "full"
+) -> Config:
     return parse_config(
         f"""
 backends:
@@ -37,7 +39,7 @@ rollout:
   state: sqlite:///{tmp_path}/state.db
 record:
   db: sqlite:///{tmp_path}/records.db
-  content: full
+  content: {content}
 """,
         str(tmp_path / "config.yaml"),
     )
@@ -160,6 +162,34 @@ def test_shadow_mode_records_the_answer_and_a_scored_copy(tmp_path: Path, stream
         assert serve["ttft_ms"] is None
     assert serve["latency_ms"] is not None
     assert serve["completion_tokens"] == 3
+
+
+def test_a_copy_is_recorded_in_its_answers_conversation(tmp_path: Path) -> None:
+    """Redacted records name a declared session by the store's hash of it, once the
+    store's keys are read. The copy must carry its answer's name: the recorder pairs a copy
+    with its answer (the parity score) within one lane, chosen by that name."""
+    router = FakeRouter()
+
+    async def run() -> None:
+        plugin = KvmigrateRouter(_config(tmp_path, content="redacted"), router=router)
+        deadline = time.monotonic() + 30
+        while not plugin.identity.in_store("s-1"):  # the keys, read off the loop
+            assert time.monotonic() < deadline, "the store's keys were never read"
+            await asyncio.sleep(0.01)
+        data = _data("call-1")
+        await plugin.async_pre_call_hook(None, None, data, "acompletion")
+        now = datetime.now()
+        kwargs = _logged("call-1", "gpt-4o-mini")
+        await plugin.async_log_success_event(kwargs, _answer("hello there"), now, now)
+        await plugin.aclose()
+
+    asyncio.run(run())
+    serve, shadow = _rows(tmp_path, lambda rows: len(rows) >= 2)
+    assert (serve["role"], shadow["role"]) == ("serve", "shadow")
+    assert shadow["conversation"] == serve["conversation"]
+    assert serve["conversation"].startswith("k:")
+    assert "s-1" not in serve["conversation"]
+    assert shadow["parity_kind"] == "candidate"
 
 
 def test_split_points_litellm_at_the_candidate_group_with_the_primary_as_fallback(

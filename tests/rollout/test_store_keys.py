@@ -268,3 +268,32 @@ def test_a_session_declared_only_at_its_first_turn_is_one_conversation_in_redact
     assert {r[6] for r in rows if r[1] == 1} == {"header"}
     assert {r[6] for r in rows if r[1] > 1} == {"chain"}
     assert not any("example.com" in r[0] for r in rows)
+
+
+def test_a_shadow_copy_is_recorded_in_its_answers_conversation(
+    config_for: ConfigFor, sqlite_url: str
+) -> None:
+    """Redacted records name a declared session by the store's hash of it. A shadow copy
+    carries its answer's name, so the two are one conversation in reports, and the
+    recorder, which pairs a copy with its answer within a lane chosen by that name, scores
+    it."""
+    config = config_for("mode: shadow", state=sqlite_url, content="redacted")
+    proxy = start(config)
+    client = client_for(proxy)
+    sessions = [f"agent-{n}@example.com" for n in range(4)]
+    for session in sessions:
+        previous = None
+        for turn in range(1, 3):
+            extra: dict[str, Any] = {"extra_headers": {"X-Session-ID": session}}
+            if previous is not None:
+                extra["previous_response_id"] = previous
+            previous = client.responses.create(
+                model=MODEL, input=f"step {turn}", max_output_tokens=16, **extra
+            ).id
+    client.close()
+    proxy.stop()  # flushes the recorder
+    rows = record_rows(config)
+    served, copies = by_conversation(rows, "serve"), by_conversation(rows, "shadow")
+    assert len(served) == len(sessions)
+    assert {c: [r[1] for r in turns] for c, turns in copies.items()} == {c: [1, 2] for c in served}
+    assert not any("example.com" in r[0] for r in rows)
