@@ -52,6 +52,8 @@ KEY_SECRET = "key_secret"
 # Expired links are never read (every read asks for unexpired ones); deleting them at every
 # batch was a statement per batch, and `--workers` writes a batch per few answers.
 LINK_SWEEP_S = 60.0
+# Within SQLite's oldest default limit of 999 parameters a statement (5 a link).
+LINKS_PER_INSERT = 199
 
 # What proxies poll: the default's version plus every cohort's. A change raises exactly
 # one of them (a cohort's first change from the default's version, which is larger than
@@ -185,12 +187,16 @@ class SqliteRolloutStore:
         )
 
     @contextmanager
-    def _transaction(self, links: bool = False) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, links: bool = False, begin: bool = True) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE takes the write lock before the read, so writers serialise.
-        `links`: on the links' own connection (see `_links`)."""
+        `links`: on the links' own connection (see `_links`). `begin=False` is for a single
+        statement, which is a transaction of its own (the connections autocommit)."""
         try:
             with self._links_lock if links else self._lock:
                 db = self._links() if links else self._db
+                if not begin:
+                    yield db
+                    return
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     yield db
@@ -236,17 +242,27 @@ class SqliteRolloutStore:
         return [Pin(str(r[0]), str(r[1]), int(r[2]), float(r[3])) for r in rows]
 
     def save_links(self, links: Sequence[Link]) -> None:
+        """One statement per LINKS_PER_INSERT links, and a batch that needs one statement
+        runs without BEGIN and COMMIT (a statement is its own transaction). The module
+        lets go of the GIL at every statement, and with the event loop busy each hand-back
+        is a wait: under `--workers`, a batch's statements are what its answers pay for."""
         if not links:
             return
         now = time.time()
-        with self._transaction(links=True) as db:
-            if now >= self._next_link_sweep:
-                db.execute("DELETE FROM rollout_links WHERE expires_at < ?", (now,))
-                self._next_link_sweep = now + LINK_SWEEP_S
-            db.executemany(
-                "INSERT OR REPLACE INTO rollout_links VALUES (?, ?, ?, ?, ?)",
-                [(k.key, k.conversation, k.turn, k.expires_at, k.detail) for k in links],
-            )
+        statements: list[tuple[str, list[Any]]] = []
+        if now >= self._next_link_sweep:
+            statements.append(("DELETE FROM rollout_links WHERE expires_at < ?", [now]))
+            self._next_link_sweep = now + LINK_SWEEP_S
+        for start in range(0, len(links), LINKS_PER_INSERT):
+            chunk = links[start : start + LINKS_PER_INSERT]
+            rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
+            values = [
+                v for k in chunk for v in (k.key, k.conversation, k.turn, k.expires_at, k.detail)
+            ]
+            statements.append((f"INSERT OR REPLACE INTO rollout_links VALUES {rows}", values))
+        with self._transaction(links=True, begin=len(statements) > 1) as db:
+            for statement in statements:
+                db.execute(*statement)
 
     def _links(self) -> sqlite3.Connection:
         """The links' connection, at WAL's synchronous=NORMAL for good: links are written

@@ -39,6 +39,43 @@ def test_links_are_kept_replaced_and_expire(store_url: str) -> None:
     store.close()
 
 
+def test_a_batch_of_many_links_is_saved_whole_and_a_later_duplicate_wins(store_url: str) -> None:
+    """More links than one statement takes (the SQLite store splits them), with keys repeated
+    across the split: every key is kept once, at its last value in the batch."""
+    store = open_store(store_url, RolloutState())
+    now = time.time()
+    links = [Link(f"c:{i}", f"conv-{i}", 1, now + 60) for i in range(450)]
+    links += [Link(f"c:{i}", f"conv-{i}", 2, now + 60, "last") for i in range(0, 450, 7)]
+    store.save_links(links)
+    loaded = {link.key: link for link in store.load_links([f"c:{i}" for i in range(460)])}
+    assert len(loaded) == 450
+    assert loaded["c:0"] == Link("c:0", "conv-0", 2, now + 60, "last")
+    assert loaded["c:448"] == Link("c:448", "conv-448", 2, now + 60, "last")
+    assert loaded["c:449"] == Link("c:449", "conv-449", 1, now + 60)
+    store.close()
+
+
+def test_a_link_batch_sweeps_expired_links_and_a_failed_one_is_a_store_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    store = open_store(f"sqlite:///{path}", RolloutState())
+    now = time.time()
+    store.save_links([Link("c:old", "conv-1", 1, now - 1), Link("c:new", "conv-2", 1, now + 60)])
+    store.close()
+    # A fresh store sweeps at its first batch.
+    store = open_store(f"sqlite:///{path}", RolloutState())
+    store.save_links([Link("c:b", "conv-3", 1, now + 60)])
+    with sqlite3.connect(path) as db:
+        kept = sorted(row[0] for row in db.execute("SELECT key FROM rollout_links"))
+    assert kept == ["c:b", "c:new"]
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE rollout_links")
+    with pytest.raises(StoreError, match="rollout store"):
+        store.save_links([Link("c:c", "conv-4", 1, now + 60)])
+    store.close()
+
+
 def test_an_existing_sqlite_store_gains_the_link_table_in_place(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     old = sqlite3.connect(path)
