@@ -29,7 +29,12 @@ The proxy under test is pinned to core 0; the stubs and this load generator to c
 Figures are ratios and differences against `direct` measured in the same run, never
 absolute targets, so they mean the same on any machine. `--workers 1,2` adds the
 multi-process cell: the forwarding proxy unpinned with `--workers N`, non-streamed req/s
-at 64 connections from `wrk` (when installed).
+at 64 connections from `wrk` (when installed). On a machine with as many cores as workers
+the load generator and the stub take cores from the workers, so N workers cannot reach N
+times one; `workersN.ceiling_vs_workers1` is what they could reach, from the CPU each
+request costs the proxy, the stub and the load generator: cores / (proxy + stub + load) per
+request, over one worker's rate (never more than N); `workersN.of_ceiling` is the share of
+it reached.
 
     python benchmarks/proxy_overhead.py                 # kvmigrate only
     python benchmarks/proxy_overhead.py --litellm       # also LiteLLM (installed into a cache venv)
@@ -49,6 +54,7 @@ import functools
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -673,19 +679,28 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
                     kvmigrate_config(cfg, port, stub, 0.0, False)
                     with process(proxy_argv(cfg, n), port) as proc:
                         time.sleep(1.0)  # every worker listening, not only the first
-                        before = cpu_seconds(proc.pid), cpu_seconds(stub_proc.pid)
+                        before = (
+                            cpu_seconds(proc.pid),
+                            cpu_seconds(stub_proc.pid),
+                            children_cpu_seconds(),
+                        )
                         rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
-                        after = cpu_seconds(proc.pid), cpu_seconds(stub_proc.pid)
+                        after = (
+                            cpu_seconds(proc.pid),
+                            cpu_seconds(stub_proc.pid),
+                            children_cpu_seconds(),
+                        )
                     served = rate * args.workers_seconds
-                    proxy_us, stub_us = (
+                    proxy_us, stub_us, load_us = (
                         (a - b) / served * 1e6 for a, b in zip(after, before, strict=True)
                     )
                     rates[n].append(rate)
-                    cpu.setdefault(f"workers{n}.plain.c64.proxy_cpu_us", []).append(proxy_us)
-                    cpu.setdefault(f"workers{n}.plain.c64.stub_cpu_us", []).append(stub_us)
+                    for part, us in (("proxy", proxy_us), ("stub", stub_us), ("load", load_us)):
+                        cpu.setdefault(f"workers{n}.plain.c64.{part}_cpu_us", []).append(us)
                     print(
                         f"  workers={n}: {rate:8.0f} req/s non-streamed c=64"
-                        f"  proxy CPU {proxy_us:5.0f} us/req  stub CPU {stub_us:4.0f} us/req",
+                        f"  proxy CPU {proxy_us:5.0f} us/req  stub CPU {stub_us:4.0f} us/req"
+                        f"  load generator CPU {load_us:4.0f} us/req",
                         flush=True,
                     )
     finally:
@@ -697,7 +712,32 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
     for n in args.workers:
         if one and n != 1:
             figures[f"workers{n}.vs_workers1"] = figures[f"workers{n}.plain.c64.rps"] / one
+            figures |= _ceiling(figures, n, one)
     return figures
+
+
+def _ceiling(figures: dict[str, float], n: int, one: float) -> dict[str, float]:
+    """What N workers could serve over one, given what each request costs on this machine's
+    cores, and the share of it they served. Without wrk the load generator is this process,
+    whose CPU is not counted: the ceiling is then too high."""
+    per_request_us = sum(
+        figures[f"workers{n}.plain.c64.{part}_cpu_us"] for part in ("proxy", "stub", "load")
+    )
+    cores = os.cpu_count()  # the cell runs unpinned
+    if not per_request_us or not cores:
+        return {}
+    ceiling = min(float(n), cores * 1e6 / per_request_us / one)
+    return {
+        f"workers{n}.ceiling_vs_workers1": ceiling,
+        f"workers{n}.of_ceiling": figures[f"workers{n}.vs_workers1"] / ceiling,
+    }
+
+
+def children_cpu_seconds() -> float:
+    """User and system CPU time of this process's children that have ended: around one
+    `wrk` run, that run's."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 WRK_SCRIPT = """wrk.method = "POST"
