@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 
 import orjson
 from aiohttp import web
@@ -95,8 +96,10 @@ TAIL = (
 )
 
 
-async def handle(request: web.BaseRequest) -> web.StreamResponse:
+async def handle(request: web.BaseRequest, delay: float = 0.0) -> web.StreamResponse:
     body = await request.read()
+    if delay:
+        await asyncio.sleep(delay)  # an engine's prefill: the answer's first byte waits
     messages = request.path.endswith("/messages")
     if b'"stream":true' not in body.replace(b" ", b""):
         whole = MESSAGE if messages else COMPLETION
@@ -123,8 +126,8 @@ async def handle(request: web.BaseRequest) -> web.StreamResponse:
     return response
 
 
-async def serve(host: str, port: int) -> None:
-    server = web.Server(handle, access_log=None)
+async def serve(host: str, port: int, delay: float = 0.0) -> None:
+    server = web.Server(functools.partial(handle, delay=delay), access_log=None)
     loop = asyncio.get_running_loop()
     await loop.create_server(server, host, port, backlog=4096)
     print(f"stub on http://{host}:{port}/v1", flush=True)
@@ -135,6 +138,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument(
+        "--delay-ms",
+        type=float,
+        default=0.0,
+        help="wait this long before answering, as an engine's prefill does (default: none)",
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -142,7 +151,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(args.host, args.port))
+    asyncio.run(serve(args.host, args.port, args.delay_ms / 1000))
 
 
 if __name__ == "__main__":

@@ -433,6 +433,32 @@ def test_history_links_cut_at_the_previous_answer(
     assert found.request_link == "q:" + everything
 
 
+@pytest.mark.parametrize(
+    ("roles", "by_request"),
+    [
+        ("u", True),
+        ("u a u", True),
+        ("u a t", True),
+        ("a u", True),
+        ("u a f", True),
+        ("u a", False),  # an assistant prefill: the answer continues it
+        ("u a a", False),
+        ("a", False),
+    ],
+)
+def test_the_next_turn_asks_for_this_request_when_its_history_ends_asking(
+    roles: str, by_request: bool
+) -> None:
+    """`continued_by_request` promises that the next turn (this history, an answer, a new
+    message) looks this request's own link up as its `asked`: proxies rely on it to let an
+    answer go before its own link is stored."""
+    messages = [encode(ROLE[r], f"m{i}") for i, r in enumerate(roles.split())]
+    found = history(messages)
+    following = history([*messages, encode("assistant", "answer"), encode("user", "next")])
+    assert found.continued_by_request is by_request
+    assert (following.asked == found.request_link) is by_request
+
+
 def test_answer_digest_extends_a_copy_of_the_history() -> None:
     messages = [encode("user", "a")]
     answer = [encode("assistant", "b"), encode("assistant", "", [("f", "{}")])]

@@ -41,6 +41,10 @@ class History:
     asked: str | None  # the request link: the same history less the answer it ends with
     hasher: hashlib.blake2b  # over every non-system message: the answer is added to it
     turn: int  # 1 + the answers this history resends
+    # The next turn will find this request by its `request_link` (as its `asked`): the
+    # history has messages and ends with one for the answer to follow (not an assistant
+    # prefill, which the answer would continue).
+    continued_by_request: bool = False
 
     @property
     def request_link(self) -> str:
@@ -71,9 +75,10 @@ def history(messages: Sequence[Encoded]) -> History:
         hasher.update(data)
     if cut == len(messages) and cut:
         lookup = LINK_PREFIX + hasher.hexdigest()  # ends with an answer: a continuation
+    by_request = bool(messages) and messages[-1][0] != "assistant"
     if not answers:
-        return History(None, None, hasher, 1)
-    return History(lookup, asked if start else None, hasher, answers + 1)
+        return History(None, None, hasher, 1, by_request)
+    return History(lookup, asked if start else None, hasher, answers + 1, by_request)
 
 
 def answer_digest(hasher: hashlib.blake2b, answer: Sequence[Encoded]) -> str:

@@ -4,11 +4,12 @@ else by continuity with an answer this proxy fleet gave, else by the masked open
 The links (history digest -> conversation, turn) live in an in-process LRU in front of the
 rollout store, so every proxy sharing the store (Redis) continues a conversation another one
 started. A request reads the LRU and, on a miss after turn 1, the store with a short timeout.
-An answer's link goes into the LRU before the client's last byte, and, where another process
-reads the store (Redis, `--workers N`), to the store too: the relay waits (`settle`) for the
-background task that writes whatever has queued in one batch, so a next turn sent to another
-proxy finds it too, however busy the machine. (Saved after
-the last byte, the link lost the race to a client that sent its next turn at once.)
+Where another process reads the store (Redis, `--workers N`), a request's own link is written
+as it arrives, while the upstream answers, and the relay holds the answer's last byte
+(`settle`) until the next turn can find the conversation in the store: usually that link is
+there already, and the answer waits for nothing; otherwise it waits for the background task
+that writes whatever has queued in one batch, however busy the machine. (Saved after the
+last byte, the link lost the race to a client that sent its next turn at once.)
 
 Proxy addon: `exchange_done` remembers served answers; `running`/`done` run the writer.
 """
@@ -78,6 +79,7 @@ class Pending:
     history: History
     conversation: str
     turn: int
+    request_link_seq: int = 0  # the writer's number for the request's own link (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +108,11 @@ class ContinuityResolver:
         self._local: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._unsaved: list[Link] = []
         self._wake: asyncio.Event | None = None
-        self._saved: asyncio.Future[None] | None = None  # done when the queued batch is saved
-        self._saved_deadline: asyncio.TimerHandle | None = None  # LINK_SAVE_WAIT for it
+        # Links are numbered as they queue: every link up to `_stored` is in the store.
+        self._queued = 0
+        self._stored = 0
+        self._next: _Batch | None = None  # the next batch, once it must go without delay
+        self._writing: tuple[int, _Batch] | None = None  # the batch in flight, to its number
         self._gathering: asyncio.Future[None] | None = None  # the writer's batch window
         self._task: asyncio.Task[None] | None = None
         # The counter's child per source (`register_metrics`), and what `fold_counts` has
@@ -153,7 +158,11 @@ class ContinuityResolver:
             source = "opening" if history.turn == 1 else "guess"
             identity = Identity(opening, history.turn, source)
         self._link(history.request_link, identity.conversation, identity.turn)
-        pending = Pending(route, history, identity.conversation, identity.turn)
+        if self.others_read and self._wake is not None:
+            # Written while the upstream answers: its next turn can find the conversation
+            # by this link alone, and the answer need not wait for another write (`settle`).
+            self._write_soon()
+        pending = Pending(route, history, identity.conversation, identity.turn, self._queued)
         return self._count(Identity(identity.conversation, identity.turn, identity.source, pending))
 
     def in_store(self, conversation: str) -> str:
@@ -244,6 +253,7 @@ class ContinuityResolver:
     def save(self, link: Link) -> None:
         """Queue a link for the writer's next batch (response ids use it too, issue 17)."""
         if self.store is not None:
+            self._queued += 1
             unsaved = self._unsaved
             unsaved.append(link)
             if len(unsaved) > MAX_UNSAVED:
@@ -255,26 +265,40 @@ class ContinuityResolver:
 
     async def settle(self, exchange: Any) -> None:
         """Before the client's last byte: remember a served answer and wait (at most
-        LINK_SAVE_WAIT) until its link is in the store, since the client may send its next
-        turn, to any proxy, as soon as it has that byte. Where no other process reads the
-        store, nothing is done here: `exchange_done` after the relay keeps the answer's
-        assembly and digest off the response path, and this process knows its links."""
+        LINK_SAVE_WAIT) until the next turn can find its conversation in the store, since
+        the client may send it, to any proxy, as soon as it has that byte. The request's
+        own link, written while the upstream answered, is enough when the next turn will
+        look it up (`History.continued_by_request`): then the answer is remembered after
+        the relay and its link goes with a later batch, and the answer waits for nothing, or
+        for the write already under way.
+        Where no other process reads the store, nothing is done here: `exchange_done` after
+        the relay keeps the answer's assembly and digest off the response path, and this
+        process knows its links."""
         if self._wake is None or not self.others_read:
             return
-        self.exchange_done(exchange)
-        exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
-        if not self._unsaved:
+        pending = exchange.continuity
+        if isinstance(pending, Pending) and pending.history.continued_by_request:
+            # The answer is remembered after the relay, as a single proxy does it.
+            needed = pending.request_link_seq
+        else:
+            self.exchange_done(exchange)
+            exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
+            needed = self._queued  # every link queued so far, the answer's among them
+        if self._stored >= needed:
             return
-        saved = self._saved
-        if saved is None:
-            loop = asyncio.get_running_loop()
-            saved = self._saved = loop.create_future()
-            # One deadline for the batch's answers, not a timer per answer: under load a
-            # batch carries several, and its own write ends it (`_flush`).
-            self._saved_deadline = loop.call_later(LINK_SAVE_WAIT, _release, saved)
+        writing = self._writing
+        in_flight = writing is not None and writing[0] >= needed
+        batch = writing[1] if writing is not None and in_flight else self._write_soon()
+        await asyncio.shield(batch.wait())
+
+    def _write_soon(self) -> _Batch:
+        """The next batch, which the writer now writes without gathering more."""
+        batch = self._next
+        if batch is None:
+            batch = self._next = _Batch(asyncio.get_running_loop())
         if self._gathering is not None:
             _release(self._gathering)
-        await asyncio.shield(saved)
+        return batch
 
     def exchange_done(self, exchange: Any) -> None:
         """A served answer, whole: runs after the client's last byte, in the handler's task,
@@ -329,7 +353,7 @@ class ContinuityResolver:
             await self._wake.wait()
             await self._read_keys()  # when the store was down at start
             delay = self._last_flush + self.batch_s - loop.time()
-            if self._saved is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
+            if self._next is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
                 # Nobody waits on this batch yet (a request's own link, a retry): let it
                 # gather, until the window ends, an answer waits on it (`settle`) or it
                 # holds LINK_BATCH_MAX links (`save`).
@@ -355,24 +379,50 @@ class ContinuityResolver:
         if not self._unsaved or self.store is None:
             return
         batch, self._unsaved = self._unsaved, []
-        saved, self._saved = self._saved, None
-        deadline, self._saved_deadline = self._saved_deadline, None
+        waiting = self._next or _Batch(asyncio.get_running_loop())
+        self._next = None
+        # Every link up to `last` is in this batch, in an earlier one, or was dropped
+        # (MAX_UNSAVED): once this one is written, all of them are done with.
+        last = self._queued
+        self._writing = (last, waiting)
         try:
             await asyncio.to_thread(_save_links, self.store, batch)
+            self._stored = last
         except StoreError:
             self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
             raise
         finally:
             # Failed too: an answer does not wait on a broken store (the batch is retried).
-            if saved is not None and not saved.done():
-                saved.set_result(None)
-            if deadline is not None:
-                deadline.cancel()
+            self._writing = None
+            waiting.end()
 
 
 def _release(waiting: asyncio.Future[None]) -> None:
     if not waiting.done():
         waiting.set_result(None)
+
+
+class _Batch:
+    """The answers waiting for one batch of links: released when it is written, when it
+    fails, or after LINK_SAVE_WAIT, by one timer for the batch, not one per answer."""
+
+    __slots__ = ("_deadline", "written")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.written: asyncio.Future[None] = loop.create_future()
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def wait(self) -> asyncio.Future[None]:
+        if self._deadline is None:
+            self._deadline = self.written.get_loop().call_later(
+                LINK_SAVE_WAIT, _release, self.written
+            )
+        return self.written
+
+    def end(self) -> None:
+        _release(self.written)
+        if self._deadline is not None:
+            self._deadline.cancel()
 
 
 # The store keeps a link's key, and a conversation a client declared, as the store's keyed

@@ -9,13 +9,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
+from kvmigrate.exchange import SERVE, Exchange
+from kvmigrate.policies.continuity import answer_digest, encode
 from kvmigrate.rollout.continuity import (
     LINK_BATCH_MAX,
     LINK_BATCH_S,
     LOCAL_LINK_BATCH_S,
     ContinuityResolver,
+    Identity,
 )
 from kvmigrate.rollout.state import Link, Pin, RolloutState
 from kvmigrate.rollout.store import StoreError, open_store
@@ -219,6 +223,66 @@ def test_a_next_turn_that_outruns_the_answer_link_continues_by_the_request_link(
         2,
         "continuity",
     )
+
+
+def _served(identity: Identity, response: dict[str, Any]) -> Exchange:
+    """The exchange of an answer served whole, as the proxy hands it to `settle`."""
+    exchange = Exchange(
+        "r", "chat/completions", "hosted", SERVE, "m", "m", identity.conversation, 1, False, 0.0
+    )
+    exchange.status, exchange.chunks = 200, [orjson.dumps(response)]
+    exchange.continuity = identity.pending
+    return exchange
+
+
+def test_an_answer_waits_only_until_its_next_turn_can_be_found(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where another process reads the store (here `proxy --workers`, or Redis), an answer's
+    last byte waits until the next turn can find its conversation there. The request's own
+    link, written while the upstream answered, is enough: that answer goes at once and is
+    remembered after the relay. An assistant prefill, which the next turn cannot find by its
+    request, waits for its answer's own link."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+
+    async def run() -> None:
+        a, b = (ContinuityResolver(open_store(store_url, RolloutState()), 60.0) for _ in "ab")
+        assert a.others_read
+        await a.running()
+        first = await a.identify({}, chat("ctx-alpha"), "m", "chat/completions")
+        assert first.pending is not None
+        await stored(a, first.pending.history.request_link)
+        exchange = _served(first, answer("Start at nine."))
+        with pytest.raises(StopIteration):  # done without waiting for anything
+            a.settle(exchange).send(None)
+        assert exchange.continuity is first.pending  # left for `exchange_done`
+        a.exchange_done(exchange)
+        later = chat(
+            "ctx-beta",
+            {"role": "assistant", "content": "Start at nine."},
+            {"role": "user", "content": "Then?"},
+        )
+        second = await b.identify({}, later, "m", "chat/completions")
+        assert (second.conversation, second.turn) == (first.conversation, 2)
+        assert second.source == "continuity"
+
+        prefill = chat("ctx-gamma", {"role": "assistant", "content": "Sure, from"})
+        third = await a.identify({}, prefill, "m", "chat/completions")
+        assert third.pending is not None
+        await stored(a, third.pending.history.request_link)
+        waiting = asyncio.create_task(a.settle(_served(third, answer(" nine."))))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await waiting
+        link = answer_digest(third.pending.history.hasher, [encode("assistant", " nine.")])
+        assert a.store is not None
+        assert await asyncio.to_thread(a.store.load_links, [a.store.keys.key(link)])
+        for r in (a, b):
+            await r.done()
+            assert r.store is not None
+            r.store.close()
+
+    asyncio.run(run())
 
 
 def test_a_single_proxy_gathers_its_links_and_a_full_batch_goes_at_once(
