@@ -29,7 +29,10 @@ The proxy under test is pinned to core 0; the stubs and this load generator to c
 Figures are ratios and differences against `direct` measured in the same run, never
 absolute targets, so they mean the same on any machine. `--workers 1,2` adds the
 multi-process cell: the forwarding proxy unpinned with `--workers N`, non-streamed req/s
-at 64 connections from `wrk` (when installed). On a machine with as many cores as workers
+at 64 connections from `wrk` (when installed), and the p50 it adds at concurrency 1 behind
+an upstream that answers at once and one that takes 5 ms (the default deployment runs a
+worker per core, and with more than one an answer may wait for its conversation's link to
+reach the store they share). On a machine with as many cores as workers
 the load generator and the stub take cores from the workers, so N workers cannot reach N
 times one; `workersN.ceiling_vs_workers1` is what they could reach, from the CPU each
 request costs the proxy, the stub and the load generator: cores / (proxy + stub + load) per
@@ -550,6 +553,7 @@ def main() -> None:
         figures = summary(results, memory)
         if args.workers:
             figures |= workers_cell(Path(tmp), args)
+            figures |= workers_latency_cell(Path(tmp), args)
     print("\nsummary (differences and ratios against the direct baseline of this run):")
     for name, value in figures.items():
         print(f"  {name:45} {value:10.3f}")
@@ -617,10 +621,12 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def stub_argv(port: int, raw: bool = False) -> list[str]:
-    """`raw`: the cheapest stub (non-streamed answers only), for the --workers cell."""
+def stub_argv(port: int, raw: bool = False, delay_ms: float = 0.0) -> list[str]:
+    """`raw`: the cheapest stub (non-streamed answers only), for the --workers cell;
+    `delay_ms`: it answers that much later, as an engine would."""
     script = "raw_stub.py" if raw else "upstream_stub.py"
-    return [sys.executable, str(HERE / script), "--port", str(port)]
+    argv = [sys.executable, str(HERE / script), "--port", str(port)]
+    return [*argv, "--delay-ms", str(delay_ms)] if delay_ms else argv
 
 
 def proxy_argv(cfg: Path, workers: int) -> list[str]:
@@ -663,49 +669,42 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
     cost the second worker's core as much as the worker did). Nothing here is pinned: this process's
     own pinning (core 1), which children inherit, is undone for the stub, the proxy and wrk,
     or every worker would share one core."""
-    everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    if shutil.which("taskset"):
-        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     rates: dict[int, list[float]] = {n: [] for n in args.workers}
     cpu: dict[str, list[float]] = {}
     stub_port = free_port()
-    try:
-        with process(stub_argv(stub_port, raw=True), stub_port) as stub_proc:
-            stub = f"http://127.0.0.1:{stub_port}"
-            for _rep in range(2):
-                for n in args.workers:
-                    port = free_port()
-                    cfg = tmp / f"workers-{n}.yaml"
-                    kvmigrate_config(cfg, port, stub, 0.0, False)
-                    with process(proxy_argv(cfg, n), port) as proc:
-                        time.sleep(1.0)  # every worker listening, not only the first
-                        before = (
-                            cpu_seconds(proc.pid),
-                            cpu_seconds(stub_proc.pid),
-                            children_cpu_seconds(),
-                        )
-                        rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
-                        after = (
-                            cpu_seconds(proc.pid),
-                            cpu_seconds(stub_proc.pid),
-                            children_cpu_seconds(),
-                        )
-                    served = rate * args.workers_seconds
-                    proxy_us, stub_us, load_us = (
-                        (a - b) / served * 1e6 for a, b in zip(after, before, strict=True)
+    with unpinned(), process(stub_argv(stub_port, raw=True), stub_port) as stub_proc:
+        stub = f"http://127.0.0.1:{stub_port}"
+        for _rep in range(2):
+            for n in args.workers:
+                port = free_port()
+                cfg = tmp / f"workers-{n}.yaml"
+                kvmigrate_config(cfg, port, stub, 0.0, False)
+                with process(proxy_argv(cfg, n), port) as proc:
+                    time.sleep(1.0)  # every worker listening, not only the first
+                    before = (
+                        cpu_seconds(proc.pid),
+                        cpu_seconds(stub_proc.pid),
+                        children_cpu_seconds(),
                     )
-                    rates[n].append(rate)
-                    for part, us in (("proxy", proxy_us), ("stub", stub_us), ("load", load_us)):
-                        cpu.setdefault(f"workers{n}.plain.c64.{part}_cpu_us", []).append(us)
-                    print(
-                        f"  workers={n}: {rate:8.0f} req/s non-streamed c=64"
-                        f"  proxy CPU {proxy_us:5.0f} us/req  stub CPU {stub_us:4.0f} us/req"
-                        f"  load generator CPU {load_us:4.0f} us/req",
-                        flush=True,
+                    rate = request_rate(f"http://127.0.0.1:{port}", args.workers_seconds)
+                    after = (
+                        cpu_seconds(proc.pid),
+                        cpu_seconds(stub_proc.pid),
+                        children_cpu_seconds(),
                     )
-    finally:
-        if everywhere:
-            os.sched_setaffinity(0, everywhere)
+                served = rate * args.workers_seconds
+                proxy_us, stub_us, load_us = (
+                    (a - b) / served * 1e6 for a, b in zip(after, before, strict=True)
+                )
+                rates[n].append(rate)
+                for part, us in (("proxy", proxy_us), ("stub", stub_us), ("load", load_us)):
+                    cpu.setdefault(f"workers{n}.plain.c64.{part}_cpu_us", []).append(us)
+                print(
+                    f"  workers={n}: {rate:8.0f} req/s non-streamed c=64"
+                    f"  proxy CPU {proxy_us:5.0f} us/req  stub CPU {stub_us:4.0f} us/req"
+                    f"  load generator CPU {load_us:4.0f} us/req",
+                    flush=True,
+                )
     figures = {f"workers{n}.plain.c64.rps": statistics.median(r) for n, r in rates.items()}
     figures |= {name: statistics.median(values) for name, values in cpu.items()}
     one = figures.get("workers1.plain.c64.rps")
@@ -714,6 +713,53 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
             figures[f"workers{n}.vs_workers1"] = figures[f"workers{n}.plain.c64.rps"] / one
             figures |= _ceiling(figures, n, one)
     return figures
+
+
+ENGINE_DELAYS_MS = (0.0, 5.0)
+
+
+@contextmanager
+def unpinned() -> Iterator[None]:
+    """This process's own pinning (core 1), which children inherit, undone for a while:
+    the --workers cells spread the workers over every core."""
+    everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if shutil.which("taskset"):
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    try:
+        yield
+    finally:
+        if everywhere:
+            os.sched_setaffinity(0, everywhere)
+
+
+def workers_latency_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
+    """The p50 `proxy --workers N` adds at concurrency 1, non-streamed, over an upstream that
+    answers at once and over one that takes 5 ms, as an engine's prefill at least does. With
+    more than one worker an answer may wait for its conversation's link to reach the store
+    the workers share; behind a real engine the request's own link is there by then."""
+    added: dict[str, list[float]] = {}
+    for delay in ENGINE_DELAYS_MS:
+        stub_port = free_port()
+        stub = f"http://127.0.0.1:{stub_port}"
+        with unpinned(), process(stub_argv(stub_port, raw=True, delay_ms=delay), stub_port):
+            for _rep in range(2):
+                alone = asyncio.run(load("direct", stub, False, 1, 1000, "k")).pct(0.5)
+                for n in args.workers:
+                    port = free_port()
+                    cfg = tmp / f"workers-latency-{n}.yaml"
+                    kvmigrate_config(cfg, port, stub, 0.0, False)
+                    with process(proxy_argv(cfg, n), port):
+                        time.sleep(1.0)
+                        base = f"http://127.0.0.1:{port}"
+                        proxied = asyncio.run(load("workers", base, False, 1, 1000, "k")).pct(0.5)
+                    name = f"workers{n}.plain.c1.engine{delay:g}ms.added_p50_ms"
+                    added.setdefault(name, []).append(proxied - alone)
+                    print(
+                        f"  workers={n}: adds {proxied - alone:.3f} ms p50 at c=1 "
+                        f"behind a {delay:g} ms upstream",
+                        flush=True,
+                    )
+    return {name: statistics.median(values) for name, values in added.items()}
 
 
 def _ceiling(figures: dict[str, float], n: int, one: float) -> dict[str, float]:

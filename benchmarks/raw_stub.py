@@ -28,7 +28,8 @@ RESPONSE = (
 class Answer(asyncio.Protocol):
     """One connection: reads requests as they come and answers each one whole."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -46,7 +47,12 @@ class Answer(asyncio.Protocol):
             self.buffer = self.buffer[end + 4 + length :]
             answers += 1
         if answers and self.transport is not None:
-            self.transport.write(RESPONSE * answers)
+            if self.delay:  # as an engine's prefill; every answer waits alike, so in order
+                asyncio.get_running_loop().call_later(
+                    self.delay, self.transport.write, RESPONSE * answers
+                )
+            else:
+                self.transport.write(RESPONSE * answers)
 
 
 def _content_length(head: bytes) -> int:
@@ -57,9 +63,9 @@ def _content_length(head: bytes) -> int:
     return int(value.strip())
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, delay: float = 0.0) -> None:
     loop = asyncio.get_running_loop()
-    await loop.create_server(Answer, host, port, backlog=4096)
+    await loop.create_server(lambda: Answer(delay), host, port, backlog=4096)
     print(f"raw stub on http://{host}:{port}/v1", flush=True)
     await asyncio.Event().wait()
 
@@ -68,6 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="answer this much later")
     args = parser.parse_args()
     try:
         import uvloop
@@ -75,7 +82,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(args.host, args.port))
+    asyncio.run(serve(args.host, args.port, args.delay_ms / 1000))
 
 
 if __name__ == "__main__":

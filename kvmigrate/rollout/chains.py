@@ -113,7 +113,7 @@ class ChainMap:
             return None
         links = await self.links.load([key])
         # Only a response id is worth waiting for: an unknown Conversations API id is new.
-        retry = self.links.shared and key.startswith(RESPONSE_PREFIX)
+        retry = self.links.others_read and key.startswith(RESPONSE_PREFIX)
         for delay in REMOTE_RETRY_DELAYS if retry else ():
             if links:
                 break

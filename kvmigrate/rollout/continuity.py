@@ -353,6 +353,12 @@ class ContinuityResolver:
             await self._wake.wait()
             await self._read_keys()  # when the store was down at start
             delay = self._last_flush + self.batch_s - loop.time()
+            if self.others_read:
+                # What must reach the store at once says so (`_write_soon`: a request's
+                # own link, an answer that waits); the rest (answers' links, response
+                # ids) joins it, or goes after the window, never as a write of its own
+                # beside the next request.
+                delay = self.batch_s
             if self._next is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
                 # Nobody waits on this batch yet (a request's own link, a retry): let it
                 # gather, until the window ends, an answer waits on it (`settle`) or it

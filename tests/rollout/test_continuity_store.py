@@ -13,7 +13,9 @@ import orjson
 import pytest
 
 from kvmigrate.exchange import SERVE, Exchange
+from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainEntry
 from kvmigrate.policies.continuity import answer_digest, encode
+from kvmigrate.rollout.chains import ChainMap
 from kvmigrate.rollout.continuity import (
     LINK_BATCH_MAX,
     LINK_BATCH_S,
@@ -338,3 +340,30 @@ def test_a_closed_sqlite_store_refuses_links(tmp_path: Path) -> None:
         store.close()
         with pytest.raises(StoreError):
             store.save_links([link])
+
+
+def test_a_response_id_kept_by_one_worker_is_found_by_another_a_moment_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`proxy --workers N` share one SQLite store. A response id goes there in the writer's
+    next batch, after the client already has the answer: a worker asked for it before that
+    batch lands reads again a moment later, as a proxy sharing Redis does."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # as the workers run
+    url = f"sqlite:///{tmp_path}/state.db"
+
+    async def run() -> tuple[ChainEntry | None, str]:
+        one, other = (ChainMap(ContinuityResolver(open_store(url, RolloutState()))) for _ in "ab")
+        await one.links.running()
+        one.keep(RESPONSE_PREFIX + "resp_1", ChainEntry("conv-1", 1, "vllm"))
+        found = await other.find(RESPONSE_PREFIX + "resp_1")  # before the batch is written
+        assert one.links.store is not None
+        kept_as = one.links.store.keys.conversation("conv-1")  # the store's keyed hash
+        for chains in (one, other):
+            await chains.links.done()
+            assert chains.links.store is not None
+            chains.links.store.close()
+        return found, kept_as
+
+    found, kept_as = asyncio.run(run())
+    assert found is not None
+    assert (found.conversation, found.turn, found.backend) == (kept_as, 1, "vllm")
