@@ -62,7 +62,8 @@ LINK_BATCH_MAX = 2_000
 REMOTE_RETRY_DELAY = 0.01
 # The longest an answer's last byte waits for its link's batch to reach the store: a store
 # that hangs delays answers this much, then the link is saved later (a failing one: not at
-# all, the batch fails at once). Quiet, the wait is one batch write (~1 ms on Redis).
+# all, from its first failed batch until one is written again). Quiet, the wait is one
+# batch write (~1 ms on Redis).
 LINK_SAVE_WAIT = 1.0
 
 # How a request's conversation was known. `guess`: a later turn (it resends answers) that
@@ -133,6 +134,7 @@ class ContinuityResolver:
         self._last_flush = -self.batch_s
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
+        self._failing = False  # the last batch failed: answers do not wait for the store
         self._keys: StoreKeys | None = None
 
     # -- resolving ----------------------------------------------------------------------------
@@ -284,7 +286,7 @@ class ContinuityResolver:
             self.exchange_done(exchange)
             exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
             needed = self._queued  # every link queued so far, the answer's among them
-        if self._stored >= needed:
+        if self._stored >= needed or self._failing:
             return
         writing = self._writing
         in_flight = writing is not None and writing[0] >= needed
@@ -393,9 +395,10 @@ class ContinuityResolver:
         self._writing = (last, waiting)
         try:
             await asyncio.to_thread(_save_links, self.store, batch)
-            self._stored = last
+            self._stored, self._failing = last, False
         except StoreError:
             self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
+            self._failing = True
             raise
         finally:
             # Failed too: an answer does not wait on a broken store (the batch is retried).

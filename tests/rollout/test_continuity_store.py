@@ -367,3 +367,30 @@ def test_a_response_id_kept_by_one_worker_is_found_by_another_a_moment_later(
     found, kept_as = asyncio.run(run())
     assert found is not None
     assert (found.conversation, found.turn, found.backend) == (kept_as, 1, "vllm")
+
+
+def test_answers_do_not_wait_on_a_store_that_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a batch of links has failed, answers stop waiting for the store until one is
+    written again (the writer retries each second): a broken store costs continuity across
+    processes, never every answer a second."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    store = open_store(f"sqlite:///{tmp_path}/state.db", RolloutState())
+    store.save_links([Link("c:warm", "conv-0", 1, time.time() + 60)])  # the links' connection
+    store.close()  # every later write fails, as a lost volume's would
+
+    async def run() -> None:
+        resolver = ContinuityResolver(store, 60.0)
+        await resolver.running()
+        prefill = chat("ctx", {"role": "assistant", "content": "Sure, from"})
+        identity = await resolver.identify({}, prefill, "m", "chat/completions")
+        async with asyncio.timeout(10):
+            # The request's own link is written at once; its failure is only counted.
+            while not resolver.store_errors:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        with pytest.raises(StopIteration):  # a prefill, yet nothing to wait for
+            resolver.settle(_served(identity, answer(" nine."))).send(None)
+        await resolver.done()
+
+    asyncio.run(run())
