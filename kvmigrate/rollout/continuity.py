@@ -288,9 +288,8 @@ class ContinuityResolver:
             needed = self._queued  # every link queued so far, the answer's among them
         if self._stored >= needed or self._failing:
             return
-        writing = self._writing
-        in_flight = writing is not None and writing[0] >= needed
-        batch = writing[1] if writing is not None and in_flight else self._write_soon()
+        writing = self._writing  # the batch under way, if it holds what is needed
+        batch = writing[1] if writing and writing[0] >= needed else self._write_soon()
         await asyncio.shield(batch.wait())
 
     def _write_soon(self) -> _Batch:
