@@ -238,3 +238,69 @@ def test_sigterm_drains_streams_then_the_pool_exits(pool: Pool) -> None:
     assert any(c.choices and c.choices[0].finish_reason for c in rest)
     assert pool.proc.wait(60) == 0
     assert not metrics_dir.exists()  # the parent removed the folder it made
+
+
+def _split_half(pool: Pool) -> None:
+    change = subprocess.run(
+        [*ROLLOUT, "--config", str(pool.config), "--mode", "split", "--percent", "50", "--force"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert change.returncode == 0, change.stdout + change.stderr
+    version = int(re.search(r"version (\d+)", change.stdout).group(1))  # type: ignore[union-attr]
+    deadline = time.monotonic() + DEADLINE_S
+    while _metric(pool, r"kvmigrate_rollout_version\{[^}]*\}") < version:
+        assert time.monotonic() < deadline, "not every worker applied the change"
+        time.sleep(0.05)
+
+
+def _context(conversation: int, turn: int) -> str:
+    """A system prompt that changes every turn, and no timestamp: only continuity helps."""
+    topics = ["museums", "beaches", "markets", "trains", "castles", "gardens", "opera"]
+    return f"You are a travel assistant. Notes: {topics[(conversation + turn) % 7]} rank high."
+
+
+def test_conversations_and_chains_continue_on_whichever_worker_gets_the_next_turn(
+    pool: Pool,
+) -> None:
+    """Each turn is sent on a fresh connection the moment the last answer is in, so the
+    next turn often reaches the other worker before the first one has written anything
+    after its answer: a chat conversation (its system prompt changing every turn) is found
+    by the links written while its upstream answered, and a Responses chain by its response
+    id, read again a moment later. At a 50% split a conversation that was not found would
+    land on either backend."""
+    _split_half(pool)
+    client = _fresh_client(pool)
+    backends: dict[str, set[str]] = {}
+    for number in range(8):
+        history: list[dict[str, str]] = [{"role": "user", "content": f"Plan day {number}."}]
+        for turn in range(4):
+            messages = [{"role": "system", "content": _context(number, turn)}, *history]
+            raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
+            backends.setdefault(f"chat {number}", set()).add(raw.headers["x-kvmigrate-backend"])
+            answer = raw.parse().choices[0].message.content or ""
+            history += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "Then?"},
+            ]
+    for number in range(8):
+        previous = None
+        for turn in range(4):
+            raw_response = client.responses.with_raw_response.create(
+                model=MODEL, input=f"Chain {number}, step {turn}.", previous_response_id=previous
+            )
+            backends.setdefault(f"chain {number}", set()).add(
+                raw_response.headers["x-kvmigrate-backend"]
+            )
+            previous = raw_response.parse().id
+    assert {name: b for name, b in backends.items() if len(b) > 1} == {}
+    assert _metric(pool, "kvmigrate_chain_misses_total") == 0
+    identified = r'kvmigrate_conversation_identity_total\{source="%s"\}'
+    # Each worker folds its counts into the shared metrics within a second.
+    deadline = time.monotonic() + DEADLINE_S
+    while _metric(pool, identified % "continuity") < 8 * 3:  # every later chat turn
+        assert time.monotonic() < deadline, "later chat turns were not known by continuity"
+        time.sleep(0.05)
+    assert _metric(pool, identified % "continuity") == 8 * 3
+    assert _metric(pool, identified % "guess") == 0
