@@ -34,8 +34,12 @@ def conversation_key(
 ) -> ConversationKey:
     """The X-Session-ID header, else the request's `user`, else a hash of the stable prefix."""
     declared = declared_key(headers, body)
-    if declared is not None:
-        return declared
+    return declared if declared is not None else derived_key(body, model)
+
+
+def derived_key(body: Mapping[str, Any], model: str) -> ConversationKey:
+    """The key of a request that declares none: a hash of its stable prefix (its masked
+    opening), else of its whole input."""
     anchor = _stable_prefix(body)
     source = "prefix" if anchor is not None else "body"
     if anchor is None:

@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.policies.continuity import History, answer_digest, iter_answer, request_history
-from kvmigrate.policies.conversation import conversation_key, declared_key, turn_index
+from kvmigrate.policies.conversation import declared_key, derived_key, turn_index
 from kvmigrate.rollout.keys import StoreKeys
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
@@ -147,7 +147,7 @@ class ContinuityResolver:
             return self._count(Identity(declared.value, turn_index(body), declared.source))
         history = request_history(route, body)
         if history is None:
-            whole = conversation_key(headers, body, model)
+            whole = derived_key(body, model)
             source = "opening" if whole.source == "prefix" else "body"
             return self._count(Identity(whole.value, turn_index(body), source))
         found = self._local_link(history) if history.lookup is not None else None
@@ -156,7 +156,7 @@ class ContinuityResolver:
         if found is not None:
             identity = Identity(found[0], found[1] + 1, "continuity")
         else:
-            opening = conversation_key(headers, body, model).value
+            opening = derived_key(body, model).value
             source = "opening" if history.turn == 1 else "guess"
             identity = Identity(opening, history.turn, source)
         self._link(history.request_link, identity.conversation, identity.turn)
