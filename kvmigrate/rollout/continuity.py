@@ -279,7 +279,9 @@ class ContinuityResolver:
         if self._wake is None or not self.others_read:
             return
         pending = exchange.continuity
-        if isinstance(pending, Pending) and pending.history.continued_by_request:
+        if not isinstance(pending, Pending):
+            return  # declared by the client, or no history: no link of ours finds its next turn
+        if pending.history.continued_by_request:
             # The answer is remembered after the relay, as a single proxy does it.
             needed = pending.request_link_seq
         else:

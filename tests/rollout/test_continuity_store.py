@@ -253,6 +253,11 @@ def test_an_answer_waits_only_until_its_next_turn_can_be_found(
         await a.running()
         first = await a.identify({}, chat("ctx-alpha"), "m", "chat/completions")
         assert first.pending is not None
+        # A conversation the client declares needs no link: its answer never waits, even
+        # with links still on their way.
+        declared = await a.identify({"x-session-id": "s-1"}, chat("ctx"), "m", "chat/completions")
+        with pytest.raises(StopIteration):
+            a.settle(_served(declared, answer("Hi."))).send(None)
         await stored(a, first.pending.history.request_link)
         exchange = _served(first, answer("Start at nine."))
         with pytest.raises(StopIteration):  # done without waiting for anything
