@@ -153,7 +153,7 @@ class ChainMap:
             kept.append(dict(entry.mirrors))
         detail = orjson.dumps(kept).decode()
         expires = time.time() + self.links.ttl_seconds
-        self.links.save(Link(key, entry.conversation, entry.turn, expires, detail))
+        self.links.save(Link(key, entry.conversation, entry.turn, expires, detail), soon=True)
 
     def _put(self, key: str, entry: ChainEntry) -> None:
         self._local[key] = entry

@@ -252,8 +252,13 @@ class ContinuityResolver:
         if self.store is not None:
             self.save(Link(link, conversation, turn, time.time() + self.ttl_seconds))
 
-    def save(self, link: Link) -> None:
-        """Queue a link for the writer's next batch (response ids use it too, issue 17)."""
+    def save(self, link: Link, soon: bool = False) -> None:
+        """Queue a link for the writer's next batch (response ids use it too, issue 17).
+        `soon`: another process may ask for it at once (a response id, which the client
+        may send back to another worker as soon as it has the answer), so where one reads
+        the store the batch goes without gathering."""
+        if soon and self.others_read and self._wake is not None:
+            self._write_soon()
         if self.store is not None:
             self._queued += 1
             unsaved = self._unsaved
@@ -358,9 +363,9 @@ class ContinuityResolver:
             delay = self._last_flush + self.batch_s - loop.time()
             if self.others_read:
                 # What must reach the store at once says so (`_write_soon`: a request's
-                # own link, an answer that waits); the rest (answers' links, response
-                # ids) joins it, or goes after the window, never as a write of its own
-                # beside the next request.
+                # own link, a response id, an answer that waits); the rest (answers' links)
+                # joins it, or goes after the window, never as a write of its own beside
+                # the next request.
                 delay = self.batch_s
             if self._next is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
                 # Nobody waits on this batch yet (a request's own link, a retry): let it

@@ -399,3 +399,29 @@ def test_answers_do_not_wait_on_a_store_that_fails(
         await resolver.done()
 
     asyncio.run(run())
+
+
+def test_a_response_id_goes_to_the_store_at_once_and_takes_waiting_links_along(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where workers share the store, an answer's link is in no hurry (the request's own
+    link already finds the next turn) and gathers for the writer's window; a response id
+    is asked for as soon as the client has the answer, and goes at once, with whatever
+    gathered. The window here is an hour, so only that can have written them."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+
+    async def run() -> None:
+        store = open_store(f"sqlite:///{tmp_path}/state.db", RolloutState())
+        resolver = ContinuityResolver(store, 60.0, batch_s=3600.0)
+        chains = ChainMap(resolver)
+        await resolver.running()
+        resolver.save(Link("c:answer", "conv-1", 2, time.time() + 60))
+        await asyncio.sleep(0.05)
+        assert not await asyncio.to_thread(store.load_links, [store.keys.key("c:answer")])
+        chains.keep(RESPONSE_PREFIX + "resp_1", ChainEntry("conv-1", 2, "vllm"))
+        await stored(resolver, RESPONSE_PREFIX + "resp_1")
+        assert await asyncio.to_thread(store.load_links, [store.keys.key("c:answer")])
+        await resolver.done()
+        store.close()
+
+    asyncio.run(run())
