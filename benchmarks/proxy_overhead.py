@@ -119,6 +119,10 @@ class Result:
     # What the proxy reports it added itself (x-kvmigrate-overhead-ms): the client's clock
     # also counts the load generator's scheduling, which swamps 0.1 ms on a busy machine.
     reported: list[float] = field(default_factory=list)
+    # The memory of the process tree under test after its cells (recorder and detector
+    # workers included): RSS counts a page shared by two processes twice, PSS splits it.
+    rss_kib: int = 0
+    pss_kib: int = 0
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -370,6 +374,26 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def tree_memory_kib(pid: int) -> tuple[int, int]:
+    """RSS and PSS of a process and its children, summed."""
+    import psutil
+
+    rss = pss = 0
+    try:
+        process = psutil.Process(pid)
+        tree = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    for member in tree:
+        try:
+            info = member.memory_full_info()
+        except psutil.Error:
+            continue
+        rss += info.rss
+        pss += getattr(info, "pss", info.rss)
+    return rss // 1024, pss // 1024
+
+
 def cpu_seconds(pid: int | None) -> float:
     """User and system CPU time of a process and its children (the recorder's and the
     detector's workers): robust where wall-clock figures are not, on a shared machine."""
@@ -408,7 +432,10 @@ def run_target(
     copy_to: str = "",
     pid: int | None = None,
     route: str = "chat",
+    memory_of: int | None = None,
 ) -> list[Result]:
+    """Every cell of one target; `memory_of`: the process whose tree's memory is reported
+    (the target's own, `pid`, unless given)."""
     results = []
     if pid is not None:
         settle(pid, base, key)
@@ -429,6 +456,12 @@ def run_target(
                 f"  proxy CPU {result.cpu_us:6.0f} us/req  errors {result.errors}",
                 flush=True,
             )
+    measured = memory_of or pid
+    if measured is not None:
+        rss, pss = tree_memory_kib(measured)
+        print(f"  process tree after the load: RSS {rss / 1024:.0f} MiB, PSS {pss / 1024:.0f} MiB")
+        for result in results:
+            result.rss_kib, result.pss_kib = rss, pss
     return results
 
 
@@ -483,6 +516,10 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
     kv1, sh1 = get("kvmigrate", "plain", 1), get("kv+shadow", "plain", 1)
     if kv1 and sh1:
         figures["shadow_extra_p50_ms"] = sh1.pct(0.5) - kv1.pct(0.5)
+    for result in results:
+        if result.rss_kib and ":" not in result.target:
+            figures[f"{result.target}.tree_rss_mib"] = result.rss_kib / 1024
+            figures[f"{result.target}.tree_pss_mib"] = result.pss_kib / 1024
     if memory:
         figures["open_streams"], figures["rss_mib_with_open_streams"] = memory[0], memory[1] / 1024
     return figures
@@ -499,12 +536,12 @@ def main() -> None:
     memory = None
     with (
         tempfile.TemporaryDirectory() as tmp,
-        process(pinned(1, stub_argv(stub_port)), stub_port),
+        process(pinned(1, stub_argv(stub_port)), stub_port) as stub_proc,
         process(pinned(1, stub_argv(candidate_port)), candidate_port),
     ):
         if "direct" in args.targets:
             print("direct (stub)", flush=True)
-            results += run_target("direct", stub, "sk-stub", args)
+            results += run_target("direct", stub, "sk-stub", args, memory_of=stub_proc.pid)
             if args.messages:
                 results += run_target("direct", stub, "sk-stub", args, route="messages")
         if "direct+copy" in args.targets:
