@@ -190,10 +190,11 @@ def _sources(db: Path) -> set[str]:
         return {str(row[0]) for row in conn.execute("SELECT DISTINCT source FROM records")}
 
 
-def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
-    assert set(_backends_of(pool, 4)) == {"hosted"}
+def _split(pool: Pool, percent: int) -> None:
+    """`kvmigrate rollout --mode split --percent N`, then until every worker applies it."""
+    flags = ["--mode", "split", "--percent", str(percent), "--force"]
     change = subprocess.run(
-        [*ROLLOUT, "--config", str(pool.config), "--mode", "split", "--percent", "100", "--force"],
+        [*ROLLOUT, "--config", str(pool.config), *flags],
         capture_output=True,
         text=True,
         check=False,
@@ -205,6 +206,11 @@ def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
     while _metric(pool, r"kvmigrate_rollout_version\{[^}]*\}") < version:  # the one cohort
         assert time.monotonic() < deadline, "not every worker applied the change"
         time.sleep(0.05)
+
+
+def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
+    assert set(_backends_of(pool, 4)) == {"hosted"}
+    _split(pool, 100)
     assert set(_backends_of(pool, 20)) == {"vllm"}
 
 
@@ -240,21 +246,6 @@ def test_sigterm_drains_streams_then_the_pool_exits(pool: Pool) -> None:
     assert not metrics_dir.exists()  # the parent removed the folder it made
 
 
-def _split_half(pool: Pool) -> None:
-    change = subprocess.run(
-        [*ROLLOUT, "--config", str(pool.config), "--mode", "split", "--percent", "50", "--force"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert change.returncode == 0, change.stdout + change.stderr
-    version = int(re.search(r"version (\d+)", change.stdout).group(1))  # type: ignore[union-attr]
-    deadline = time.monotonic() + DEADLINE_S
-    while _metric(pool, r"kvmigrate_rollout_version\{[^}]*\}") < version:
-        assert time.monotonic() < deadline, "not every worker applied the change"
-        time.sleep(0.05)
-
-
 def _context(conversation: int, turn: int) -> str:
     """A system prompt that changes every turn, and no timestamp: only continuity helps."""
     topics = ["museums", "beaches", "markets", "trains", "castles", "gardens", "opera"]
@@ -270,7 +261,7 @@ def test_conversations_and_chains_continue_on_whichever_worker_gets_the_next_tur
     by the links written while its upstream answered, and a Responses chain by its response
     id, read again a moment later. At a 50% split a conversation that was not found would
     land on either backend."""
-    _split_half(pool)
+    _split(pool, 50)
     client = _fresh_client(pool)
     backends: dict[str, set[str]] = {}
     for number in range(8):
