@@ -801,8 +801,10 @@ def workers_latency_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float
 
 def _ceiling(figures: dict[str, float], n: int, one: float) -> dict[str, float]:
     """What N workers could serve over one, given what each request costs on this machine's
-    cores, and the share of it they served. Without wrk the load generator is this process,
-    whose CPU is not counted: the ceiling is then too high."""
+    cores, and the share of it they served. Only with wrk: otherwise the load generator is
+    this process, whose CPU is not counted, and the ceiling would read too high."""
+    if shutil.which("wrk") is None:
+        return {}
     per_request_us = sum(
         figures[f"workers{n}.plain.c64.{part}_cpu_us"] for part in ("proxy", "stub", "load")
     )

@@ -360,17 +360,10 @@ class ContinuityResolver:
         while True:
             await self._wake.wait()
             await self._read_keys()  # when the store was down at start
-            delay = self._last_flush + self.batch_s - loop.time()
-            if self.others_read:
-                # What must reach the store at once says so (`_write_soon`: a request's
-                # own link, a response id, an answer that waits); the rest (answers' links)
-                # joins it, or goes after the window, never as a write of its own beside
-                # the next request.
-                delay = self.batch_s
+            delay = self._window(loop.time())
             if self._next is None and delay > 0 and len(self._unsaved) < LINK_BATCH_MAX:
-                # Nobody waits on this batch yet (a request's own link, a retry): let it
-                # gather, until the window ends, an answer waits on it (`settle`) or it
-                # holds LINK_BATCH_MAX links (`save`).
+                # Nothing in it must go at once yet: let it gather, until the window ends,
+                # something must (`_write_soon`) or it holds LINK_BATCH_MAX links (`save`).
                 self._gathering = loop.create_future()
                 handle = loop.call_later(delay, _release, self._gathering)
                 await self._gathering
@@ -388,6 +381,14 @@ class ContinuityResolver:
                     log.error("cannot save conversation links, retrying: %s", exc)
                 await asyncio.sleep(1.0)
                 self._wake.set()
+
+    def _window(self, now: float) -> float:
+        """How long the next batch gathers. A single proxy's window runs from its last
+        write, so a link after a quiet spell goes at once. Where another process reads the
+        store, what must go at once says so (`_write_soon`: a request's own link, a response
+        id, an answer that waits), and the rest (answers' links) joins it or waits the whole
+        window, never a write of its own beside the next request."""
+        return self.batch_s if self.others_read else self._last_flush + self.batch_s - now
 
     async def _flush(self) -> None:
         if not self._unsaved or self.store is None:

@@ -350,17 +350,20 @@ def test_a_closed_sqlite_store_refuses_links(tmp_path: Path) -> None:
 def test_a_response_id_kept_by_one_worker_is_found_by_another_a_moment_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`proxy --workers N` share one SQLite store. A response id goes there in the writer's
-    next batch, after the client already has the answer: a worker asked for it before that
-    batch lands reads again a moment later, as a proxy sharing Redis does."""
+    """`proxy --workers N` share one SQLite store. A response id goes there after the
+    client already has the answer: a worker asked for it before it lands reads again a
+    moment later, as a proxy sharing Redis does. (Here the id is kept only after the other
+    worker's first read, which cannot have found it.)"""
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # as the workers run
     url = f"sqlite:///{tmp_path}/state.db"
 
     async def run() -> tuple[ChainEntry | None, str]:
         one, other = (ChainMap(ContinuityResolver(open_store(url, RolloutState()))) for _ in "ab")
         await one.links.running()
+        finding = asyncio.create_task(other.find(RESPONSE_PREFIX + "resp_1"))
+        await asyncio.sleep(0.02)  # its first read is done, and missed
         one.keep(RESPONSE_PREFIX + "resp_1", ChainEntry("conv-1", 1, "vllm"))
-        found = await other.find(RESPONSE_PREFIX + "resp_1")  # before the batch is written
+        found = await finding
         assert one.links.store is not None
         kept_as = one.links.store.keys.conversation("conv-1")  # the store's keyed hash
         for chains in (one, other):
