@@ -13,6 +13,7 @@ from aiohttp import web
 
 from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.proxy.client import TIMEOUTS, Response, UpstreamError
+from kvmigrate.proxy.client_answer import ClientAnswer
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import ProxyError, upstream_timeout, upstream_unreachable
 from kvmigrate.proxy.exchange import Exchange
@@ -115,14 +116,11 @@ async def send_buffered(
     response: Response,
     body: bytes,
     extra_headers: list[tuple[str, str]],
-) -> web.Response:
-    client = web.Response(
-        status=response.status,
-        body=body,
-        headers=relayed_response_headers(response.headers, extra_headers),
+) -> web.StreamResponse:
+    client = ClientAnswer(
+        request, response.status, relayed_response_headers(response.headers, extra_headers)
     )
-    await client.prepare(request)
-    await client.write_eof()
+    await client.send_whole(body)
     return client
 
 
@@ -140,20 +138,17 @@ async def relay_stream(
     whole, before the client's last byte. A break after bytes went out, or a
     candidate's malformed event, ends an event stream with an SSE error event and any other
     body with a reset connection: never a silent truncation."""
-    client = web.StreamResponse(
-        status=response.status,
-        headers=relayed_response_headers(response.headers, extra_headers),
+    client = ClientAnswer(
+        request, response.status, relayed_response_headers(response.headers, extra_headers)
     )
     is_sse = is_event_stream(response)
     error_event = envelope_for(exchange.route).stream_event
     try:
-        await client.prepare(request)
+        await client.begin(rewrite(first_chunk) if rewrite and first_chunk else first_chunk)
     except BaseException:  # the client left before its headers: the upstream's answer ends
         response.close()
         raise
     try:
-        if first_chunk:
-            await client.write(rewrite(first_chunk) if rewrite else first_chunk)
         async for chunk in response.iter_any():
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
@@ -194,14 +189,14 @@ def _abort(request: web.Request) -> None:
         request.transport.abort()
 
 
-async def _write_quietly(client: web.StreamResponse, data: bytes) -> None:
-    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+async def _write_quietly(client: ClientAnswer, data: bytes) -> None:
+    with contextlib.suppress(ConnectionResetError):
         await client.write(data)
 
 
-async def _write_eof_quietly(client: web.StreamResponse) -> None:
-    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-        await client.write_eof()
+async def _write_eof_quietly(client: ClientAnswer) -> None:
+    with contextlib.suppress(ConnectionResetError):
+        await client.finish()
 
 
 async def drain(response: Response, exchange: Exchange) -> None:

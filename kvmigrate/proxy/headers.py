@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 
 # RFC 9110 section 7.6.1, plus the ones a proxy must recompute itself.
 HOP_BY_HOP = frozenset(
@@ -149,17 +149,16 @@ def upstream_query(query_string: str, pass_client_credentials: bool) -> str:
 
 def relayed_response_headers(
     upstream: CIMultiDictProxy[str], extra: Iterable[tuple[str, str]]
-) -> CIMultiDict[str]:
-    """The upstream's headers minus hop-by-hop ones, plus the proxy's own."""
-    headers: CIMultiDict[str] = CIMultiDict()
-    for name, value in upstream.items():
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in OWN_RESPONSE_HEADERS:
-            continue
-        headers.add(name, value)
+) -> list[tuple[str, str]]:
+    """The upstream's headers minus hop-by-hop ones, plus the proxy's own, in order."""
+    headers = [
+        (name, value)
+        for name, value in upstream.items()
+        if (lower := name.lower()) not in HOP_BY_HOP and lower not in OWN_RESPONSE_HEADERS
+    ]
     upstream_id = upstream.get("x-request-id")
     if upstream_id:
-        headers["x-kvmigrate-upstream-request-id"] = upstream_id
+        headers.append(("x-kvmigrate-upstream-request-id", upstream_id))
     headers.extend(extra)
     return headers
 
