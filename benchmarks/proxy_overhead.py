@@ -27,7 +27,12 @@ sends the role chunk first, then one write per content chunk, as an engine does)
 
 The proxy under test is pinned to core 0; the stubs and this load generator to core 1.
 Figures are ratios and differences against `direct` measured in the same run, never
-absolute targets, so they mean the same on any machine. `--workers 1,2` adds the
+absolute targets, so they mean the same on any machine. At concurrency 1 the direct stub is
+also measured in turn with each proxy, request by request (its copy to the candidate too,
+for a shadowing target): `TARGET.MODE.c1.added_interleaved_p50_ms` is the added p50 with
+the machine's drift between cells taken out, and for a shadowing target
+`TARGET.MODE.c1.share_interleaved_p50_ms` its share over `direct+copy` (`--no-interleave`
+skips them). `--workers 1,2` adds the
 multi-process cell: the forwarding proxy unpinned with `--workers N`, non-streamed req/s
 at 64 connections from `wrk` (when installed), and the p50 it adds at concurrency 1 behind
 an upstream that answers at once and one that takes 5 ms (the default deployment runs a
@@ -107,6 +112,21 @@ FLOOR, LEAN, NGINX = "aiohttp-floor", "lean-client-floor", "nginx"
 TARGETS = ("direct", "direct+copy", NGINX, FLOOR, LEAN, *PROXIES, "litellm")
 
 
+def percentile_ms(latencies: list[float], q: float) -> float:
+    data = sorted(latencies)
+    return data[min(len(data) - 1, int(q * len(data)))] * 1000 if data else float("nan")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The direct stub, measured in turn with a target at concurrency 1; `copy_to`: the
+    candidate stub, for a target that copies each request there (shadow)."""
+
+    url: str
+    headers: dict[str, str]
+    copy_to: str = ""
+
+
 @dataclass
 class Result:
     target: str
@@ -123,10 +143,12 @@ class Result:
     # workers included): RSS counts a page shared by two processes twice, PSS splits it.
     rss_kib: int = 0
     pss_kib: int = 0
+    # At concurrency 1, the direct stub's latencies measured in turn with this target's,
+    # request by request (`load`'s `baseline`): both see the machine in the same state.
+    baseline: list[float] = field(default_factory=list)
 
     def pct(self, q: float) -> float:
-        data = sorted(self.latencies)
-        return data[min(len(data) - 1, int(q * len(data)))] * 1000 if data else float("nan")
+        return percentile_ms(self.latencies, q)
 
     @property
     def rps(self) -> float:
@@ -309,9 +331,13 @@ async def load(
     key: str,
     copy_to: str = "",
     route: str = "chat",
+    baseline: Baseline | None = None,
 ) -> Result:
     """`copy_to`: after each answer, send the same request there too and drain it in the
-    background, as shadow mode makes the proxy do (the doubled upstream work, no proxy)."""
+    background, as shadow mode makes the proxy do (the doubled upstream work, no proxy).
+    `baseline` (concurrency 1): each request to the target follows or precedes one to the
+    baseline, in turn, so that drift in the machine's speed between cells (on this VM
+    a tenth of a millisecond within minutes) falls on both alike."""
     path, template = ROUTES[route]
     body = json.dumps({**template, "stream": stream}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -325,21 +351,40 @@ async def load(
 
         copies: set[asyncio.Task[None]] = set()
 
-        async def worker(n: int) -> None:
-            for _ in range(n):
+        def copy_soon(to: str, copy_headers: dict[str, str]) -> None:
+            task = asyncio.ensure_future(copy(session, to, body, copy_headers))
+            copies.add(task)
+            task.add_done_callback(copies.discard)
+
+        async def on_baseline() -> float:
+            assert baseline is not None
+            start = time.perf_counter()
+            elapsed = await one(session, baseline.url + path, body, stream, baseline.headers)
+            result.baseline.append(elapsed)
+            if baseline.copy_to:
+                copy_soon(baseline.copy_to + path, baseline.headers)
+            return time.perf_counter() - start
+
+        async def worker(n: int) -> float:
+            """The time spent on the baseline's requests, not the target's."""
+            aside = 0.0
+            for i in range(n):
+                if baseline is not None and i % 2 == 0:
+                    aside += await on_baseline()
                 try:
                     elapsed = await one(session, url, body, stream, headers, result.reported)
                     result.latencies.append(elapsed)
                 except (TimeoutError, aiohttp.ClientError, RuntimeError):
                     result.errors += 1
                 if copy_to:
-                    task = asyncio.ensure_future(copy(session, copy_to, body, headers))
-                    copies.add(task)
-                    task.add_done_callback(copies.discard)
+                    copy_soon(copy_to, headers)
+                if baseline is not None and i % 2 == 1:
+                    aside += await on_baseline()
+            return aside
 
         start = time.perf_counter()
-        await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
-        result.wall = time.perf_counter() - start
+        asides = await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
+        result.wall = time.perf_counter() - start - sum(asides) / concurrency
         await asyncio.gather(*copies, return_exceptions=True)
     return result
 
@@ -433,9 +478,11 @@ def run_target(
     pid: int | None = None,
     route: str = "chat",
     memory_of: int | None = None,
+    baseline: Baseline | None = None,
 ) -> list[Result]:
     """Every cell of one target; `memory_of`: the process whose tree's memory is reported
-    (the target's own, `pid`, unless given)."""
+    (the target's own, `pid`, unless given); `baseline`: measured in turn with the target
+    in its concurrency-1 cells."""
     results = []
     if pid is not None:
         settle(pid, base, key)
@@ -445,7 +492,10 @@ def run_target(
             if name == "litellm":
                 total = min(total, args.litellm_requests)
             before = cpu_seconds(pid)
-            result = asyncio.run(load(name, base, stream, concurrency, total, key, copy_to, route))
+            paired = baseline if concurrency == 1 else None
+            result = asyncio.run(
+                load(name, base, stream, concurrency, total, key, copy_to, route, paired)
+            )
             served = len(result.latencies) + result.errors + min(50, total)  # with warm-up
             result.cpu_us = (cpu_seconds(pid) - before) / served * 1e6
             results.append(result)
@@ -482,6 +532,12 @@ def summary(results: list[Result], memory: tuple[int, int] | None) -> dict[str, 
                     figures[f"{target}.{mode}.c{c}.rps"] = res.rps
                     if res.cpu_us == res.cpu_us:  # measured (not NaN)
                         figures[f"{target}.{mode}.c{c}.proxy_cpu_us"] = res.cpu_us
+                    if res.baseline:  # the direct stub, measured in turn with this target
+                        # Shadowing: over direct+copy, the proxy's share (below) interleaved.
+                        name = "share" if target in SHADOWED else "added"
+                        figures[f"{target}.{mode}.c{c}.{name}_interleaved_p50_ms"] = res.pct(
+                            0.5
+                        ) - percentile_ms(res.baseline, 0.5)
                     if res.reported:  # the proxy's own clock: request in to answer out
                         figures[f"{target}.{mode}.c{c}.reported_p50_ms"] = statistics.median(
                             res.reported
@@ -534,6 +590,10 @@ def main() -> None:
     candidate = f"http://127.0.0.1:{candidate_port}"
     results: list[Result] = []
     memory = None
+    stub_headers = {"Authorization": "Bearer sk-stub", "Content-Type": "application/json"}
+    plain = Baseline(stub, stub_headers) if args.interleave else None
+    # A shadowed target copies each request to the candidate: so does its baseline.
+    shadowed = Baseline(stub, stub_headers, candidate) if args.interleave else None
     with (
         tempfile.TemporaryDirectory() as tmp,
         process(pinned(1, stub_argv(stub_port)), stub_port) as stub_proc,
@@ -558,7 +618,7 @@ def main() -> None:
             with process(pinned(0, argv), port) as proc:
                 print("nginx (a proxy in C, the reference)", flush=True)
                 base = f"http://127.0.0.1:{port}"
-                results += run_target(NGINX, base, "sk-stub", args, pid=proc.pid)
+                results += run_target(NGINX, base, "sk-stub", args, pid=proc.pid, baseline=plain)
         for name, client in ((FLOOR, "aiohttp"), (LEAN, "lean")):
             if name not in args.targets:
                 continue
@@ -568,7 +628,7 @@ def main() -> None:
             with process(pinned(0, argv), port) as proc:
                 print(f"{name} (the transport alone)", flush=True)
                 base = f"http://127.0.0.1:{port}"
-                results += run_target(name, base, "sk-client", args, pid=proc.pid)
+                results += run_target(name, base, "sk-client", args, pid=proc.pid, baseline=plain)
         for name in (t for t in PROXIES if t in args.targets):
             sample, full = PROXY_SETUPS[name]
             port = free_port()
@@ -577,7 +637,8 @@ def main() -> None:
             with process(pinned(0, proxy_argv(cfg, workers=1)), port) as proc:
                 print(name, flush=True)
                 base = f"http://127.0.0.1:{port}"
-                results += run_target(name, base, "sk-client", args, pid=proc.pid)
+                paired = shadowed if name in SHADOWED else plain
+                results += run_target(name, base, "sk-client", args, pid=proc.pid, baseline=paired)
                 if name == "kvmigrate" and args.messages:
                     results += run_target(
                         name, base, "sk-client", args, pid=proc.pid, route="messages"
@@ -636,6 +697,13 @@ def parse_args() -> argparse.Namespace:
         dest="messages",
         action="store_false",
         help="skip the Anthropic /v1/messages cells (direct and kvmigrate, beside chat's)",
+    )
+    parser.add_argument(
+        "--no-interleave",
+        dest="interleave",
+        action="store_false",
+        help="measure the direct stub only in its own cells, not also in turn with each "
+        "target's concurrency-1 cells (`TARGET.MODE.c1.added_interleaved_p50_ms`)",
     )
     parser.add_argument("--litellm-requests", type=int, default=600)
     parser.add_argument("--streams", type=int, default=1000, help="open streams for the RSS test")
