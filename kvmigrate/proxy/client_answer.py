@@ -132,12 +132,14 @@ class ClientAnswer(web.StreamResponse):
         return data
 
     async def _send(self, data: bytes) -> None:
-        writer = self._client.writer
         transport = self._client.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Cannot write to closing transport")
         if data:
             transport.write(data)
             # aiohttp's own error path reads it: once bytes are out, no error answer follows.
-            writer.output_size += len(data)
-        await writer.drain()  # waits only while the transport's buffer is over its limit
+            self._client.writer.output_size += len(data)
+        if transport.get_write_buffer_size():
+            # Only now can the transport have paused the protocol (past its high-water
+            # mark): the wait, and its coroutine, are skipped for the usual empty buffer.
+            await self._client.writer.drain()

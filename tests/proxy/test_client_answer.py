@@ -8,6 +8,7 @@ import asyncio
 import http.client
 import json
 import socket
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -190,3 +191,70 @@ def test_a_header_value_with_a_line_break_is_refused_before_any_byte_goes_out() 
         asyncio.run(answer.send_whole(b"{}"))
     assert request.transport is not None
     assert not request.transport.write.called  # type: ignore[attr-defined]
+
+
+EVENT = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
+EVENTS = 1024  # 64 MiB: far more than every socket and transport buffer on the way holds
+
+
+class Firehose:
+    """A primary that streams as fast as the connection takes it, counting what it wrote."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def app(self) -> web.Application:
+        async def stream(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await answer.prepare(request)
+            for _ in range(EVENTS):
+                await answer.write(EVENT)  # waits while the connection's buffer is full
+                self.written += len(EVENT)
+            await answer.write_eof()
+            return answer
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stream)
+        return app
+
+
+def _read_chunked(sock: socket.socket) -> bytes:
+    """The body of one chunked answer, its head skipped, read to its last chunk."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        buffer += sock.recv(1 << 20)
+    buffer = buffer.partition(b"\r\n\r\n")[2]
+    body = bytearray()
+    while True:
+        while b"\r\n" not in buffer:
+            buffer += sock.recv(1 << 20)
+        size_line, _, buffer = buffer.partition(b"\r\n")
+        size = int(size_line, 16)
+        while len(buffer) < size + 2:
+            buffer += sock.recv(1 << 20)
+        body += buffer[:size]
+        buffer = buffer[size + 2 :]
+        if size == 0:
+            return bytes(body)
+
+
+def test_a_client_that_stops_reading_holds_the_upstream_back_and_loses_nothing(
+    make_proxy: ProxyFactory,
+) -> None:
+    firehose = Firehose()
+    with BackgroundServer(firehose.app) as upstream:
+        # No noise copy: the firehose counts the client's answer alone.
+        rollout = "{mode: split, percent: 0, noise_sample: 0}"
+        proxy = make_proxy(rollout=rollout, hosted_url=upstream.url)
+        with socket.create_connection(_address(proxy), timeout=30) as sock:
+            sock.sendall(_post("1.1", _chat(True)))
+            # Not reading: once every buffer between is full the firehose must stop.
+            deadline, seen = time.monotonic() + 20, -1
+            while firehose.written != seen and time.monotonic() < deadline:
+                seen = firehose.written
+                time.sleep(0.5)
+            assert firehose.written == seen  # it stopped
+            assert firehose.written < EVENTS * len(EVENT) // 2  # well before the end
+            body = _read_chunked(sock)
+    assert body == EVENT * EVENTS  # every byte, in order, once the client reads again
