@@ -254,6 +254,7 @@ def _item(exchange: Exchange) -> CheckItem:
         exchange.request_body,
         b"".join(exchange.chunks),
         exchange.route,
+        exchange.identity,
     )
 
 

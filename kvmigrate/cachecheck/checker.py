@@ -41,6 +41,7 @@ class CheckItem(NamedTuple):
     request_body: bytes
     response_body: bytes
     route: str = CHAT_ROUTE
+    identity: str = ""  # how the proxy knew the conversation (rollout.continuity.SOURCES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,6 @@ class CacheChecker:
         if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
             return None
         response = assemble(item.route, item.response_body)
-        key = tracking_key(item.conversation, request)
+        key = tracking_key(item.conversation, request, item.identity)
         check = self._tracker.observe(key, request, response, time.monotonic(), item.turn)
         return CacheCheckResult(item.request_id, item.conversation, check)

@@ -76,11 +76,19 @@ def _is_first_turn(request: Mapping[str, Any]) -> bool:
     )
 
 
-def tracking_key(conversation: str, request: Mapping[str, Any]) -> str:
-    """The proxy's conversation key, unless it is a hash of the system prompt (`h:`): that
-    key changes with the very system prompt we look for changes in, so such conversations
-    are keyed by their model and first user message instead."""
-    if not conversation.startswith("h:"):
+# How the proxy knew a conversation when its derived key (`h:`) stays the same whatever its
+# system prompt does: its opening, and every later turn found by continuity of its history.
+STABLE_IDENTITIES = frozenset({"opening", "continuity"})
+
+
+def tracking_key(conversation: str, request: Mapping[str, Any], identity: str = "") -> str:
+    """The proxy's conversation key, unless it is a hash of the opening (`h:`) that this
+    turn's own system prompt made (`identity` "guess", or unknown): that key changes with
+    the very system prompt we look for changes in, so such turns are keyed by their model
+    and first user message instead. A key that conversation identity carried over from the
+    opening is the conversation's own: keyed by the first user message, two agents that
+    differ only in their system prompt would be checked against each other."""
+    if not conversation.startswith("h:") or identity in STABLE_IDENTITIES:
         return conversation
     messages = request.get("messages")
     first = next(

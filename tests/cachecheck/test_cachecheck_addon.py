@@ -127,6 +127,7 @@ class _FakeExchange:
     request_body: bytes = b'{"messages": []}'
     chunks: list[bytes] = field(default_factory=list)
     ok: bool = True
+    identity: str = ""
 
 
 def test_exchange_done_costs_about_a_microsecond_and_counts_drops() -> None:
@@ -232,3 +233,28 @@ def test_a_request_that_breaks_the_checker_is_counted_and_the_rest_checked(worke
         assert addon.processed == 3
     finally:
         addon.close()
+
+
+def test_two_agents_that_open_with_the_same_user_message_are_two_conversations(
+    proxy: tuple[str, CacheBusterAddon],
+) -> None:
+    """Agents of one fleet often differ in their system prompt alone; interleaved, each
+    stays append-only and no turn of one is checked against the other's."""
+    url, addon = proxy
+    client = openai.OpenAI(base_url=url + "/v1", api_key="sk-x", max_retries=0)
+    agents = {
+        name: [{"role": "system", "content": f"You are the {name} agent. " + SYSTEM}]
+        for name in ("billing", "support")
+    }
+    for turn in range(3):
+        for messages in agents.values():
+            messages.append({"role": "user", "content": "Begin." if turn == 0 else "Go on."})
+            reply = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+    deadline = time.monotonic() + 10
+    while _metric(url, "kvmigrate_prefix_reuse_ratio_count") < 4 < deadline - time.monotonic():
+        time.sleep(0.02)
+    assert addon.wait_idle()
+    assert _metric(url, "kvmigrate_prefix_reuse_ratio_count") == 4  # turns 2 and 3 of each
+    assert [r.check.brk for r in addon.results] == [None] * 6
+    assert _metric(url, "kvmigrate_cache_breaks_total") == 0
