@@ -21,6 +21,8 @@ from http import HTTPStatus
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
+from kvmigrate.proxy.client.head import encode_head
+
 _HTTP11 = (1, 1)
 _LAST_CHUNK = b"0\r\n\r\n"
 
@@ -45,17 +47,6 @@ def _has_no_body(status: int) -> bool:
     return status in (204, 304) or 100 <= status < 200
 
 
-def _head(status_line: str, headers: Iterable[tuple[str, str]], framing: str) -> bytes:
-    lines = [status_line]
-    for name, value in headers:
-        # A CR or LF would end the head early and let the rest be read as another answer.
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-            raise ValueError(f"a response header holds a line break: {name!r}")
-        lines.append(f"{name}: {value}\r\n")
-    lines.append(framing)
-    return "".join(lines).encode("utf-8")
-
-
 class ClientAnswer(web.StreamResponse):
     """One answer to one request, written straight to its connection.
 
@@ -77,8 +68,8 @@ class ClientAnswer(web.StreamResponse):
 
     async def send_whole(self, body: bytes) -> None:
         """The whole answer at once: head and body in one send."""
-        length = "" if self._no_body else f"Content-Length: {len(body)}\r\n"
-        head = _head(self._start_line(), self._headers_out, length + self._tail(True))
+        length = [] if self._no_body else [f"Content-Length: {len(body)}\r\n"]
+        head = self._head(length, reusable=True)
         await self._send(head if self._empty else head + body)
         self._ended = True
 
@@ -86,9 +77,8 @@ class ClientAnswer(web.StreamResponse):
         """The head of an answer whose length is not known yet, with its first bytes."""
         # HTTP/1.0 has no chunked coding: the body ends where the connection does.
         self._chunked = not self._empty and self._client.version >= _HTTP11
-        framing = "Transfer-Encoding: chunked\r\n" if self._chunked else ""
-        reusable = self._chunked or self._empty
-        head = _head(self._start_line(), self._headers_out, framing + self._tail(reusable))
+        framing = ["Transfer-Encoding: chunked\r\n"] if self._chunked else []
+        head = self._head(framing, reusable=self._chunked or self._empty)
         await self._send(head + self._framed(first))
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -110,19 +100,20 @@ class ClientAnswer(web.StreamResponse):
     async def write_eof(self, data: bytes = b"") -> None:
         return None
 
-    def _start_line(self) -> str:
+    def _head(self, framing: list[str], reusable: bool) -> bytes:
+        """The status line, the relayed headers, `framing`, Date and Connection: deciding
+        whether the connection stays open after this answer (aiohttp reads `keep_alive`
+        once the handler returns)."""
         version = self._client.version
-        return _status_line((version.major, version.minor), self.status)
-
-    def _tail(self, reusable: bool) -> str:
-        """The Date and Connection lines, deciding whether the connection stays open
-        after this answer (aiohttp reads `keep_alive` once the handler returns)."""
         keep_alive = reusable and self._client.keep_alive
         self._keep_alive = keep_alive
-        date = f"Date: {_http_date(int(time.time()))}\r\n"
-        if self._client.version >= _HTTP11:
-            return date + ("\r\n" if keep_alive else "Connection: close\r\n\r\n")
-        return date + ("Connection: keep-alive\r\n\r\n" if keep_alive else "\r\n")
+        tail = [*framing, f"Date: {_http_date(int(time.time()))}\r\n"]
+        if version >= _HTTP11 and not keep_alive:
+            tail.append("Connection: close\r\n")
+        elif version < _HTTP11 and keep_alive:
+            tail.append("Connection: keep-alive\r\n")
+        start = _status_line((version.major, version.minor), self.status)
+        return encode_head([start], self._headers_out, [*tail, "\r\n"])
 
     def _framed(self, data: bytes) -> bytes:
         if self._empty or not data:

@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from proxy_support import HOSTED_MODEL, Backends, ProxyFactory, RunningProxy
 
+from kvmigrate.proxy.client import InvalidHeader
 from kvmigrate.proxy.client_answer import ClientAnswer
 from kvmigrate.serving import BackgroundServer
 
@@ -187,7 +188,7 @@ def test_a_head_and_a_204_have_no_body_and_the_connection_goes_on(
 def test_a_header_value_with_a_line_break_is_refused_before_any_byte_goes_out() -> None:
     request = make_mocked_request("POST", "/v1/chat/completions")
     answer = ClientAnswer(request, 200, [("x-note", "one\r\nx-injected: two")])
-    with pytest.raises(ValueError, match="line break"):
+    with pytest.raises(InvalidHeader, match="line break"):
         asyncio.run(answer.send_whole(b"{}"))
     assert request.transport is not None
     assert not request.transport.write.called  # type: ignore[attr-defined]

@@ -10,7 +10,8 @@ from kvmigrate.proxy.client.errors import (
     ServerDisconnected,
     UpstreamError,
 )
-from kvmigrate.proxy.client.pool import HttpClient, InvalidHeader
+from kvmigrate.proxy.client.head import InvalidHeader
+from kvmigrate.proxy.client.pool import HttpClient
 
 __all__ = [
     "TIMEOUTS",

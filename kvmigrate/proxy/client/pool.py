@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit
 
 from kvmigrate.proxy.client.connection import Connection, Response
 from kvmigrate.proxy.client.errors import ConnectFailed, ConnectTimeout, ServerDisconnected
+from kvmigrate.proxy.client.head import encode_head
 
 # Request methods that carry no body unless one is given (no Content-Length: 0 for them).
 _BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
@@ -24,10 +25,6 @@ _BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 # Printable ASCII but the space: what may stay as it is in a request target.
 _TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
-
-
-class InvalidHeader(ValueError):
-    """A header for an upstream call would break the request's framing (a line break)."""
 
 
 @dataclass
@@ -197,21 +194,7 @@ def request_head(
     method: str, target: str, host: str, headers: Mapping[str, str], body: bytes
 ) -> bytes:
     """The request line and headers, with Host and Content-Length from the URL and body."""
-    lines = [f"{method} {target} HTTP/1.1\r\n", f"Host: {host}\r\n"]
-    for name, value in headers.items():
-        if name.lower() not in _OWN_HEADERS:
-            lines.append(f"{name}: {value}\r\n")
-    if body or method not in _BODILESS_METHODS:
-        lines.append(f"Content-Length: {len(body)}\r\n")
-    lines.append("\r\n")
-    text = "".join(lines)
-    # Every line ends in CRLF, so any other CR or LF came in with a header.
-    if text.count("\n") != len(lines) or text.count("\r") != len(lines):
-        bad = next(n for n, v in headers.items() if "\r" in n + v or "\n" in n + v)
-        raise InvalidHeader(f"the `{bad}` header for an upstream holds a line break")
-    try:
-        # Header bytes the proxy received come back as they were (aiohttp decodes them
-        # with surrogateescape).
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError as exc:
-        raise InvalidHeader(f"a header for an upstream cannot be encoded ({exc.reason})") from None
+    kept = ((n, v) for n, v in headers.items() if n.lower() not in _OWN_HEADERS)
+    length = body or method not in _BODILESS_METHODS
+    tail = [f"Content-Length: {len(body)}\r\n", "\r\n"] if length else ["\r\n"]
+    return encode_head([f"{method} {target} HTTP/1.1\r\n", f"Host: {host}\r\n"], kept, tail)
