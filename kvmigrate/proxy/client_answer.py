@@ -64,14 +64,12 @@ class ClientAnswer(web.StreamResponse):
         # A HEAD answer has a head only (RFC 9110 section 9.3.2), its length included.
         self._empty = self._no_body or request.method == "HEAD"
         self._chunked = False
-        self._ended = False
 
     async def send_whole(self, body: bytes) -> None:
         """The whole answer at once: head and body in one send."""
         length = [] if self._no_body else [f"Content-Length: {len(body)}\r\n"]
         head = self._head(length, reusable=True)
         await self._send(head if self._empty else head + body)
-        self._ended = True
 
     async def begin(self, first: bytes) -> None:
         """The head of an answer whose length is not known yet, with its first bytes."""
@@ -86,11 +84,10 @@ class ClientAnswer(web.StreamResponse):
             await self._send(self._framed(bytes(data)))
 
     async def finish(self) -> None:
-        """The end of a chunked body (a no-op for a whole or connection-delimited one)."""
-        if self._ended:
-            return
-        self._ended = True
-        if self._chunked and not self._empty:
+        """The end of a chunked body, once (a no-op for a whole or connection-delimited one,
+        and for an empty one, which `begin` never chunks)."""
+        if self._chunked:
+            self._chunked = False
             await self._send(_LAST_CHUNK)
 
     # What aiohttp calls once the handler has returned: the answer is written already.
