@@ -12,6 +12,7 @@ from kvmigrate.proxy import build_proxy_app
 from kvmigrate.proxy.admin_api import add_admin_routes
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.continuity import ContinuityResolver
+from kvmigrate.rollout.link_table import LinkTable
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import RolloutStore
 from kvmigrate.rollout.watcher import RollbackWatcher
@@ -42,8 +43,12 @@ def build_app(
             )
         )
     # Conversation links share the rollout store, so every proxy on it continues the others'.
+    # The workers of `proxy --workers N` share their links in memory too (link_table).
     identity = ContinuityResolver(
-        controller.store, config.rollout.pin_ttl_seconds, supervisor=supervisor
+        controller.store,
+        config.rollout.pin_ttl_seconds,
+        supervisor=supervisor,
+        table=LinkTable.from_environment(),
     )
     app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons], identity=identity)
     add_admin_routes(app, controller, config.server.admin_key)

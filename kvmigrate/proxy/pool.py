@@ -32,6 +32,8 @@ from kvmigrate.proxy.pool_metrics import (
     keep_snapshot,
     new_pool_directory,
 )
+from kvmigrate.rollout.link_table import ENV as LINK_TABLE_ENV
+from kvmigrate.rollout.link_table import create_table
 from kvmigrate.serving import DRAIN_S, install_fast_event_loop, serve_until
 
 log = logging.getLogger("kvmigrate.proxy.pool")
@@ -64,6 +66,7 @@ def serve_pool(
     """Run `workers` proxy processes on `host:port` until SIGINT or SIGTERM."""
     directory = new_pool_directory()
     os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
+    os.environ[LINK_TABLE_ENV] = str(create_table(directory))
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     pool = [
@@ -90,6 +93,7 @@ def serve_pool(
         _stop_all(pool, drain_s)
         shutil.rmtree(directory, ignore_errors=True)
         os.environ.pop(MULTIPROC_ENV, None)
+        os.environ.pop(LINK_TABLE_ENV, None)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

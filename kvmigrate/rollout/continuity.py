@@ -29,8 +29,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.policies.continuity import History, answer_digest, iter_answer, request_history
-from kvmigrate.policies.conversation import declared_key, derived_key, turn_index
+from kvmigrate.policies.conversation import (
+    declared_key,
+    derived_key,
+    is_derived_key,
+    turn_index,
+)
 from kvmigrate.rollout.keys import StoreKeys
+from kvmigrate.rollout.link_table import LinkTable
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
@@ -100,6 +106,7 @@ class ContinuityResolver:
         remote_timeout: float = REMOTE_LINK_TIMEOUT,
         supervisor: Supervisor | None = None,
         batch_s: float | None = None,
+        table: LinkTable | None = None,
     ) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
@@ -129,8 +136,14 @@ class ContinuityResolver:
         # directory is set for them only). A single proxy knows its links in process, and
         # the wait (a thread hop and a transaction, ~0.5 ms at c=1) would be pure cost.
         self.others_read = self.shared or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        # The workers of one pool share their links in memory (kvmigrate.rollout.link_table):
+        # a link there needs no early write, and an answer waits for none. A Redis store is
+        # read by other machines too, which only the store reaches in time.
+        self.table = None if self.shared else table
         # How long the writer gathers links into one batch (LINK_BATCH_S, LOCAL_LINK_BATCH_S).
-        self.batch_s = batch_s or (LINK_BATCH_S if self.others_read else LOCAL_LINK_BATCH_S)
+        # Links a table shares go to the store for the next start only, as a single proxy's.
+        waits = self.others_read and self.table is None
+        self.batch_s = batch_s or (LINK_BATCH_S if waits else LOCAL_LINK_BATCH_S)
         self._last_flush = -self.batch_s
         self.counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.store_errors = 0
@@ -151,6 +164,8 @@ class ContinuityResolver:
             source = "opening" if whole.source == "prefix" else "body"
             return self._count(Identity(whole.value, turn_index(body), source))
         found = self._local_link(history) if history.lookup is not None else None
+        if found is None and history.lookup is not None and self.table is not None:
+            found = self._table_link(history)
         if found is None and history.lookup is not None and self.store is not None:
             found = await self._remote(history)
         if found is not None:
@@ -159,8 +174,8 @@ class ContinuityResolver:
             opening = derived_key(body, model).value
             source = "opening" if history.turn == 1 else "guess"
             identity = Identity(opening, history.turn, source)
-        self._link(history.request_link, identity.conversation, identity.turn)
-        if self.others_read and self._wake is not None:
+        shared = self._link(history.request_link, identity.conversation, identity.turn)
+        if self.others_read and self._wake is not None and not shared:
             # Written while the upstream answers: its next turn can find the conversation
             # by this link alone, and the answer need not wait for another write (`settle`).
             self._write_soon()
@@ -192,6 +207,15 @@ class ContinuityResolver:
         for link in (history.lookup, history.asked):
             if link is not None and (found := self._local.get(link)) is not None:
                 self._local.move_to_end(link)
+                return found
+        return None
+
+    def _table_link(self, history: History) -> tuple[str, int] | None:
+        """As `_local_link`, in the table another worker may have written."""
+        assert self.table is not None
+        for link in (history.lookup, history.asked):
+            if link is not None and (found := self.table.get(link)) is not None:
+                self._put(link, found)
                 return found
         return None
 
@@ -246,11 +270,15 @@ class ContinuityResolver:
         self._link(link, pending.conversation, pending.turn)
         return link
 
-    def _link(self, link: str, conversation: str, turn: int) -> None:
-        """Known here at once; in the store as soon as the writer's next batch lands."""
+    def _link(self, link: str, conversation: str, turn: int) -> bool:
+        """Known here at once, to the pool's other workers too where they share a table
+        (returns whether they do); in the store as soon as the writer's next batch lands."""
         self._put(link, (conversation, turn))
+        expires_at = time.time() + self.ttl_seconds
+        shared = self.table is not None and self.table.put(link, conversation, turn, expires_at)
         if self.store is not None:
-            self.save(Link(link, conversation, turn, time.time() + self.ttl_seconds))
+            self.save(Link(link, conversation, turn, expires_at))
+        return shared
 
     def save(self, link: Link, soon: bool = False) -> None:
         """Queue a link for the writer's next batch (response ids use it too, issue 17).
@@ -280,12 +308,18 @@ class ContinuityResolver:
         for the write already under way.
         Where no other process reads the store, nothing is done here: `exchange_done` after
         the relay keeps the answer's assembly and digest off the response path, and this
-        process knows its links."""
+        process knows its links. Where the pool's workers share a table, a link is there as
+        soon as it is made: the answer's is made here when the next turn will need it."""
         if self._wake is None or not self.others_read:
             return
         pending = exchange.continuity
         if not isinstance(pending, Pending):
             return  # declared by the client, or no history: no link of ours finds its next turn
+        if self.table is not None and is_derived_key(pending.conversation):
+            if not pending.history.continued_by_request:
+                self.exchange_done(exchange)
+                exchange.continuity = None
+            return
         if pending.history.continued_by_request:
             # The answer is remembered after the relay, as a single proxy does it.
             needed = pending.request_link_seq

@@ -23,6 +23,7 @@ from kvmigrate.rollout.continuity import (
     ContinuityResolver,
     Identity,
 )
+from kvmigrate.rollout.link_table import LinkTable, create_table
 from kvmigrate.rollout.state import Link, Pin, RolloutState
 from kvmigrate.rollout.store import StoreError, open_store
 
@@ -428,3 +429,73 @@ def test_a_response_id_goes_to_the_store_at_once_and_takes_waiting_links_along(
         store.close()
 
     asyncio.run(run())
+
+
+def test_workers_sharing_a_table_continue_each_others_conversations_without_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two resolvers as two workers of one pool: the store writes only every hour here, so
+    what the second finds, it found in the table. The first's answers never wait for a
+    write, and an assistant prefill, which its next turn finds by the answer's own link,
+    has that link made before the answer's last byte."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    path = create_table(str(tmp_path))
+    url = f"sqlite:///{tmp_path}/state.db"
+
+    def worker(batch_s: float | None = 3600.0) -> ContinuityResolver:
+        return ContinuityResolver(
+            open_store(url, RolloutState()), 60.0, batch_s=batch_s, table=LinkTable(path)
+        )
+
+    assert worker(None).batch_s == LOCAL_LINK_BATCH_S  # the store is for the next start
+    assert ContinuityResolver(open_store(url, RolloutState())).batch_s == LINK_BATCH_S
+
+    async def run() -> None:
+        a, b = worker(), worker()
+        await a.running()
+        first = await a.identify({}, chat("ctx-alpha"), "m", "chat/completions")
+        exchange = _served(first, answer("Start at nine."))
+        with pytest.raises(StopIteration):  # the answer waits for nothing
+            a.settle(exchange).send(None)
+        later = chat(
+            "ctx-beta",
+            {"role": "assistant", "content": "Start at nine."},
+            {"role": "user", "content": "Then?"},
+        )
+        second = await b.identify({}, later, "m", "chat/completions")
+        assert (second.conversation, second.turn, second.source) == (
+            first.conversation,
+            2,
+            "continuity",
+        )
+
+        prefill = chat("ctx-gamma", {"role": "assistant", "content": "Sure, from"})
+        third = await a.identify({}, prefill, "m", "chat/completions")
+        assert third.pending is not None
+        with pytest.raises(StopIteration):
+            a.settle(_served(third, answer(" nine."))).send(None)
+        link = answer_digest(third.pending.history.hasher, [encode("assistant", " nine.")])
+        assert b.table is not None
+        assert b.table.get(link) == (third.conversation, third.turn)
+        assert a.store is not None
+        assert await asyncio.to_thread(a.store.load_links, [a.store.keys.key(link)]) == []
+        await a.done()  # what the table holds reaches the store for the next start
+        assert await asyncio.to_thread(a.store.load_links, [a.store.keys.key(link)])
+        for r in (a, b):
+            assert r.store is not None
+            r.store.close()
+
+    asyncio.run(run())
+
+
+def test_a_redis_store_is_read_by_other_machines_so_it_is_not_bypassed(
+    fresh_redis_url: str, tmp_path: Path
+) -> None:
+    resolver = ContinuityResolver(
+        open_store(fresh_redis_url, RolloutState()),
+        table=LinkTable(create_table(str(tmp_path))),
+    )
+    assert resolver.table is None
+    assert resolver.batch_s == LINK_BATCH_S
+    assert resolver.store is not None
+    resolver.store.close()
