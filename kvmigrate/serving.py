@@ -241,7 +241,6 @@ async def _serve_forever(
         loop.add_signal_handler(signum, stop.set)
 
     def ready() -> None:
-        settle_collector()
         if banner:
             print(banner, flush=True)
 
@@ -264,12 +263,15 @@ async def serve_until(
 ) -> None:
     """Serve until `stop` is set, then stop accepting and let what is in flight finish for
     up to `drain_s` seconds. `reuse_port`: several processes listen on one port (SO_REUSEPORT)
-    and the kernel spreads the connections among them."""
+    and the kernel spreads the connections among them. Once listening, the process serves
+    until it is stopped: its collector is settled for that (a worker of `proxy --workers`
+    that was not spent 27 us more CPU per request in collections)."""
     runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
         await site.start()
+        settle_collector()
         ready()
         await stop.wait()
     finally:

@@ -29,14 +29,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.policies.continuity import History, answer_digest, iter_answer, request_history
-from kvmigrate.policies.conversation import (
-    declared_key,
-    derived_key,
-    is_derived_key,
-    turn_index,
-)
+from kvmigrate.policies.conversation import declared_key, derived_key, turn_index
 from kvmigrate.rollout.keys import StoreKeys
-from kvmigrate.rollout.link_table import LinkTable
+from kvmigrate.rollout.link_table import LinkTable, fits
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
@@ -315,7 +310,7 @@ class ContinuityResolver:
         pending = exchange.continuity
         if not isinstance(pending, Pending):
             return  # declared by the client, or no history: no link of ours finds its next turn
-        if self.table is not None and is_derived_key(pending.conversation):
+        if self.table is not None and fits(pending.conversation):
             if not pending.history.continued_by_request:
                 self.exchange_done(exchange)
                 exchange.continuity = None

@@ -25,12 +25,11 @@ import time
 import zlib
 from pathlib import Path
 
-from kvmigrate.policies.conversation import is_derived_key
-
 # The key's digest, the conversation's 12 bytes, turn, expiry (unix seconds), checksum.
 _SLOT = struct.Struct("<16s12sIII")
 _CHECKED = _SLOT.size - 4  # the checksum covers the rest of the slot
 BUCKET_SLOTS = 8  # a key lives in one bucket of slots; a full bucket evicts its oldest
+_BUCKET_EXPIRIES = struct.Struct("<" + "16s12sIII" * BUCKET_SLOTS)  # a bucket in one read
 DEFAULT_BUCKETS = 1 << 16  # 524,288 links, 20 MiB, mapped by every worker, touched as used
 FILE_NAME = "conversation-links.table"
 ENV = "KVMIGRATE_LINK_TABLE"  # the parent names the file to its workers
@@ -71,14 +70,15 @@ class LinkTable:
 
     def put(self, key: str, conversation: str, turn: int, expires_at: float) -> bool:
         """Write a link for every worker to read; False when it does not fit a slot."""
-        if not is_derived_key(conversation) or not 0 <= turn <= _MAX_U32:
+        if not fits(conversation) or not 0 <= turn <= _MAX_U32:
+            return False
+        try:
+            packed = bytes.fromhex(conversation[2:])
+        except ValueError:
             return False
         digest = _digest(key)
-        start = self._bucket(digest)
-        offset = self._slot_of(digest, start)
-        body = _SLOT.pack(
-            digest, bytes.fromhex(conversation[2:]), turn, min(int(expires_at) + 1, _MAX_U32), 0
-        )[:_CHECKED]
+        offset = self._slot_of(digest, self._bucket(digest))
+        body = _SLOT.pack(digest, packed, turn, min(int(expires_at) + 1, _MAX_U32), 0)[:_CHECKED]
         self._map[offset : offset + _SLOT.size] = body + zlib.crc32(body).to_bytes(4, "little")
         return True
 
@@ -108,20 +108,18 @@ class LinkTable:
         return found
 
     def _slot_of(self, digest: bytes, start: int) -> int:
-        """Where to write `digest`: its own slot, else an empty, torn or expired one, else
-        the one that expires first."""
+        """Where to write `digest`: its own slot, else the one that expires first (an empty
+        slot reads as expired long ago; a torn one goes when it is the oldest)."""
         found = self._find(digest, start)
         if found >= 0:
             return found
-        now = time.time()
-        oldest, victim = float("inf"), start
-        for offset in range(start, start + self._bucket_bytes, _SLOT.size):
-            expires, check = struct.unpack_from("<II", self._map, offset + _CHECKED - 4)
-            if expires < now or check != zlib.crc32(self._map[offset : offset + _CHECKED]):
-                return offset
-            if expires < oldest:
-                oldest, victim = expires, offset
-        return victim
+        expiries = _BUCKET_EXPIRIES.unpack_from(self._map, start)[3::5]
+        return start + expiries.index(min(expiries)) * _SLOT.size
+
+
+def fits(conversation: str) -> bool:
+    """Whether a conversation may fit a slot: a derived key's shape (`put` checks its hex)."""
+    return len(conversation) == 26 and conversation.startswith("h:")
 
 
 def _digest(key: str) -> bytes:
