@@ -32,17 +32,15 @@ also measured in turn with each proxy, request by request (its copy to the candi
 for a shadowing target): `TARGET.MODE.c1.added_interleaved_p50_ms` is the added p50 with
 the machine's drift between cells taken out, and for a shadowing target
 `TARGET.MODE.c1.share_interleaved_p50_ms` its share over `direct+copy` (`--no-interleave`
-skips them). `--workers 1,2` adds the
-multi-process cell: the forwarding proxy unpinned with `--workers N`, non-streamed req/s
-at 64 connections from `wrk` (when installed), and the p50 it adds at concurrency 1 behind
-an upstream that answers at once and one that takes 5 ms (the default deployment runs a
-worker per core, and with more than one an answer may wait for its conversation's link to
-reach the store they share). On a machine with as many cores as workers
-the load generator and the stub take cores from the workers, so N workers cannot reach N
-times one; `workersN.ceiling_vs_workers1` is what they could reach, from the CPU each
-request costs the proxy, the stub and the load generator: cores / (proxy + stub + load) per
-request, over one worker's rate (never more than N); `workersN.of_ceiling` is the share of
-it reached.
+skips them). `--workers 1,2` adds the multi-process cell: the forwarding proxy unpinned
+with `--workers N`, non-streamed req/s at 64 connections from `wrk` (when installed), and
+the p50 it adds at concurrency 1 behind an upstream that answers at once and one that takes
+5 ms (the default deployment runs a worker per core; the workers share their conversation
+links through a table in memory). On a machine with as many cores as workers the load
+generator and the stub take cores from the workers, so N workers cannot reach N times one;
+`workersN.ceiling_vs_workers1` is what they could reach, from the CPU each request costs
+the proxy, the stub and the load generator: cores / (proxy + stub + load) per request, over
+one worker's rate (never more than N); `workersN.of_ceiling` is the share of it reached.
 
     python benchmarks/proxy_overhead.py                 # kvmigrate only
     python benchmarks/proxy_overhead.py --litellm       # also LiteLLM (installed into a cache venv)
@@ -772,17 +770,18 @@ def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
 
 def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
     """Non-streamed req/s of the forwarding proxy with --workers N, alternating the N's
-    twice; the medians and their ratios to N=1, and the CPU per request of the proxy's
-    processes and of the stub. The stub is raw_stub.py, the cheapest one (aiohttp's server
-    cost the second worker's core as much as the worker did). Nothing here is pinned: this process's
-    own pinning (core 1), which children inherit, is undone for the stub, the proxy and wrk,
-    or every worker would share one core."""
+    WORKERS_REPS times (a median of three outlasts one slow cell); the medians and their
+    ratios to N=1, and the CPU per request of the proxy's processes and of the stub. The
+    stub is raw_stub.py, the cheapest one (aiohttp's server cost the second worker's
+    core as much as the worker did). Nothing here is pinned: this process's own pinning
+    (core 1), which children inherit, is undone for the stub, the proxy and wrk, or
+    every worker would share one core."""
     rates: dict[int, list[float]] = {n: [] for n in args.workers}
     cpu: dict[str, list[float]] = {}
     stub_port = free_port()
     with unpinned(), process(stub_argv(stub_port, raw=True), stub_port) as stub_proc:
         stub = f"http://127.0.0.1:{stub_port}"
-        for _rep in range(2):
+        for _rep in range(WORKERS_REPS):
             for n in args.workers:
                 port = free_port()
                 cfg = tmp / f"workers-{n}.yaml"
@@ -824,6 +823,7 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
 
 
 ENGINE_DELAYS_MS = (0.0, 5.0)
+WORKERS_REPS = 3
 
 
 @contextmanager
@@ -842,9 +842,9 @@ def unpinned() -> Iterator[None]:
 
 def workers_latency_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
     """The p50 `proxy --workers N` adds at concurrency 1, non-streamed, over an upstream that
-    answers at once and over one that takes 5 ms, as an engine's prefill at least does. With
-    more than one worker an answer may wait for its conversation's link to reach the store
-    the workers share; behind a real engine the request's own link is there by then."""
+    answers at once and over one that takes 5 ms, as an engine's prefill at least does. The
+    workers share their conversation links in memory: an answer waits for no store write
+    (before the link table, the instant upstream's showed the wait, 0.2-0.4 ms)."""
     added: dict[str, list[float]] = {}
     for delay in ENGINE_DELAYS_MS:
         stub_port = free_port()
