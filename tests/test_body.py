@@ -63,6 +63,30 @@ def test_only_the_top_level_model_changes(raw: bytes) -> None:
         assert out in one_replaced
 
 
+def test_escapes_in_values_survive_the_splice() -> None:
+    """A client that escapes every non-ASCII character (Python's json.dumps does) still has
+    its bytes forwarded as sent, bar the model."""
+    raw = json.dumps(
+        {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "h\u00e9 \U0001f600"}]}
+    ).encode()
+    assert b"\\ud83d" in raw
+    out = with_model(parse_body(raw), "llama")
+    assert out == raw.replace(b'"gpt-4o-mini"', b'"llama"')
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"input": "hi", "meta": {"model": "gpt-4o-mini"}}',
+        b'{"input": "hi", "model": null, "meta": {"model": "gpt-4o-mini"}}',
+    ],
+)
+def test_a_body_without_a_top_level_model_gets_one_and_keeps_its_nested_one(raw: bytes) -> None:
+    out = orjson.loads(with_model(parse_body(raw, require_model=False), "llama"))
+    assert out["model"] == "llama"
+    assert out["meta"] == {"model": "gpt-4o-mini"}
+
+
 def test_same_model_is_forwarded_untouched() -> None:
     raw = b'{"model":"m",  "messages":[]}'
     assert with_model(parse_body(raw), "m") is raw

@@ -32,6 +32,9 @@ class RequestBody:
     raw: bytes
     data: dict[str, Any]
     model: str
+    # Where `"model"` is spelled, when the body spells it once, escapes no letter and has a
+    # top-level model: that is its key, and `with_model` splices there with no other scan.
+    model_at: int = -1
 
     @property
     def stream(self) -> bool:
@@ -48,28 +51,29 @@ def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
         raise bad_request(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.")
-    _refuse_duplicate_keys(raw)
+    model_at = _refuse_duplicate_keys(raw)
     model = data.get("model")
     if not isinstance(model, str) or not model:
         if require_model:
             raise bad_request("You must provide a model parameter.", param="model")
-        model = ""
+        model, model_at = "", -1  # a `"model"` spelled once is not the top level's
     stream = data.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("`stream` must be a boolean.", param="stream")
-    return RequestBody(raw, data, model)
+    return RequestBody(raw, data, model, model_at)
 
 
-def _refuse_duplicate_keys(raw: bytes) -> None:
+def _refuse_duplicate_keys(raw: bytes) -> int:
     """A 400 for a body whose top level repeats a key. The cheap test first: `"model"`
     spelled once (its first and last occurrence coincide) cannot be duplicated, and that
     costs one memory-speed pass, not a second parse. Only a body where it occurs twice,
     anywhere (or one that escapes a letter), is parsed again, and then every top-level key
-    is checked."""
-    if raw.find(_MODEL_SPELLING) == raw.rfind(_MODEL_SPELLING) and not (
+    is checked. Returns where the cheap test found `"model"` spelled once (else -1)."""
+    first = raw.find(_MODEL_SPELLING)
+    if first == raw.rfind(_MODEL_SPELLING) and not (
         b"\\u00" in raw and _ESCAPED_ASCII.search(raw)
     ):
-        return
+        return first
     top: list[list[tuple[str, Any]]] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -82,6 +86,7 @@ def _refuse_duplicate_keys(raw: bytes) -> None:
         if key in seen:
             raise bad_request(f"The request body repeats the key `{key}`.", param=key)
         seen.add(key)
+    return -1
 
 
 def check_passthrough_body(content_type: str, raw: bytes) -> None:
@@ -108,8 +113,10 @@ def with_model(body: RequestBody, served_model: str) -> bytes:
     if served_model == body.model:
         return body.raw
     replacement = orjson.dumps(served_model)
+    if body.model_at >= 0 and (match := _MODEL_KEY.match(body.raw, body.model_at)):
+        return _splice(body.raw, match, replacement)
     matches = list(_MODEL_KEY.finditer(body.raw))
-    if len(matches) == 1 and b"\\u" not in body.raw:
+    if len(matches) == 1 and body.model and b"\\u" not in body.raw:
         # One `"model": "..."` pair in the whole body, no key spelled with escapes, and the
         # parsed top level has a string model: this pair is the top-level one.
         return _splice(body.raw, matches[0], replacement)
