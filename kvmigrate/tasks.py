@@ -25,17 +25,15 @@ class BoundedTasks:
         self,
         limit: int,
         on_refused: Callable[[], None],
-        on_count: Callable[[int], None] | None = None,
         *,
         deadline: float | None = None,
         on_overdue: Callable[[], None] = lambda: None,
     ) -> None:
-        """`on_refused` counts a task refused at the bound; `on_count` hears the number in
-        flight each time it changes; `on_overdue` counts a task cancelled at its `deadline`
-        (seconds after its start, give or take a quarter of it, at most a second)."""
+        """`on_refused` counts a task refused at the bound; `on_overdue` counts a task
+        cancelled at its `deadline` (seconds after its start, give or take a quarter of it,
+        at most a second)."""
         self.limit = limit
         self._on_refused = on_refused
-        self._on_count = on_count
         self._tasks: dict[asyncio.Task[None], float] = {}  # each task's start
         self._deadline = deadline
         self._on_overdue = on_overdue
@@ -57,7 +55,6 @@ class BoundedTasks:
             return False
         task = loop.create_task(work)
         self._tasks[task] = loop.time()
-        self._counted()
         task.add_done_callback(self._finished)
         if self._deadline is not None and self._sweep is None:
             self._sweep = loop.call_later(_sweep_interval(self._deadline), self._cancel_overdue)
@@ -65,7 +62,6 @@ class BoundedTasks:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
-        self._counted()
         if task in self._overdue:
             self._overdue.discard(task)
             self._on_overdue()
@@ -81,10 +77,6 @@ class BoundedTasks:
                 self._overdue.add(task)
                 task.cancel()
         self._sweep = loop.call_later(_sweep_interval(self._deadline), self._cancel_overdue)
-
-    def _counted(self) -> None:
-        if self._on_count is not None:
-            self._on_count(len(self._tasks))
 
     async def close(self, grace: float = 1.0) -> None:
         """Give the tasks in flight `grace` seconds, then cancel the rest."""
