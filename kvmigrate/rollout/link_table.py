@@ -18,12 +18,15 @@ store as before.
 from __future__ import annotations
 
 import hashlib
+import logging
 import mmap
 import os
 import struct
 import time
 import zlib
 from pathlib import Path
+
+log = logging.getLogger("kvmigrate.identity")
 
 # The key's digest, the conversation's 12 bytes, turn, expiry (unix seconds), checksum.
 _SLOT = struct.Struct("<16s12sIII")
@@ -64,9 +67,18 @@ class LinkTable:
 
     @classmethod
     def from_environment(cls) -> LinkTable | None:
-        """The table the pool's parent made, in a worker; None elsewhere."""
+        """The table the pool's parent made, in a worker; None elsewhere, and None, with a
+        warning, where it cannot be mapped (a cleaner emptied /tmp under a running pool): a
+        worker started then shares links through the store, as before the table, rather
+        than failing to start again and again."""
         path = os.environ.get(ENV)
-        return cls(path) if path else None
+        if not path:
+            return None
+        try:
+            return cls(path)
+        except (OSError, LinkTableError) as exc:
+            log.warning("conversation links go through the store only: %s", exc)
+            return None
 
     def put(self, key: str, conversation: str, turn: int, expires_at: float) -> bool:
         """Write a link for every worker to read; False when it does not fit a slot."""

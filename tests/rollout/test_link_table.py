@@ -11,6 +11,7 @@ import pytest
 
 from kvmigrate.rollout.link_table import (
     BUCKET_SLOTS,
+    ENV,
     LinkTable,
     LinkTableError,
     create_table,
@@ -97,3 +98,21 @@ def test_a_file_that_is_not_a_table_is_refused(tmp_path: Path, size: int) -> Non
     path.write_bytes(b"\0" * size)
     with pytest.raises(LinkTableError, match="not a link table"):
         LinkTable(path)
+
+
+def test_a_worker_finds_its_table_by_the_environment_and_does_without_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker maps the table its parent named; one started after a cleaner removed the
+    file starts anyway, its links going through the store, and says so."""
+    monkeypatch.delenv(ENV, raising=False)
+    assert LinkTable.from_environment() is None  # a single proxy: no table
+    path = create_table(str(tmp_path))
+    monkeypatch.setenv(ENV, str(path))
+    found = LinkTable.from_environment()
+    assert found is not None
+    assert found.put(key(1), CONVERSATION, 1, time.time() + 60)
+    path.unlink()
+    with caplog.at_level("WARNING", logger="kvmigrate.identity"):
+        assert LinkTable.from_environment() is None
+    assert "conversation links go through the store only" in caplog.text
