@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from kvmigrate.embedded import emulated_backends
+from kvmigrate.rollout.link_table import ENV as LINK_TABLE_ENV
 from kvmigrate.serving import free_port
 
 MODEL = "gpt-4o-mini"
@@ -153,6 +154,19 @@ def test_workers_are_processes_listening_on_one_port(pool: Pool) -> None:
     assert len(workers) == 2
     assert sorted(_listeners(pool)) == sorted(w.pid for w in workers)
     assert pool.proc.pid not in _listeners(pool)  # the parent serves nothing itself
+
+
+def test_every_worker_maps_the_one_link_table(pool: Pool) -> None:
+    """The workers share conversation links in memory: each maps the table file the parent
+    made in the pool's private folder."""
+    tables = set()
+    for worker in pool.workers():
+        named = worker.environ()[LINK_TABLE_ENV]
+        assert named in {m.path for m in worker.memory_maps()}
+        tables.add(named)
+    assert len(tables) == 1
+    table = Path(tables.pop())
+    assert table.parent.stat().st_mode & 0o077 == 0  # private to the proxy's user
 
 
 def test_metrics_are_summed_across_workers(pool: Pool) -> None:
