@@ -70,9 +70,7 @@ def _refuse_duplicate_keys(raw: bytes) -> int:
     anywhere (or one that escapes a letter), is parsed again, and then every top-level key
     is checked. Returns where the cheap test found `"model"` spelled once (else -1)."""
     first = raw.find(_MODEL_SPELLING)
-    if first == raw.rfind(_MODEL_SPELLING) and not (
-        b"\\u00" in raw and _ESCAPED_ASCII.search(raw)
-    ):
+    if first == raw.rfind(_MODEL_SPELLING) and not (b"\\u00" in raw and _ESCAPED_ASCII.search(raw)):
         return first
     top: list[list[tuple[str, Any]]] = []
 
