@@ -2,14 +2,18 @@
 else by continuity with an answer this proxy fleet gave, else by the masked opening.
 
 The links (history digest -> conversation, turn) live in an in-process LRU in front of the
-rollout store, so every proxy sharing the store (Redis) continues a conversation another one
-started. A request reads the LRU and, on a miss after turn 1, the store with a short timeout.
-Where another process reads the store (Redis, `--workers N`), a request's own link is written
-as it arrives, while the upstream answers, and the relay holds the answer's last byte
-(`settle`) until the next turn can find the conversation in the store: usually that link is
-there already, and the answer waits for nothing; otherwise it waits for the background task
-that writes whatever has queued in one batch, however busy the machine. (Saved after the
-last byte, the link lost the race to a client that sent its next turn at once.)
+rollout store, so every proxy sharing the store (Redis) continues a conversation another
+one started. A request reads the LRU and, on a miss after turn 1, the store with a short
+timeout. The workers of `--workers N` also share a table in memory
+(kvmigrate.rollout.link_table), read before the store and written as a link is made: for
+them the store keeps links for the next start, and nothing waits for it (a response id
+still goes at once: `save`). Where another process must read the store (Redis, a pool
+without its table), a request's own link is written as it arrives, while the upstream
+answers, and the relay holds the answer's last byte (`settle`) until the next turn can find
+the conversation in the store: usually that link is there already, and the answer waits for
+nothing; otherwise it waits for the background task that writes whatever has queued in one
+batch, however busy the machine. (Saved after the last byte, the link lost the race to a
+client that sent its next turn at once.)
 
 Proxy addon: `exchange_done` remembers served answers; `running`/`done` run the writer.
 """
