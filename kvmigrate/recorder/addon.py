@@ -25,7 +25,7 @@ from kvmigrate.recorder.worker import ProcessWriter, WorkerSpec
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings, WriterStats
 
 WORKERS = ("process", "thread")
-DROP_REASONS = ("queue_full", "write_error", "invalid", "worker_lost")
+DROP_REASONS = ("queue_full", "write_error", "invalid", "worker_lost", "stop_timeout")
 
 
 class Writer(Protocol):
@@ -135,7 +135,8 @@ class RecorderCollector:
         yield written
         dropped = CounterMetricFamily(
             "kvmigrate_records_dropped",
-            "Records not written, by reason (queue_full, write_error, invalid, worker_lost).",
+            "Records not written, by reason (queue_full, write_error, invalid, worker_lost, "
+            "stop_timeout).",
             labels=["reason"],
         )
         for reason in DROP_REASONS:

@@ -39,6 +39,7 @@ log = logging.getLogger("kvmigrate.recorder")
 # Counters the child publishes into shared memory, in this order.
 SHARED_COUNTERS = (
     "written", "batches", "write_errors", "queue_full", "write_error", "invalid", "depth",
+    "received",
 )  # fmt: skip
 # Exchanges per pickled message. Pickling holds the GIL in one C call, so this bounds the
 # event loop's stall as much as the message's size.
@@ -113,6 +114,7 @@ class ProcessWriter:
         self._pending: deque[tuple[Exchange, float]] = deque()
         self._parent_drops = 0  # queue_full on this side; written by the event loop only
         self._invalid = 0  # items that are not exchanges; written by the feeder only
+        self._unwritten_at_stop = 0
         self._stopping = threading.Event()
         self._feeder: threading.Thread | None = None
 
@@ -138,6 +140,7 @@ class ProcessWriter:
             "write_error": total("write_error"),
             "invalid": total("invalid") + self._invalid,
             "worker_lost": sum(lane.lost for lane in self._lanes),
+            "stop_timeout": self._unwritten_at_stop,
         }
         for reason, count in drops.items():
             if count:
@@ -164,7 +167,16 @@ class ProcessWriter:
         self._feeder.join(timeout)
         finished = [lane.join(deadline) for lane in self._lanes]
         if not all(finished):
-            log.warning("recorder: the workers are still writing %d records", self.depth)
+            # A worker runs at the lowest priority: on a CPU that other work keeps busy it
+            # may not have read its pipe at all, and its own depth says nothing of that.
+            unwritten = len(self._pending) + sum(lane.unwritten for lane in self._lanes)
+            self._unwritten_at_stop = unwritten
+            log.error(
+                "recorder: %d records not written: the workers did not finish within %g s "
+                "(they run at the lowest CPU priority, and this machine's CPU is busy)",
+                unwritten,
+                timeout,
+            )
             return
         if self._listening:
             self._listening = False
@@ -205,7 +217,9 @@ class _Lane:
     ) -> None:
         self._shared = context.Array("q", len(SHARED_COUNTERS), lock=False)
         self._counted = [0] * len(SHARED_COUNTERS)  # what the workers gone before counted
-        self.lost = 0  # sent into a pipe whose worker had died; written by the feeder only
+        self.lost = 0  # what a worker that died took with it; written by the feeder only
+        self.sent = 0  # into the pipe, to this lane's workers so far; written by the feeder only
+        self._abandoned = 0  # of those, what a worker that died had not read
         self._worker = WorkerProcess(
             "kvmigrate-recorder",
             # By name: the worker's main imports this module.
@@ -222,7 +236,11 @@ class _Lane:
         return int(self._shared[index]) + self._counted[index]
 
     def _carry_counts(self) -> None:
-        """A new worker counts from zero: keep what the last one had counted."""
+        """A new worker counts from zero: keep what the last one had counted, and count as
+        lost what it took with it, its pipe's contents and the records it held unwritten."""
+        in_pipe = self.sent - self.count("received") - self._abandoned
+        self._abandoned += in_pipe
+        self.lost += in_pipe + self.count("depth")
         for index, name in enumerate(SHARED_COUNTERS):
             if name != "depth":
                 self._counted[index] += self._shared[index]
@@ -237,6 +255,7 @@ class _Lane:
             return
         try:
             self._worker.send(batch)
+            self.sent += len(batch)
         except WorkerGone as exc:
             self.lost += len(batch)
             try:
@@ -245,6 +264,11 @@ class _Lane:
             except WorkerGone:
                 # Out of processes or memory: the feeder must live on, and try again later.
                 log.exception("recorder: cannot start a worker process; records are dropped")
+
+    @property
+    def unwritten(self) -> int:
+        """Sent but not received yet (still in the pipe), or received and not yet written."""
+        return self.sent - self.count("received") - self._abandoned + self.count("depth")
 
     def join(self, deadline: float) -> bool:
         """Wait for the worker to finish; False if it is still writing at `deadline`."""

@@ -73,8 +73,10 @@ class _Batches:
         self.shared = shared
         self.records: list[Record] = []
         self.deadline: float | None = None
+        self.received = 0
 
     def add(self, packed: list[Packed]) -> None:
+        self.received += len(packed)
         for item in packed:
             try:
                 exchange = unpack(item)
@@ -108,6 +110,7 @@ class _Batches:
             "batches": stats.batches,
             "write_errors": stats.write_errors,
             "depth": len(self.records),
+            "received": self.received,
             **{reason: stats.dropped.get(reason, 0) for reason in _DROPS},
         }
         for index, name in enumerate(SHARED_COUNTERS):

@@ -174,6 +174,37 @@ def test_a_killed_worker_is_restarted_and_what_it_lost_is_counted(tmp_path: Path
         assert store.query("SELECT count(*) FROM records") == [(stats.written,)]
 
 
+def test_records_a_worker_could_not_write_before_the_stop_deadline_are_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker at the lowest priority on a CPU that other work keeps busy may not run at
+    all before the proxy's stop deadline: what it had not written (all of it here: the
+    worker is stopped with SIGSTOP, as such a CPU would leave it) is counted as dropped
+    and named in the log, not reported as zero records still being written."""
+    url = f"sqlite:///{tmp_path}/r.db"
+    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
+    before = {p.pid for p in psutil.Process().children()}
+    recorder.start()
+    recorder.exchange_done(_exchange(0))
+    wait_until(lambda: recorder.stats.written == 1, 60)
+    (worker,) = [p for p in _spawned_children() if p.pid not in before]
+    worker.suspend()
+    try:
+        for i in range(1, 41):
+            recorder.exchange_done(_exchange(i))
+        with caplog.at_level(logging.ERROR, logger="kvmigrate.recorder"):
+            recorder.close(timeout=2.0)
+        stats = recorder.stats
+        assert stats.written == 1
+        assert stats.dropped == {"stop_timeout": 40}
+        assert "40 records not written" in caplog.text
+    finally:
+        worker.kill()
+        worker.wait(10)
+    with open_store(url) as store:
+        assert store.query("SELECT count(*) FROM records") == [(1,)]
+
+
 def _spawned_children() -> list[psutil.Process]:
     """This process's live multiprocessing children, not its resource tracker."""
     found = []
