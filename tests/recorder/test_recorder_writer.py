@@ -205,6 +205,43 @@ def test_records_a_worker_could_not_write_before_the_stop_deadline_are_counted_a
         assert store.query("SELECT count(*) FROM records") == [(1,)]
 
 
+def test_what_a_dead_worker_had_not_read_from_its_pipe_is_counted_as_lost(tmp_path: Path) -> None:
+    """Exchanges fed into a worker's pipe that the worker dies before reading are lost
+    with it: counted as worker_lost when the next worker starts, so written + lost is every
+    exchange sent, and the rows are the written ones."""
+    url = f"sqlite:///{tmp_path}/r.db"
+    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
+    before = {p.pid for p in psutil.Process().children()}
+    recorder.start()
+    recorder.exchange_done(_exchange(0))
+    wait_until(lambda: recorder.stats.written == 1, 60)
+    (worker,) = [p for p in _spawned_children() if p.pid not in before]
+    worker.suspend()  # it reads nothing more: what follows stays in its pipe
+    for i in range(1, 21):
+        recorder.exchange_done(_exchange(i))
+    wait_until(lambda: recorder._writer.depth == 0 and _pipe_fed(recorder) == 21, 30)
+    worker.kill()
+    worker.wait(10)
+    time.sleep(1.0)  # past the restart throttle
+    sent = 21
+    deadline = time.monotonic() + 60
+    while recorder.stats.written < 2:
+        recorder.exchange_done(_exchange(sent))
+        sent += 1
+        time.sleep(0.05)
+        assert time.monotonic() < deadline, "the restarted worker wrote nothing"
+    recorder.close(timeout=120)
+    stats = recorder.stats
+    assert stats.dropped["worker_lost"] >= 20
+    assert stats.written + stats.dropped["worker_lost"] == sent
+    with open_store(url) as store:
+        assert store.query("SELECT count(*) FROM records") == [(stats.written,)]
+
+
+def _pipe_fed(recorder: RecorderAddon) -> int:
+    return sum(lane.sent for lane in recorder._writer._lanes)  # type: ignore[attr-defined]
+
+
 def _spawned_children() -> list[psutil.Process]:
     """This process's live multiprocessing children, not its resource tracker."""
     found = []
