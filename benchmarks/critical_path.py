@@ -9,10 +9,12 @@ median over the requests, from the moment the step's input arrived:
 
   request side, from the request's last bytes read (its body, for a client that sends the
   head first, as aiohttp's and httpx's do):
-    read      the handler has the body (aiohttp's payload, `read_body`)
+    read      the handler has the body (aiohttp's payload, `read_body`), to be parsed
     routed    parsed, conversation identified, rollout decided (`_route`)
-    called    the upstream call built (`_model_call`, the pool's connection)
-    sent      the request written to the upstream socket
+    called    the upstream call built (`_call`: headers, URL, the model spliced)
+    sent      the request written to the upstream socket (the pool's connection)
+  (where every conversation goes to one backend, shadow mode, the call is sent before the
+  conversation is identified: `called` and `sent` come before `routed`)
   and aiohttp's own share before the handler starts, from the request head's arrival
   (hidden behind the body's arrival for those clients, all of it for a client that sends
   the request in one write):
@@ -63,7 +65,8 @@ def serve_with_marks(argv: list[str]) -> None:
 
     clock = time.perf_counter_ns
     since: dict[str, int] = {"head": 0, "bytes": 0, "answer": 0}
-    # The answer's own upstream connection: a shadow copy's call and answer are not marked.
+    # The request's own upstream call, the first after its bytes (a shadow copy's goes after
+    # the answer), and its connection: a copy's call and answer are not marked.
     serving: dict[str, Any] = {"call": False, "connection": None}
     spans: dict[str, list[int]] = {}
 
@@ -87,23 +90,29 @@ def serve_with_marks(argv: list[str]) -> None:
         if not getattr(self, "_request_in_progress", False):
             since["head"] = now  # a new request's first bytes
         since["bytes"] = now
+        serving["call"] = True
         received(self, data)
 
     web_protocol.RequestHandler.data_received = request_bytes  # type: ignore[method-assign]
     before(service.ProxyService, "handle_model_route", "handler", "head")
-    before(service.ProxyService, "_route", "read", "bytes")
+    parse_body = service.parse_body
+
+    def hooked_parse(raw: bytes) -> Any:
+        mark("read", "bytes")
+        return parse_body(raw)
+
+    service.parse_body = hooked_parse
     before(service.ProxyService, "_answer", "routed", "bytes")
     before(service.ProxyService, "_relay", "relay", "answer")
-    model_call = service.ProxyService._model_call
+    build_call = service.ProxyService._call
 
-    def hooked_call(self: Any, request: Any, routed: Any, backend: str) -> Any:
-        call = model_call(self, request, routed, backend)
-        if backend == routed.route.serve:
-            serving["call"] = True
+    def hooked_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = build_call(self, *args, **kwargs)
+        if serving["call"]:
             mark("called", "bytes")
         return call
 
-    service.ProxyService._model_call = hooked_call  # type: ignore[method-assign,assignment]
+    service.ProxyService._call = hooked_call  # type: ignore[method-assign]
     send = connection.Connection.send
 
     def hooked_send(self: Any, head: bytes, body: bytes) -> None:
@@ -185,7 +194,7 @@ def report(setup: str, figures: dict[str, float]) -> None:
     )
     print(f"  aiohttp, request head to handler       {get('handler'):6.1f} us")
     previous = 0.0
-    for step in REQUEST_STEPS:
+    for step in sorted(REQUEST_STEPS, key=get):  # a call sent early precedes `routed`
         print(f"  request bytes to {step:8}  {get(step):6.1f} us  (+{get(step) - previous:5.1f})")
         previous = get(step)
     previous = 0.0

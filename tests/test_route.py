@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kvmigrate.policies import RolloutSnapshot, bucket, in_shadow_sample, route
+from kvmigrate.policies import (
+    RolloutSnapshot,
+    bucket,
+    in_shadow_sample,
+    route,
+    serve_without_conversation,
+)
 from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.split import in_noise_sample
 
@@ -110,3 +116,37 @@ def test_route_names_the_roles_of_its_snapshot() -> None:
     assert chosen.is_primary("hosted")
     assert not chosen.is_primary("vllm")
     assert (chosen.serve, chosen.shadow, chosen.fallback) == ("vllm", None, "hosted")
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "served", "expected"),
+    [
+        # shadow mode: the primary answers everyone, whatever the sample
+        (snap("shadow", 0), BOTH, "hosted"),
+        (snap("shadow", 0, shadow_sample=0), BOTH, "hosted"),
+        # only one backend serves the model: it answers everyone, in either mode
+        (snap("shadow", 0), ("vllm",), "vllm"),
+        (snap("split", 50), ("vllm",), "vllm"),
+        (snap("split", 50), ("hosted",), "hosted"),
+        # a split at 0%: no share, and no pin to the candidate holds
+        (snap("split", 0), BOTH, "hosted"),
+        (snap("split", 0, epoch=3), BOTH, "hosted"),
+        # a split with a share: the conversation, and its pin, decide
+        (snap("split", 1), BOTH, None),
+        (snap("split", 50), BOTH, None),
+        (snap("split", 100), BOTH, None),
+    ],
+)
+def test_the_backend_known_before_the_conversation(
+    snapshot: RolloutSnapshot, served: tuple[str, ...], expected: str | None
+) -> None:
+    """What the proxy may send before it identifies the conversation is what `route` gives
+    every conversation, pinned or not."""
+    assert serve_without_conversation(snapshot, served) == expected
+    if expected is None:
+        return
+    pins = (None, PinView("hosted", 0, LIVE), PinView("vllm", 0, LIVE))
+    served_by = {
+        route(f"c{i}", snapshot, served, pin, 0.0).serve for i in range(300) for pin in pins
+    }
+    assert served_by == {expected}

@@ -3,7 +3,7 @@
 from kvmigrate.policies.conversation import ConversationKey, conversation_key, turn_index
 from kvmigrate.policies.decision import Decision, RolloutSnapshot, decide
 from kvmigrate.policies.modes import Mode
-from kvmigrate.policies.route import Route, route
+from kvmigrate.policies.route import Route, route, serve_without_conversation
 from kvmigrate.policies.split import bucket, in_candidate_share, in_shadow_sample
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "in_candidate_share",
     "in_shadow_sample",
     "route",
+    "serve_without_conversation",
     "turn_index",
 ]

@@ -76,3 +76,15 @@ def route(
         noise=noise,
         pin=pin is None and should_pin(decision, snapshot),
     )
+
+
+def serve_without_conversation(snapshot: RolloutSnapshot, served: Collection[str]) -> str | None:
+    """The backend `route` serves every conversation of a model with under `snapshot`, when
+    no conversation can change it (None: a split that gives the candidate a share, where the
+    conversation and its pin decide; at 0% no pin to the candidate holds). The proxy sends
+    such a request before it identifies the conversation."""
+    if snapshot.primary not in served:
+        return snapshot.candidate
+    if snapshot.mode != "split" or snapshot.candidate not in served or snapshot.percent <= 0:
+        return snapshot.primary
+    return None

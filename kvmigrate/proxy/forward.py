@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.policies.outcome import ErrorKind
-from kvmigrate.proxy.client import TIMEOUTS, Response, UpstreamError
+from kvmigrate.proxy.client import TIMEOUTS, Response, SentCall, UpstreamError
 from kvmigrate.proxy.client_answer import ClientAnswer
 from kvmigrate.proxy.envelopes import envelope_for
 from kvmigrate.proxy.errors import ProxyError, upstream_timeout, upstream_unreachable
@@ -53,6 +53,16 @@ class Call:
     headers: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class EarlyCall:
+    """A call sent before its request was routed (`ProxyService._send_early`), at `sent_at`."""
+
+    backend: str
+    call: Call
+    sent: SentCall
+    sent_at: float
+
+
 @contextlib.contextmanager
 def upstream_errors(upstream: Upstream, response: Response | None = None) -> Iterator[None]:
     """Map the client's transport errors to an `UpstreamFailure`, in this one place (as httpx's
@@ -76,6 +86,12 @@ async def open_response(upstream: Upstream, call: Call) -> Response:
     """Send the call and wait for the response headers."""
     with upstream_errors(upstream):
         return await upstream.send(call.method, call.url, call.headers, call.body)
+
+
+async def answer_of(upstream: Upstream, sent: SentCall) -> Response:
+    """Wait for the response headers of a call sent already (`Upstream.send_now`)."""
+    with upstream_errors(upstream):
+        return await upstream.answer(sent)
 
 
 def is_event_stream(response: Response) -> bool:

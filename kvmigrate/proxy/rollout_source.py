@@ -11,7 +11,9 @@ from kvmigrate.rollout.state import RolloutState
 
 
 class RolloutSource(Protocol):
-    def current(self) -> RolloutSnapshot: ...
+    def current(self, cohort: str = "") -> RolloutSnapshot:
+        """The cohort's snapshot (the default rollout's for "" or a cohort it does not know)."""
+        ...
 
     async def route(
         self, conversation: str, turn: int, served: Collection[str], cohort: str = ""
@@ -33,8 +35,8 @@ class StaticRollout:
             name: state.snapshot(r, config.candidates_of(name)) for name in config.cohort_names()
         }
 
-    def current(self) -> RolloutSnapshot:
-        return self._snapshot
+    def current(self, cohort: str = "") -> RolloutSnapshot:
+        return self._cohorts.get(cohort, self._snapshot)
 
     async def route(
         self, conversation: str, turn: int, served: Collection[str], cohort: str = ""

@@ -12,12 +12,13 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.config import Config
-from kvmigrate.policies.chain import chain_ref
+from kvmigrate.policies import serve_without_conversation
+from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.conversation import declared_key
 from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
-from kvmigrate.proxy.body import check_passthrough_body, parse_body, with_model
+from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.client import Response
 from kvmigrate.proxy.cohorts import CohortResolver
@@ -31,7 +32,9 @@ from kvmigrate.proxy.errors import (
 from kvmigrate.proxy.exchange import NOISE, SERVE, Exchange, Role
 from kvmigrate.proxy.forward import (
     Call,
+    EarlyCall,
     UpstreamFailure,
+    answer_of,
     candidate_failure,
     is_event_stream,
     open_response,
@@ -129,13 +132,26 @@ class ProxyService:
     async def handle_model_route(self, request: web.Request, path: str) -> web.StreamResponse:
         started = time.perf_counter()
         authorize(request, self.config.server.master_key)
-        raw = await read_body(request, self.config.server)
-        routed = await self._route(request, path, raw)
+        body = parse_body(await read_body(request, self.config.server))
+        served = self._served(path, body)
+        cohort = self.cohorts.resolve(body.model, request.headers, body.data)
+        ref = chain_ref(body.data) if path == RESPONSES else None
+        early = self._send_early(request, path, body, served, cohort) if ref is None else None
+        try:
+            routed = await self._route(request, path, body, served, cohort, ref)
+        except BaseException:
+            if early is not None:
+                self.upstreams[early.backend].abandon(early.sent)
+            raise
+        if early is not None and early.backend != routed.route.serve:
+            # The rollout changed while the conversation was identified: its new state rules.
+            self.upstreams[early.backend].abandon(early.sent)
+            early = None
         exchange = self._exchange(routed, routed.route.serve, SERVE, started)
-        return await self._answer(request, routed, exchange, started)
+        return await self._answer(request, routed, exchange, started, early)
 
-    async def _route(self, request: web.Request, path: str, raw: bytes) -> Routed:
-        body = parse_body(raw)
+    def _served(self, path: str, body: RequestBody) -> dict[str, str]:
+        """The backends that serve the request's model, each by its own model name."""
         model_route = self.config.route(body.model)
         if model_route is None:
             raise model_not_found(body.model)
@@ -143,8 +159,47 @@ class ProxyService:
         for backend in served:
             if not self.kinds[backend].serves(path):
                 raise route_not_served(path, body.model, backend)
-        cohort = self.cohorts.resolve(body.model, request.headers, body.data)
-        ref = chain_ref(body.data) if path == RESPONSES else None
+        return served
+
+    def _send_early(
+        self,
+        request: web.Request,
+        path: str,
+        body: RequestBody,
+        served: dict[str, str],
+        cohort: str,
+    ) -> EarlyCall | None:
+        """Send the call before the conversation is known, where the rollout serves every
+        conversation alike (shadow mode): identity, a digest of the whole history and at
+        times a store lookup, then runs while the backend works. None where the call must
+        wait (split mode, several replicas, no idle connection): the usual path sends it."""
+        snapshot = self.rollout.current(cohort)
+        backend = serve_without_conversation(snapshot, served)
+        if backend is None:
+            return None
+        try:
+            call = self._call(
+                request,
+                backend,
+                path,
+                with_model(body, served[backend]),
+                primary=backend == snapshot.primary,
+                deployment=served[backend],
+            )
+            sent = self.upstreams[backend].send_now(call.method, call.url, call.headers, call.body)
+        except Exception:  # the usual path meets the same error where it handles it
+            return None
+        return EarlyCall(backend, call, sent, time.perf_counter()) if sent is not None else None
+
+    async def _route(
+        self,
+        request: web.Request,
+        path: str,
+        body: RequestBody,
+        served: dict[str, str],
+        cohort: str,
+        ref: ChainRef | None,
+    ) -> Routed:
         if ref is None:
             identity = await self.identity.identify(request.headers, body.data, body.model, path)
             chosen = await self.rollout.route(identity.conversation, identity.turn, served, cohort)
@@ -163,12 +218,17 @@ class ProxyService:
         return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort)
 
     async def _answer(
-        self, request: web.Request, routed: Routed, exchange: Exchange, started: float
+        self,
+        request: web.Request,
+        routed: Routed,
+        exchange: Exchange,
+        started: float,
+        early: EarlyCall | None = None,
     ) -> web.StreamResponse:
-        call_at = time.perf_counter()
+        call_at = early.sent_at if early is not None else time.perf_counter()
         try:
             try:
-                response, first, check = await self._open(request, routed, exchange)
+                response, first, check = await self._open(request, routed, exchange, early)
             except UpstreamFailure as failure:
                 exchange = self._fall_back(routed, exchange, failure)
                 try:
@@ -289,15 +349,23 @@ class ProxyService:
         return answer_model_rewrite(exchange.served_model, exchange.model)
 
     async def _open(
-        self, request: web.Request, routed: Routed, exchange: Exchange
+        self,
+        request: web.Request,
+        routed: Routed,
+        exchange: Exchange,
+        early: EarlyCall | None = None,
     ) -> tuple[Response, bytes | None, SseCheck | None]:
-        """Open the upstream response up to its first bytes. Returns the first chunk of a
-        stream (None when the whole small body is already in `exchange.chunks`), and the
-        check that the rest of a candidate's stream must pass."""
+        """Open the upstream response up to its first bytes (of the call sent `early`, if it
+        was). Returns the first chunk of a stream (None when the whole small body is already
+        in `exchange.chunks`), and the check that the rest of a candidate's stream must pass."""
         upstream = self.upstreams[exchange.backend]
-        call = self._model_call(request, routed, exchange.backend)
-        exchange.request_body = call.body
-        response = await open_response(upstream, call)
+        if early is not None:
+            exchange.request_body = early.call.body
+            response = await answer_of(upstream, early.sent)
+        else:
+            call = self._model_call(request, routed, exchange.backend)
+            exchange.request_body = call.body
+            response = await open_response(upstream, call)
         exchange.status = response.status
         # The candidate is checked; a failure before the first byte can still fall back.
         checked = routed.route.is_candidate(exchange.backend)

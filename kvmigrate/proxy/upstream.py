@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from kvmigrate.config import BackendConfig, Config
-from kvmigrate.proxy.client import ConnectFailed, HttpClient, Response
+from kvmigrate.proxy.client import ConnectFailed, HttpClient, Response, SentCall
 from kvmigrate.proxy.errors import bad_request
 from kvmigrate.proxy.headers import candidate_allowlist
 from kvmigrate.proxy.kinds import kind_of
@@ -62,6 +62,21 @@ class Upstream:
         if lease is not None:
             response.on_finished(lease.release)
         return response
+
+    def send_now(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> SentCall | None:
+        """Send a call at once where nothing needs waiting for (`HttpClient.send_now`), on a
+        backend of one replica: with several, the conversation picks the replica."""
+        if self.replicas.multiple:
+            return None
+        return self.client.send_now(method, url, headers, body)
+
+    async def answer(self, sent: SentCall) -> Response:
+        return await self.client.answer(sent)
+
+    def abandon(self, sent: SentCall) -> None:
+        self.client.abandon(sent)
 
     def url(self, suffix: str, conversation: str = "", deployment: str | None = None) -> str:
         """The URL of the checked path below /v1 on the conversation's replica, as the

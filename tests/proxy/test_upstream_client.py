@@ -540,3 +540,75 @@ def test_https_verifies_the_server_certificate(certificate: tuple[Path, Path]) -
         assert f"Host: localhost:{server.port}\r\n".encode() in server.heads[0]
 
     asyncio.run(main())
+
+
+def test_send_now_sends_on_an_idle_connection_before_the_answer_is_awaited() -> None:
+    """`send_now` writes the call at once, on a connection a call before left idle, and
+    sends nothing when none is idle (the caller then takes `request`'s way)."""
+
+    async def main() -> None:
+        async with scripted(keep_alive) as server:
+            http = client()
+            url = server.url + "/v1/chat/completions"
+            assert http.send_now("POST", url, {}, b"{}") is None
+            assert server.heads == []
+            assert await fetch(http, server.url) == (200, b"{}")
+            sent = http.send_now("POST", url, {"A": "c"}, b"{}")
+            assert sent is not None
+            for _ in range(100):  # the server has the call while nobody waits for its answer
+                if len(server.heads) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert b"A: c\r\n" in server.heads[1]
+            response = await http.answer(sent)
+            assert (response.status, await response.read()) == (200, b"{}")
+            await http.close()
+        assert server.connections == 1
+
+    asyncio.run(main())
+
+
+def test_a_call_sent_now_on_a_connection_the_server_drops_goes_again_once() -> None:
+    """The server reads the next call on its kept-alive connection and closes it without
+    an answer (it had timed the connection out): the call goes again on a new one."""
+
+    async def one_answer_per_connection(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
+    ) -> None:
+        await state.read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+        await state.read_request(reader)
+
+    async def main() -> None:
+        async with scripted(one_answer_per_connection) as server:
+            http = client()
+            url = server.url + "/v1/chat/completions"
+            assert await fetch(http, server.url) == (200, b"{}")
+            sent = http.send_now("POST", url, {}, b"{}")
+            assert sent is not None
+            response = await http.answer(sent)
+            assert (response.status, await response.read()) == (200, b"{}")
+            await http.close()
+        assert server.connections == 2
+
+    asyncio.run(main())
+
+
+def test_send_now_takes_a_slot_and_abandon_gives_it_back() -> None:
+    """With every slot taken `send_now` sends nothing; a call sent now and abandoned
+    frees its slot for the next call."""
+
+    async def main() -> None:
+        async with scripted(keep_alive) as server:
+            http = client(max_connections=1)
+            url = server.url + "/v1/chat/completions"
+            assert await fetch(http, server.url) == (200, b"{}")
+            sent = http.send_now("POST", url, {}, b"{}")
+            assert sent is not None
+            assert http.send_now("POST", url, {}, b"{}") is None  # its one slot is taken
+            http.abandon(sent)
+            assert await asyncio.wait_for(fetch(http, server.url), 5) == (200, b"{}")
+            await http.close()
+
+    asyncio.run(main())

@@ -11,7 +11,7 @@ from kvmigrate.proxy.client.errors import (
     UpstreamError,
 )
 from kvmigrate.proxy.client.head import InvalidHeader
-from kvmigrate.proxy.client.pool import HttpClient
+from kvmigrate.proxy.client.pool import HttpClient, SentCall
 
 __all__ = [
     "TIMEOUTS",
@@ -22,6 +22,7 @@ __all__ = [
     "ProtocolViolation",
     "ReadTimeout",
     "Response",
+    "SentCall",
     "ServerDisconnected",
     "UpstreamError",
 ]

@@ -66,6 +66,49 @@ class HttpClient:
         `close()` the answer (reading it to the end does)."""
         origin, target = self._origin_of(url)
         head = request_head(method, target, origin.host_header, headers, body)
+        return await self._call(origin, method, head, body)
+
+    def send_now(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> SentCall | None:
+        """Send a call at once, if a slot is free and a connection idle (None: nothing was
+        sent): the caller does other work while the answer comes, then waits for its head
+        with `answer`, which also gives the slot back at the answer's end."""
+        if self._slots.locked():
+            return None
+        origin, target = self._origin_of(url)
+        head = request_head(method, target, origin.host_header, headers, body)
+        connection = self._idle_connection(origin)
+        if connection is None:
+            return None
+        _take_free_slot(self._slots)
+        response = self._send(connection, method, head, body)
+        response.on_finished(self._slots.release)
+        return SentCall(origin, method, head, body, response)
+
+    async def answer(self, sent: SentCall) -> Response:
+        """The status and headers of a call `send_now` sent. A reused connection the server
+        had closed before answering gets the call again, on a new one, as `request` does."""
+        try:
+            await sent.response.wait_head()
+            return sent.response
+        except ServerDisconnected as exc:
+            sent.response.close()
+            if not exc.before_answer:
+                raise
+        except BaseException:
+            sent.response.close()
+            raise
+        return await self._call(sent.origin, sent.method, sent.head, sent.body)
+
+    @staticmethod
+    def abandon(sent: SentCall) -> None:
+        """A call `send_now` sent whose answer nobody will wait for: its connection closed
+        (the answer may be on its way), its slot given back."""
+        sent.response.close()
+
+    async def _call(self, origin: _Origin, method: str, head: bytes, body: bytes) -> Response:
+        """A call in one of the slots: at most `max_connections` at once, the rest wait."""
         await self._slots.acquire()
         try:
             response = await self._exchange(origin, method, head, body)
@@ -75,16 +118,20 @@ class HttpClient:
         response.on_finished(self._slots.release)
         return response
 
+    def _send(self, connection: Connection, method: str, head: bytes, body: bytes) -> Response:
+        response = Response(
+            connection,
+            head_request=method == "HEAD",
+            read_timeout=self._read_timeout,
+            on_close=self._closed,
+        )
+        connection.send(head, body)
+        return response
+
     async def _exchange(self, origin: _Origin, method: str, head: bytes, body: bytes) -> Response:
         while True:
             connection = self._idle_connection(origin) or await self._connect(origin)
-            response = Response(
-                connection,
-                head_request=method == "HEAD",
-                read_timeout=self._read_timeout,
-                on_close=self._closed,
-            )
-            connection.send(head, body)
+            response = self._send(connection, method, head, body)
             try:
                 await response.wait_head()
             except ServerDisconnected as exc:
@@ -188,6 +235,29 @@ class HttpClient:
         self._open.clear()
         for origin in self._origins.values():
             origin.idle.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class SentCall:
+    """A call `HttpClient.send_now` sent, its answer not waited for yet."""
+
+    origin: _Origin
+    method: str
+    head: bytes
+    body: bytes
+    response: Response
+
+
+def _take_free_slot(slots: asyncio.Semaphore) -> None:
+    """Take a slot of `slots`, which has one free, without a suspension: `acquire` returns at
+    once when the semaphore is not locked (asyncio's documented behaviour)."""
+    taking = slots.acquire()
+    try:
+        taking.send(None)
+    except StopIteration:
+        return
+    taking.close()
+    raise RuntimeError("a free slot could not be taken at once")
 
 
 def request_head(
