@@ -146,26 +146,10 @@ def test_an_invalid_item_is_dropped_and_counted(tmp_path: Path, worker: str) -> 
 
 def test_a_killed_worker_is_restarted_and_what_it_lost_is_counted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/r.db"
-    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
-    # This process may hold other children (an earlier test's worker still finishing, a
-    # zombie): the worker is the one child that is new since the recorder started.
-    before = {p.pid for p in psutil.Process().children()}
-    recorder.start()
-    recorder.exchange_done(_exchange(0))
-    wait_until(lambda: recorder.stats.written == 1, 60)  # a worker starts slowly under load
-    (worker,) = [p for p in _spawned_children() if p.pid not in before]
+    recorder, worker = _recorder_with_its_worker(url)
     worker.kill()
     worker.wait(10)
-    time.sleep(1.0)  # past the restart throttle
-    sent = 1
-    # Until the new worker has written one: it starts at the lowest priority, so a loaded
-    # machine makes this wait longer (a deadline, not a count of sends).
-    deadline = time.monotonic() + 60
-    while recorder.stats.written < 2:
-        recorder.exchange_done(_exchange(sent))
-        sent += 1
-        time.sleep(0.05)
-        assert time.monotonic() < deadline, "the restarted worker wrote nothing"
+    sent = _until_a_new_worker_writes(recorder, sent=1)
     recorder.close(timeout=120)  # all it was sent, written, before the counts are compared
     stats = recorder.stats
     assert stats.dropped.get("worker_lost", 0) >= 1
@@ -182,12 +166,7 @@ def test_records_a_worker_could_not_write_before_the_stop_deadline_are_counted_a
     worker is stopped with SIGSTOP, as such a CPU would leave it) is counted as dropped
     and named in the log, not reported as zero records still being written."""
     url = f"sqlite:///{tmp_path}/r.db"
-    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
-    before = {p.pid for p in psutil.Process().children()}
-    recorder.start()
-    recorder.exchange_done(_exchange(0))
-    wait_until(lambda: recorder.stats.written == 1, 60)
-    (worker,) = [p for p in _spawned_children() if p.pid not in before]
+    recorder, worker = _recorder_with_its_worker(url)
     worker.suspend()
     try:
         for i in range(1, 41):
@@ -210,32 +189,47 @@ def test_what_a_dead_worker_had_not_read_from_its_pipe_is_counted_as_lost(tmp_pa
     with it: counted as worker_lost when the next worker starts, so written + lost is every
     exchange sent, and the rows are the written ones."""
     url = f"sqlite:///{tmp_path}/r.db"
-    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
-    before = {p.pid for p in psutil.Process().children()}
-    recorder.start()
-    recorder.exchange_done(_exchange(0))
-    wait_until(lambda: recorder.stats.written == 1, 60)
-    (worker,) = [p for p in _spawned_children() if p.pid not in before]
+    recorder, worker = _recorder_with_its_worker(url)
     worker.suspend()  # it reads nothing more: what follows stays in its pipe
     for i in range(1, 21):
         recorder.exchange_done(_exchange(i))
     wait_until(lambda: recorder._writer.depth == 0 and _pipe_fed(recorder) == 21, 30)
     worker.kill()
     worker.wait(10)
-    time.sleep(1.0)  # past the restart throttle
-    sent = 21
-    deadline = time.monotonic() + 60
-    while recorder.stats.written < 2:
-        recorder.exchange_done(_exchange(sent))
-        sent += 1
-        time.sleep(0.05)
-        assert time.monotonic() < deadline, "the restarted worker wrote nothing"
+    sent = _until_a_new_worker_writes(recorder, sent=21)
     recorder.close(timeout=120)
     stats = recorder.stats
     assert stats.dropped["worker_lost"] >= 20
     assert stats.written + stats.dropped["worker_lost"] == sent
     with open_store(url) as store:
         assert store.query("SELECT count(*) FROM records") == [(stats.written,)]
+
+
+def _recorder_with_its_worker(url: str) -> tuple[RecorderAddon, psutil.Process]:
+    """A started recorder that has written one record, and its worker process."""
+    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
+    # This process may hold other children (an earlier test's worker still finishing, a
+    # zombie): the worker is the one child that is new since the recorder started.
+    before = {p.pid for p in psutil.Process().children()}
+    recorder.start()
+    recorder.exchange_done(_exchange(0))
+    wait_until(lambda: recorder.stats.written == 1, 60)  # a worker starts slowly under load
+    (worker,) = [p for p in _spawned_children() if p.pid not in before]
+    return recorder, worker
+
+
+def _until_a_new_worker_writes(recorder: RecorderAddon, sent: int) -> int:
+    """Send exchanges after a worker's death until its successor has written one; the
+    count of exchanges sent in all. The new worker starts at the lowest priority, so a
+    loaded machine makes this wait longer (a deadline, not a count of sends)."""
+    time.sleep(1.0)  # past the restart throttle
+    deadline = time.monotonic() + 60
+    while recorder.stats.written < 2:
+        recorder.exchange_done(_exchange(sent))
+        sent += 1
+        time.sleep(0.05)
+        assert time.monotonic() < deadline, "the restarted worker wrote nothing"
+    return sent
 
 
 def _pipe_fed(recorder: RecorderAddon) -> int:

@@ -75,6 +75,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture
+def paused(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """The session's Redis for a test that pauses it (SIGSTOP, a hung store): resumed
+    after the test whatever happens."""
+    try:
+        yield redis_server
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
 def fresh_redis_url(redis_url: str) -> str:
     """The session's Redis, emptied for this test."""
     import redis

@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 
-import pytest
 from conftest import RedisServer
 
 from kvmigrate.config import parse_config
@@ -33,15 +31,6 @@ models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: llama-8b}}
 rollout: {{state: "{url}", mode: split, percent: 100}}
 """
-
-
-@pytest.fixture
-def paused(redis_server: RedisServer) -> Iterator[RedisServer]:
-    """The server, resumed after the test whatever happens."""
-    try:
-        yield redis_server
-    finally:
-        redis_server.process.send_signal(signal.SIGCONT)
 
 
 def test_a_store_that_does_not_answer_leaves_the_conversation_to_its_pin_once_it_answers(

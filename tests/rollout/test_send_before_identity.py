@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
 import orjson
-import pytest
 from aiohttp import web
 from conftest import MODEL, SERVED, RedisServer
 
@@ -66,14 +64,6 @@ class HeldUpstream:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", complete)
         return app
-
-
-@pytest.fixture
-def paused(redis_server: RedisServer) -> Iterator[RedisServer]:
-    try:
-        yield redis_server
-    finally:
-        redis_server.process.send_signal(signal.SIGCONT)
 
 
 def _config(upstream: str, state: str, rollout: str) -> Config:
