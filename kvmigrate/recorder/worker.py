@@ -238,7 +238,7 @@ class _Lane:
     def _carry_counts(self) -> None:
         """A new worker counts from zero: keep what the last one had counted, and count as
         lost what it took with it, its pipe's contents and the records it held unwritten."""
-        in_pipe = self.sent - self.count("received") - self._abandoned
+        in_pipe = self._in_pipe()
         self._abandoned += in_pipe
         self.lost += in_pipe + self.count("depth")
         for index, name in enumerate(SHARED_COUNTERS):
@@ -268,7 +268,11 @@ class _Lane:
     @property
     def unwritten(self) -> int:
         """Sent but not received yet (still in the pipe), or received and not yet written."""
-        return self.sent - self.count("received") - self._abandoned + self.count("depth")
+        return self._in_pipe() + self.count("depth")
+
+    def _in_pipe(self) -> int:
+        """Sent to the running worker and not read by it yet."""
+        return self.sent - self.count("received") - self._abandoned
 
     def join(self, deadline: float) -> bool:
         """Wait for the worker to finish; False if it is still writing at `deadline`."""

@@ -5,6 +5,8 @@ origin (the most recently used first, so the warm ones stay warm) or opens one, 
 for https; at most `max_connections` calls are in flight at once, the rest wait their
 turn. A call that finds its reused connection closed by the server before any byte of an
 answer is sent once more on a new connection. Idle connections close after `keepalive_s`.
+`send_now` sends at once, when a connection is idle and a slot free, so that the caller can
+work while the answer comes (`answer` then waits for its head).
 """
 
 from __future__ import annotations
