@@ -21,7 +21,10 @@ the candidate's copies):
                 installed; Debian's nginx-light): what a proxy written in C adds on this
                 machine, the reference for the concurrency-1 figures, where the machine's
                 wake-ups and loopback hops, not the proxy's code, are most of the time
-  litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with
+  litellm       LiteLLM's proxy (optional, --litellm), the baseline users compare us with;
+                its c=64 cells are also measured in turn with each kvmigrate target's
+                (`throughput_ratio_in_turn.*`, --ratio-reps), as the machine's speed drifts
+                between cells minutes apart
 Streamed figures are the time to the first chunk with non-empty `delta.content` (the stub
 sends the role chunk first, then one write per content chunk, as an engine does).
 
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -650,6 +654,8 @@ def main() -> None:
         if "litellm" in args.targets:
             results += run_litellm(Path(tmp), stub, args)
         figures = summary(results, memory)
+        if "litellm" in args.targets and args.ratio_reps:
+            figures |= ratios_in_turn(Path(tmp), stub, candidate, args)
         if args.workers:
             figures |= workers_cell(Path(tmp), args)
             figures |= workers_latency_cell(Path(tmp), args)
@@ -707,6 +713,13 @@ def parse_args() -> argparse.Namespace:
         "target's concurrency-1 cells (`TARGET.MODE.c1.added_interleaved_p50_ms`)",
     )
     parser.add_argument("--litellm-requests", type=int, default=600)
+    parser.add_argument(
+        "--ratio-reps",
+        type=int,
+        default=5,
+        help="with --litellm: reps of the c=64 cells that measure LiteLLM and each kvmigrate "
+        "target in turn (`throughput_ratio_in_turn.*`; 0: skip)",
+    )
     parser.add_argument("--streams", type=int, default=1000, help="open streams for the RSS test")
     parser.add_argument(
         "--workers",
@@ -750,7 +763,9 @@ def has_workers_option() -> bool:
     return "--workers" in help_text
 
 
-def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
+@contextmanager
+def litellm_proxy(tmp: Path, stub: str) -> Iterator[tuple[str, int]]:
+    """LiteLLM's proxy, one worker, pinned as ours are: its base URL and pid."""
     litellm = ensure_litellm()
     cfg = tmp / "litellm.yaml"
     litellm_config(cfg, stub)
@@ -763,9 +778,61 @@ def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
         "DISABLE_SCHEMA_UPDATE": "true",
     }
     with process(pinned(0, argv), port, env=env, timeout=180) as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid
+
+
+def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
+    with litellm_proxy(tmp, stub) as (base, pid):
         print("litellm", flush=True)
-        base = f"http://127.0.0.1:{port}"
-        return run_target("litellm", base, "sk-bench", args, pid=proc.pid)
+        return run_target("litellm", base, "sk-bench", args, pid=pid)
+
+
+def ratios_in_turn(
+    tmp: Path, stub: str, candidate: str, args: argparse.Namespace
+) -> dict[str, float]:
+    """The c=64 throughput of each kvmigrate target over LiteLLM's, measured in turn.
+
+    Measured in cells of their own, minutes apart, the two sides of a ratio see different
+    machines: on this VM the CPU a request costs moves by half within minutes, LiteLLM's
+    and ours alike (62-101 req/s for LiteLLM, 1,489-2,631 for the default deployment, in
+    one experiment's alternating cells). Here every process stays up (idle ones cost next
+    to nothing) and each rep measures LiteLLM and every target back to back, in an order
+    that reverses every rep; `throughput_ratio_in_turn.TARGET.MODE.c64` is the median of
+    the reps' ratios, as the concurrency-1 cells take the direct stub in turn."""
+    names = [n for n in PROXIES if n in args.targets]
+    ratios: dict[str, list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        lite_base, lite_pid = stack.enter_context(litellm_proxy(tmp, stub))
+        settle(lite_pid, lite_base, "sk-bench")
+        bases = {}
+        for name in names:
+            sample, full = PROXY_SETUPS[name]
+            port = free_port()
+            cfg = tmp / f"in-turn-{name.replace('+', '-')}.yaml"
+            kvmigrate_config(cfg, port, stub, sample, full, candidate)
+            proc = stack.enter_context(process(pinned(0, proxy_argv(cfg, workers=1)), port))
+            bases[name] = f"http://127.0.0.1:{port}"
+            settle(proc.pid, bases[name], "sk-client")
+        print(f"in turn with litellm, c=64, {args.ratio_reps} reps", flush=True)
+        for rep in range(args.ratio_reps):
+            for stream in (False, True):
+                mode = "stream" if stream else "plain"
+                order = ["litellm", *names] if rep % 2 == 0 else [*names, "litellm"]
+                rates, errors = {}, 0
+                for name in order:
+                    base, key = (
+                        (lite_base, "sk-bench") if name == "litellm" else (bases[name], "sk-client")
+                    )
+                    total = args.litellm_requests if name == "litellm" else max(args.requests, 640)
+                    result = asyncio.run(load(name, base, stream, 64, total, key))
+                    rates[name], errors = result.rps, errors + result.errors
+                for name in names:
+                    ratio = rates[name] / rates["litellm"] if rates["litellm"] else float("nan")
+                    ratios.setdefault(f"throughput_ratio_in_turn.{name}.{mode}.c64", [])
+                    ratios[f"throughput_ratio_in_turn.{name}.{mode}.c64"].append(ratio)
+                shown = "  ".join(f"{n} {r:6.0f}" for n, r in rates.items())
+                print(f"  rep {rep} {mode:6} req/s: {shown}  errors {errors}", flush=True)
+    return {name: statistics.median(values) for name, values in ratios.items()}
 
 
 def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
