@@ -278,6 +278,11 @@ async def serve_until(
         await runner.cleanup()
 
 
+# Longer than any cleanup of the proxy's own is bounded by: the recorder's stop waits 30 s
+# for its workers to write what they hold (RecorderAddon.close).
+CLEANUP_TIMEOUT = 60.0
+
+
 class BackgroundServer:
     """Serve an aiohttp application on its own event loop in a daemon thread.
 
@@ -327,13 +332,21 @@ class BackgroundServer:
             raise RuntimeError(f"server on {self.url} failed to start") from self._error
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = CLEANUP_TIMEOUT) -> None:
+        """Stop serving and wait for the app's cleanup (its on_cleanup hooks, where the
+        recorder writes what it still holds). Raises TimeoutError when the cleanup has not
+        finished within `timeout`: returning would say that what it writes is written, while
+        a daemon thread the interpreter's exit kills still holds it."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
         if loop.is_running():
             loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)
+        if thread.is_alive():
+            raise TimeoutError(
+                f"the server on {self.url} did not finish its cleanup in {timeout:g} s"
+            )
         self._loop = self._thread = None
 
     def __enter__(self) -> BackgroundServer:
@@ -345,7 +358,12 @@ class BackgroundServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        try:
+            self.stop()
+        except TimeoutError:
+            if exc is None:
+                raise
+            log.error("the server on %s did not finish its cleanup", self.url)  # not masking exc
 
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
