@@ -787,6 +787,18 @@ def run_litellm(tmp: Path, stub: str, args: argparse.Namespace) -> list[Result]:
         return run_target("litellm", base, "sk-bench", args, pid=pid)
 
 
+def quiet(pids: list[int], timeout: float = 10.0) -> None:
+    """Until these process trees are idle (under 4% of a core over a quarter second): what
+    the last cell left running (a recorder writing what it received, links being saved)
+    then costs the next cell nothing, whichever target either was."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        time.sleep(0.25)
+        if sum(cpu_seconds(pid) for pid in pids) - before < 0.01:
+            return
+
+
 def ratios_in_turn(
     tmp: Path, stub: str, candidate: str, args: argparse.Namespace
 ) -> dict[str, float]:
@@ -796,15 +808,16 @@ def ratios_in_turn(
     machines: on this VM the CPU a request costs moves by half within minutes, LiteLLM's
     and ours alike (62-101 req/s for LiteLLM, 1,489-2,631 for the default deployment, in
     one experiment's alternating cells). Here every process stays up (idle ones cost next
-    to nothing) and each rep measures LiteLLM and every target back to back, in an order
-    that reverses every rep; `throughput_ratio_in_turn.TARGET.MODE.c64` is the median of
-    the reps' ratios, as the concurrency-1 cells take the direct stub in turn."""
+    to nothing, and each cell waits until the last one's background work is done) and each
+    rep measures LiteLLM and every target back to back, in an order that reverses every
+    rep; `throughput_ratio_in_turn.TARGET.MODE.c64` is the median of the reps' ratios, as
+    the concurrency-1 cells take the direct stub in turn."""
     names = [n for n in PROXIES if n in args.targets]
     ratios: dict[str, list[float]] = {}
     with contextlib.ExitStack() as stack:
         lite_base, lite_pid = stack.enter_context(litellm_proxy(tmp, stub))
         settle(lite_pid, lite_base, "sk-bench")
-        bases = {}
+        bases, pids = {}, [lite_pid]
         for name in names:
             sample, full = PROXY_SETUPS[name]
             port = free_port()
@@ -813,6 +826,7 @@ def ratios_in_turn(
             proc = stack.enter_context(process(pinned(0, proxy_argv(cfg, workers=1)), port))
             bases[name] = f"http://127.0.0.1:{port}"
             settle(proc.pid, bases[name], "sk-client")
+            pids.append(proc.pid)
         print(f"in turn with litellm, c=64, {args.ratio_reps} reps", flush=True)
         for rep in range(args.ratio_reps):
             for stream in (False, True):
@@ -824,6 +838,7 @@ def ratios_in_turn(
                         (lite_base, "sk-bench") if name == "litellm" else (bases[name], "sk-client")
                     )
                     total = args.litellm_requests if name == "litellm" else max(args.requests, 640)
+                    quiet(pids)
                     result = asyncio.run(load(name, base, stream, 64, total, key))
                     rates[name], errors = result.rps, errors + result.errors
                 for name in names:
