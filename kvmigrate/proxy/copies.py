@@ -12,15 +12,26 @@ from aiohttp import web
 from kvmigrate.config import Config
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.chained import ChainRouting
+from kvmigrate.proxy.client import Response, ServerDisconnected, UpstreamError
+from kvmigrate.proxy.copy_flight import CopyFlight
 from kvmigrate.proxy.copy_usage import with_usage
 from kvmigrate.proxy.exchange import NOISE, SHADOW, Exchange, Role
-from kvmigrate.proxy.forward import Call, UpstreamFailure, drain, is_event_stream, open_response
+from kvmigrate.proxy.forward import (
+    Call,
+    UpstreamFailure,
+    break_kind,
+    drain,
+    failure_kind,
+    is_event_stream,
+    open_response,
+)
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.routed import Routed
-from kvmigrate.proxy.shadow import RateBudget, candidate_dispatchers
+from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher, candidate_dispatchers
 from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
+from kvmigrate.tasks import Flight, Work
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
 # The service's own: the request's call to a backend, and a new exchange with it.
@@ -88,52 +99,123 @@ class Copies:
         `primary`: the exchange of the answer the copy mirrors, finished. `mirrors`: that
         answer's response id (for `owner`, the candidate whose chain it continues; "": the
         model's only one)."""
-        primary_id, primary_status = primary.request_id, primary.status
+        call = self._model_call(request, routed, backend)
+        # Anthropic streams always carry usage.
+        if routed.path not in MESSAGES_ROUTES:
+            call = with_usage(call, routed.body, routed.path)
+        copy = _Copy(self, routed, backend, role, primary, call, mirrors, owner)
+        dispatcher = self.shadows.get(backend, self.shadow)
+        return dispatcher.dispatch(lambda: copy.start(dispatcher))
+
+
+class _Copy:
+    """One copy: sent at once and collected by its answer's callbacks where it can be (an
+    idle connection, one replica, no chain to look up first), else run as a task."""
+
+    def __init__(
+        self,
+        copies: Copies,
+        routed: Routed,
+        backend: str,
+        role: Role,
+        primary: Exchange,
+        call: Call,
+        mirrors: str | None,
+        owner: str,
+    ) -> None:
+        self.copies, self.routed, self.backend, self.role = copies, routed, backend, role
+        self.call, self.mirrors, self.owner = call, mirrors, owner
+        self.primary_id, self.primary_status = primary.request_id, primary.status
         # The copy is recorded in its answer's conversation, as that answer was: the
         # recorder pairs them within one lane, chosen by this key.
-        in_store = primary.conversation_in_store
-        call = self._model_call(request, routed, backend)
+        self.in_store = primary.conversation_in_store
+        self.upstream = copies.upstreams[backend]
 
-        async def copy() -> None:
-            try:
-                await send_copy()
-            finally:
-                if mirrors is not None:
-                    self.chains.mirrored(mirrors, None, owner)  # no-op once its id is known
+    def start(self, dispatcher: ShadowDispatcher) -> Work | Flight | None:
+        if self.role == SHADOW and self.routed.chain is not None:
+            return self.run()  # its body waits for the chain's candidate id
+        exchange = self.exchange()
+        call = self.call
+        sent = self.upstream.send_now(call.method, call.url, call.headers, call.body)
+        if sent is None:
+            return self.run(exchange)
+        return CopyFlight(
+            sent.response, lambda r: self.collected(r, exchange, dispatcher), dispatcher.failed
+        )
 
-        async def send_copy() -> None:
-            nonlocal call
-            # In the task, after the client's answer. Anthropic streams always carry usage.
-            if routed.path not in MESSAGES_ROUTES:
-                call = with_usage(call, routed.body, routed.path)
-            if role == SHADOW and routed.chain is not None:
-                body = await self.chained.copy_body(call.body, routed.chain, owner)
+    def exchange(self) -> Exchange:
+        exchange = self.copies._new_exchange(
+            self.routed, self.backend, self.role, time.perf_counter()
+        )
+        exchange.pair_id = self.primary_id
+        exchange.conversation_in_store = self.in_store
+        if isinstance(exchange.chain, ChainTurn):
+            exchange.chain.mirrors, exchange.chain.mirror_owner = self.mirrors, self.owner
+        exchange.request_body = self.call.body
+        return exchange
+
+    async def run(self, exchange: Exchange | None = None) -> None:
+        """The copy as a task: sent on a connection it may wait for, its answer read."""
+        try:
+            call = self.call
+            if exchange is None and self.routed.chain is not None:  # see `start`
+                body = await self.copies.chained.copy_body(call.body, self.routed.chain, self.owner)
                 if body is None:
                     return
-                call = Call(call.method, call.url, body, call.headers)
-            exchange = self._new_exchange(routed, backend, role, time.perf_counter())
-            exchange.pair_id = primary_id
-            exchange.conversation_in_store = in_store
-            if isinstance(exchange.chain, ChainTurn):
-                exchange.chain.mirrors, exchange.chain.mirror_owner = mirrors, owner
-            exchange.request_body = call.body
-            upstream = self.upstreams[backend]
+                self.call = Call(call.method, call.url, body, call.headers)
+            exchange = exchange or self.exchange()
             try:
-                response = await open_response(upstream, call)
+                response = await open_response(self.upstream, self.call)
             except UpstreamFailure as failure:
                 exchange.error = failure.kind
             else:
                 exchange.status = response.status
                 event_stream = is_event_stream(response)
                 await drain(response, exchange)
-                if exchange.error is None and routed.route.is_candidate(backend):
-                    exchange.error = self.unserved.copy_error(
-                        exchange, event_stream, primary_status
-                    )
-            exchange.finished = exchange.finished or time.perf_counter()
-            self.addons.exchange_done(exchange)
+                self.judge(exchange, event_stream)
+            self.done(exchange)
+        finally:
+            self.settle()
 
-        # Without a chain to settle, no wrapper: a coroutine less per copy.
-        return self.shadows.get(backend, self.shadow).dispatch(
-            copy if mirrors is not None else send_copy
-        )
+    def collected(
+        self, response: Response | None, exchange: Exchange, dispatcher: ShadowDispatcher
+    ) -> None:
+        """A flight's end (None: cancelled, and not reported, as a task's copy). A reused
+        connection the server closed before answering gets the copy once more, as a task
+        on a new one (as `HttpClient.answer` does); that task settles the chain."""
+        error = response.error if response is not None else None
+        retried = isinstance(error, ServerDisconnected) and error.before_answer
+        if retried and dispatcher.dispatch(lambda: self.run(exchange)):
+            return
+        try:
+            if response is not None:
+                self.record(response, exchange, error)
+        finally:
+            self.settle()
+
+    def record(self, response: Response, exchange: Exchange, error: UpstreamError | None) -> None:
+        if error is not None and not response.status:
+            exchange.error = failure_kind(error)
+        else:
+            exchange.status = response.status
+            exchange.first_byte = response.first_body_at or None
+            exchange.chunks.extend(response.take_body())
+            if error is not None:
+                exchange.error = break_kind(error)
+            else:
+                self.judge(exchange, is_event_stream(response))
+        self.done(exchange)
+
+    def judge(self, exchange: Exchange, event_stream: bool) -> None:
+        if exchange.error is None and self.routed.route.is_candidate(self.backend):
+            exchange.error = self.copies.unserved.copy_error(
+                exchange, event_stream, self.primary_status
+            )
+
+    def done(self, exchange: Exchange) -> None:
+        exchange.finished = exchange.finished or time.perf_counter()
+        self.copies.addons.exchange_done(exchange)
+
+    def settle(self) -> None:
+        if self.mirrors is not None:  # a no-op once its id is known
+            self.copies.chains.mirrored(self.mirrors, None, self.owner)

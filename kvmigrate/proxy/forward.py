@@ -72,9 +72,15 @@ def upstream_errors(upstream: Upstream, response: Response | None = None) -> Ite
     except TRANSPORT_ERRORS as exc:
         if response is not None:
             response.close()
-        if isinstance(exc, _TIMEOUTS):
-            raise UpstreamFailure(ErrorKind.TIMEOUT, upstream_timeout(upstream.name)) from None
-        raise UpstreamFailure(ErrorKind.UNREACHABLE, upstream_unreachable(upstream.name)) from None
+        kind = failure_kind(exc)
+        if kind == ErrorKind.TIMEOUT:
+            raise UpstreamFailure(kind, upstream_timeout(upstream.name)) from None
+        raise UpstreamFailure(kind, upstream_unreachable(upstream.name)) from None
+
+
+def failure_kind(exc: BaseException) -> str:
+    """What kept a backend from answering at all, as records and metrics name it."""
+    return ErrorKind.TIMEOUT if isinstance(exc, _TIMEOUTS) else ErrorKind.UNREACHABLE
 
 
 def break_kind(exc: BaseException) -> str:

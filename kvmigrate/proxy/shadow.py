@@ -1,8 +1,9 @@
 """Shadow copies to the candidate: bounded, detached from the client, and always accounted.
 
-A copy runs as a background task that the dispatcher keeps referenced until it ends. When the
-bound is reached, new copies are dropped and counted rather than queued, so a slow candidate
-can never grow the proxy's memory or delay the primary.
+A copy runs as a background task, or as a flight collected by its answer's callbacks
+(`copy_flight`), that the dispatcher keeps referenced until it ends. When the bound is
+reached, new copies are dropped and counted rather than queued, so a slow candidate can never
+grow the proxy's memory or delay the primary.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
 
 from kvmigrate.config import Config
 from kvmigrate.proxy.metrics import ProxyMetrics
-from kvmigrate.tasks import BoundedTasks
+from kvmigrate.tasks import BoundedTasks, Flight, Work
 
 log = logging.getLogger("kvmigrate.proxy.shadow")
 
@@ -55,17 +55,31 @@ class ShadowDispatcher:
     def inflight(self) -> int:
         return len(self._tasks)
 
-    def dispatch(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> bool:
-        """Start a shadow copy unless the bound is reached. Never raises, never waits."""
-        return self._tasks.start(lambda: self._run(make_copy))
+    def dispatch(self, make_copy: Callable[[], Work | Flight | None]) -> bool:
+        """Start a shadow copy unless the bound is reached: `make_copy` returns its
+        coroutine, or its flight already sent, or None for no copy. Never raises, never
+        waits."""
+        return self._tasks.start(lambda: self._started(make_copy))
 
-    async def _run(self, make_copy: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def _started(self, make_copy: Callable[[], Work | Flight | None]) -> Work | Flight | None:
+        try:
+            copy = make_copy()
+        except Exception:
+            self.failed()
+            return None
+        return self._run(copy) if isinstance(copy, Coroutine) else copy
+
+    async def _run(self, copy: Work) -> None:
         # Past `timeout` the task is cancelled, and counted, by BoundedTasks' sweep.
         try:
-            await make_copy()
+            await copy
         except Exception:  # not a cancellation (a BaseException): that ends the task
-            self._metrics.shadow_dropped.labels("error").inc()
-            log.exception("shadow copy failed")
+            self.failed()
+
+    def failed(self) -> None:
+        """A copy raised (called inside its except block): counted and logged."""
+        self._metrics.shadow_dropped.labels("error").inc()
+        log.exception("shadow copy failed")
 
     async def close(self, grace: float = 1.0) -> None:
         """Give in-flight copies a moment, then cancel the rest (shutdown must not hang)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import socketserver
+import threading
 import time
 
 import openai
@@ -167,3 +170,78 @@ def test_no_shadow_copy_for_an_answer_the_primary_failed(
     expected = 2 if mirrored else 1
     assert wait_metric(proxy, "kvmigrate_requests_total", expected, role="shadow") == expected
     assert settled_copies(proxy) == expected  # and no copy that should not exist
+
+
+class DropsKeptAliveConnections(socketserver.ThreadingTCPServer):
+    """A candidate that answers the first call on each connection and closes the connection
+    on the next one unanswered, as a server does with a keep-alive connection it timed out
+    just as the proxy reused it."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _AnswerOncePerConnection)
+        self.connections = 0
+        self.answered = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _AnswerOncePerConnection(socketserver.StreamRequestHandler):
+    server: DropsKeptAliveConnections
+
+    def handle(self) -> None:
+        self.server.connections += 1
+        for call in range(2):
+            length = 0
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if line == b"" or call == 1:
+                return  # the second call: closed unanswered
+            self.rfile.read(length)
+            body = json.dumps(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "ok"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            ).encode()
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            self.wfile.write(head + b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+            self.server.answered += 1
+
+
+def test_a_copy_whose_kept_alive_connection_was_dropped_goes_again(
+    make_proxy: ProxyFactory,
+) -> None:
+    """Every copy after the first is sent on the connection the one before left idle, which
+    the candidate drops unanswered: each goes once more on a new connection, and every copy
+    is recorded as answered, none as a failure."""
+    candidate = DropsKeptAliveConnections()
+    threading.Thread(target=candidate.serve_forever, daemon=True).start()
+    try:
+        proxy = make_proxy(
+            rollout="{mode: shadow, shadow_sample: 1.0, noise_sample: 0}", vllm_url=candidate.url
+        )
+        for seed in range(3):
+            ask(proxy, "", stream=False, seed=seed)
+            assert settled_copies(proxy) == seed + 1
+        assert proxy.metric("kvmigrate_requests_total", role="shadow", status="200") == 3
+        assert proxy.metric("kvmigrate_errors_total", role="shadow") == 0
+        assert (candidate.answered, candidate.connections) == (3, 3)
+    finally:
+        candidate.shutdown()
+        candidate.server_close()

@@ -9,6 +9,7 @@ than `HIGH_WATER` bytes unread, so one stalled client cannot buffer a whole upst
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -97,6 +98,7 @@ class Response:
         "_buffered",
         "_chunks",
         "_closed",
+        "_collector",
         "_complete",
         "_error",
         "_finished",
@@ -120,6 +122,7 @@ class Response:
         "_waiter",
         "connection",
         "content_length",
+        "first_body_at",
         "headers",
         "status",
     )
@@ -160,6 +163,8 @@ class Response:
         self._closed = False
         self._on_close = on_close
         self._finished: list[Callable[[], None]] = []
+        self._collector: Callable[[], None] | None = None
+        self.first_body_at = 0.0  # perf_counter at the first body bytes, when collected
         self._read_timeout = read_timeout
         self._last_read = self._loop.time()
         self._ref = weakref.ref(self)
@@ -244,6 +249,10 @@ class Response:
         if self._complete:
             return
         self._chunks.append(body)
+        if self._collector is not None:  # kept whole: nobody reads it before its end
+            if not self.first_body_at:
+                self.first_body_at = time.perf_counter()
+            return
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused:
             self._paused = True
@@ -255,7 +264,7 @@ class Response:
             return  # the end of an interim answer, or of one nobody asked for
         self._complete = True
         self._timer.cancel()
-        self._wake()
+        self._ended()
 
     # -- the consumer's side ----------------------------------------------------------------
 
@@ -298,6 +307,25 @@ class Response:
             parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def collect(self, done: Callable[[], None]) -> None:
+        """Keep the whole body and call `done` once the answer is complete or has failed,
+        instead of a reader waiting for it: then `error` says how it ended and
+        `take_body()` gives the bytes. Not called if the answer is closed first."""
+        self._collector = done
+        if self._chunks and not self.first_body_at:
+            self.first_body_at = time.perf_counter()
+        if self._complete or self._error is not None:
+            self._ended()
+
+    @property
+    def error(self) -> UpstreamError | None:
+        return self._error
+
+    def take_body(self) -> list[bytes]:
+        chunks = list(self._chunks)
+        self._chunks.clear()
+        return chunks
+
     def on_finished(self, callback: Callable[[], None]) -> None:
         if self._closed:
             callback()
@@ -309,6 +337,7 @@ class Response:
             return
         self._closed = True
         self._parser = None
+        self._collector = None
         self._timer.cancel()
         reusable = self._complete and self._keep_alive and self._error is None
         if reusable and self._paused:
@@ -336,6 +365,19 @@ class Response:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _ended(self) -> None:
+        """Complete or failed: wake the reader, or have the collector called. Soon, not
+        now: this may run inside the parser's callbacks, and the collector closes."""
+        if self._collector is not None:
+            self._loop.call_soon(self._deliver)
+        else:
+            self._wake()
+
+    def _deliver(self) -> None:
+        collector, self._collector = self._collector, None
+        if collector is not None and not self._closed:
+            collector()
+
     def _fail(self, error: UpstreamError) -> None:
         if self._error is None and not self._complete:
             self._error = error
@@ -344,13 +386,15 @@ class Response:
         self.connection.abort()
         if not self._head_seen.done():
             self._head_seen.set_result(None)
-        self._wake()
+        self._ended()
 
     def _check_read_timeout(self) -> None:
         if self._complete or self._closed or self._error is not None:
             return
         now = self._loop.time()
-        if self._chunks:  # the consumer has bytes to read: nobody waits on the upstream
+        if self._chunks and self._collector is None:
+            # The reader has bytes to read: nobody waits on the upstream. (A collected
+            # answer's bytes wait for its end, so only the upstream's silence counts.)
             due = now + self._read_timeout
         else:
             due = self._last_read + self._read_timeout
