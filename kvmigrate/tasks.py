@@ -72,7 +72,7 @@ class BoundedTasks:
         work = make()
         if work is None:
             return False
-        task = loop.create_task(work) if isinstance(work, Coroutine) else work
+        task = loop.create_task(work) if asyncio.iscoroutine(work) else work
         self._tasks[task] = loop.time()
         task.add_done_callback(self._finished)
         if self._deadline is not None and self._sweep is None:

@@ -133,7 +133,7 @@ def candidate_view(
     return {
         name: value
         for name, value in client.items()
-        if name.lower() in allowed or name.lower().startswith(CANDIDATE_HEADER_PREFIXES)
+        if (lower := name.lower()) in allowed or lower.startswith(CANDIDATE_HEADER_PREFIXES)
     }
 
 

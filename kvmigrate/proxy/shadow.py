@@ -8,9 +8,10 @@ grow the proxy's memory or delay the primary.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 
 from kvmigrate.config import Config
 from kvmigrate.proxy.metrics import ProxyMetrics
@@ -67,7 +68,7 @@ class ShadowDispatcher:
         except Exception:
             self.failed()
             return None
-        return self._run(copy) if isinstance(copy, Coroutine) else copy
+        return self._run(copy) if asyncio.iscoroutine(copy) else copy
 
     async def _run(self, copy: Work) -> None:
         # Past `timeout` the task is cancelled, and counted, by BoundedTasks' sweep.

@@ -150,7 +150,8 @@ class Response:
         self._head_read = 0  # of the reads while the head is incomplete
         self._head_request = head_request
         self._head_done = False
-        self._head_seen: asyncio.Future[None] = self._loop.create_future()
+        # Made by the first `wait_head` that has to wait: a collected answer never does.
+        self._head_seen: asyncio.Future[None] | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._paused = False
@@ -239,8 +240,7 @@ class Response:
         self._keep_alive = parser.should_keep_alive()
         self._until_eof = length is None and not chunked and status not in _BODILESS
         self._head_done = True
-        if not self._head_seen.done():
-            self._head_seen.set_result(None)
+        self._head_arrived()
         if self._head_request:  # its Content-Length describes a body that never comes
             self._keep_alive = False
             self.on_message_complete()
@@ -270,7 +270,9 @@ class Response:
 
     async def wait_head(self) -> None:
         """Until the status and headers have arrived; raises if the call failed first."""
-        if not self._head_seen.done():
+        if not self._head_done and self._error is None:
+            if self._head_seen is None:
+                self._head_seen = self._loop.create_future()
             await self._head_seen
         if not self._head_done:
             assert self._error is not None
@@ -365,6 +367,12 @@ class Response:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _head_arrived(self) -> None:
+        """The head, or the failure that ends the wait for it."""
+        seen = self._head_seen
+        if seen is not None and not seen.done():
+            seen.set_result(None)
+
     def _ended(self) -> None:
         """Complete or failed: wake the reader, or have the collector called. Soon, not
         now: this may run inside the parser's callbacks, and the collector closes."""
@@ -384,8 +392,7 @@ class Response:
         self._keep_alive = False
         self._timer.cancel()
         self.connection.abort()
-        if not self._head_seen.done():
-            self._head_seen.set_result(None)
+        self._head_arrived()
         self._ended()
 
     def _check_read_timeout(self) -> None:
