@@ -6,7 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
-from proxy_support import Backends, ProxyFactory, Recorded, RunningProxy, proxy_config
+from proxy_support import (
+    CHAT_COMPLETION,
+    Backends,
+    ProxyFactory,
+    Recorded,
+    RunningProxy,
+    proxy_config,
+)
 
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.proxy import build_proxy_app
@@ -56,20 +63,7 @@ def recording_upstream() -> Iterator[tuple[BackgroundServer, list[Recorded]]]:
         body = await request.read()
         seen.append(Recorded(request.method, request.path_qs, dict(request.headers), body))
         return web.json_response(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "m",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": "ok"},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            },
+            CHAT_COMPLETION,
             headers={"x-request-id": "upstream-id-1", "Connection": "keep-alive"},
         )
 

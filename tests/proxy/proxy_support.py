@@ -23,6 +23,17 @@ class Backends:
 
 # The emulator's fault header reaches a candidate only where the config lets it: a test bed
 # that injects candidate faults passes this as `vllm_extra`.
+# A minimal whole chat completion, as the tests' own upstreams answer.
+CHAT_COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
 FAULTS_ALLOWED = ", candidate_headers: [x-emulator-fault]"
 
 

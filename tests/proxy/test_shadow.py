@@ -9,7 +9,7 @@ import time
 
 import openai
 import pytest
-from proxy_support import FAULTS_ALLOWED, HOSTED_MODEL, ProxyFactory, RunningProxy
+from proxy_support import CHAT_COMPLETION, FAULTS_ALLOWED, HOSTED_MODEL, ProxyFactory, RunningProxy
 
 CANDIDATE_FAULTS = [
     "vllm:500",
@@ -203,22 +203,7 @@ class _AnswerOncePerConnection(socketserver.StreamRequestHandler):
             if line == b"" or call == 1:
                 return  # the second call: closed unanswered
             self.rfile.read(length)
-            body = json.dumps(
-                {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": "ok"},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }
-            ).encode()
+            body = json.dumps(CHAT_COMPLETION).encode()
             head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             self.wfile.write(head + b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
             self.server.answered += 1

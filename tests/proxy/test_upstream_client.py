@@ -90,6 +90,17 @@ async def keep_alive(
         await writer.drain()
 
 
+async def one_answer_per_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
+) -> None:
+    """Answer the first call, then read the next and close unanswered: a server that timed
+    its idle keep-alive connection out just as the client reused it."""
+    await state.read_request(reader)
+    writer.write(OK)
+    await writer.drain()
+    await state.read_request(reader)
+
+
 def answer_once(answer: bytes, then_wait: float = 0.0) -> Script:
     """Read one request, write `answer`, wait `then_wait` seconds, close."""
 
@@ -571,14 +582,6 @@ def test_send_now_sends_on_an_idle_connection_before_the_answer_is_awaited() -> 
 def test_a_call_sent_now_on_a_connection_the_server_drops_goes_again_once() -> None:
     """The server reads the next call on its kept-alive connection and closes it without
     an answer (it had timed the connection out): the call goes again on a new one."""
-
-    async def one_answer_per_connection(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(OK)
-        await writer.drain()
-        await state.read_request(reader)
 
     async def main() -> None:
         async with scripted(one_answer_per_connection) as server:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from test_upstream_client import OK, Scripted, client, keep_alive, scripted
+from test_upstream_client import (
+    OK,
+    Scripted,
+    client,
+    keep_alive,
+    one_answer_per_connection,
+    scripted,
+)
 
 from kvmigrate.proxy.client import HttpClient, ReadTimeout, Response, ServerDisconnected
 from kvmigrate.proxy.client.connection import HIGH_WATER
@@ -106,14 +113,6 @@ def test_a_collected_answer_times_out_on_silence_with_bytes_buffered() -> None:
 
 def test_a_connection_dropped_before_the_answer_is_handed_over_as_such() -> None:
     """No status and a `before_answer` disconnect: what a copy sends again on a new one."""
-
-    async def one_answer_per_connection(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await state.read_request(reader)
-        writer.write(OK)
-        await writer.drain()
-        await state.read_request(reader)
 
     async def main() -> None:
         async with scripted(one_answer_per_connection) as server:
