@@ -29,6 +29,10 @@ class CopyFlight:
         response.collect(self._collected)
 
     def add_done_callback(self, callback: Callable[[CopyFlight], object], /) -> None:
+        """The one callback of whoever holds the flight (`BoundedTasks`): a second would
+        silently replace it, so it is refused."""
+        if self._done is not None or self._ended:
+            raise RuntimeError("a copy's flight takes one done callback, before it ends")
         self._done = callback
 
     def cancel(self) -> bool:
