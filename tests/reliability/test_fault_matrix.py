@@ -43,7 +43,7 @@ from reliability_support import (
     wait_rows,
     wait_until,
 )
-from settling import wait_settled
+from settling import counted, wait_settled
 
 from kvmigrate.config import load_config
 from kvmigrate.emulator import EmulatorSettings
@@ -323,7 +323,9 @@ def test_shadow_mode_candidate_fault_changes_nothing_for_the_client(
         # The baseline's copy is done: only the fault's can be running. Two answers per round.
         wait_settled(proxy.url, answers=2 * index + 1)
         hit = ask(proxy.client, session, stream, header)
-        in_flight = metric_sum(fetch_metrics(proxy.url), "kvmigrate_shadow_inflight")
+        # Read once the proxy has counted the hit, and so sent its copy: a streamed client
+        # has its answer at `data: [DONE]`, before the proxy has read the upstream's end.
+        in_flight = counted(proxy.url, answers=2 * index + 2)["kvmigrate_shadow_inflight"]
         if fault.name in SLOW_CANDIDATE:
             # The client had its whole answer while the copy was still waiting on the candidate.
             assert in_flight == 1, fault.name
