@@ -83,12 +83,16 @@ class ClientAnswer(web.StreamResponse):
         if data:
             await self._send(self._framed(bytes(data)))
 
-    async def finish(self) -> None:
-        """The end of a chunked body, once (a no-op for a whole or connection-delimited one,
-        and for an empty one, which `begin` never chunks)."""
+    async def finish(self, last: bytes = b"") -> None:
+        """The body's `last` bytes, and the end of a chunked body, in one send; the end only
+        once (none for a whole or connection-delimited body, nor for an empty one, which
+        `begin` never chunks)."""
         if self._chunked:
+            framed = self._framed(last)
             self._chunked = False
-            await self._send(_LAST_CHUNK)
+            await self._send(framed + _LAST_CHUNK)
+        elif last:
+            await self._send(self._framed(last))
 
     # What aiohttp calls once the handler has returned: the answer is written already.
     async def prepare(self, request: BaseRequest) -> None:

@@ -25,6 +25,8 @@ BUFFER_LIMIT = 8 * 1024 * 1024
 _TIMEOUTS = (*TIMEOUTS, asyncio.TimeoutError)
 # What a failing upstream call raises.
 TRANSPORT_ERRORS = (UpstreamError, OSError)
+# How an OpenAI event stream ends (SSE lines end with LF or CRLF).
+_STREAM_DONE = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
 
 
 class UpstreamFailure(Exception):
@@ -165,8 +167,13 @@ async def relay_stream(
     )
     is_sse = is_event_stream(response)
     error_event = envelope_for(exchange.route).stream_event
+    first = rewrite(first_chunk) if rewrite and first_chunk else first_chunk
+    # The stream's last event waits for the upstream's end and goes out with the body's:
+    # the SDK stops reading at `data: [DONE]`, and its next turn must find this one's
+    # links in the store, its answer counted and its copies sent.
+    held = first if first.endswith(_STREAM_DONE) else b""
     try:
-        await client.begin(rewrite(first_chunk) if rewrite and first_chunk else first_chunk)
+        await client.begin(first if not held else b"")
     except BaseException:  # the client left before its headers: the upstream's answer ends
         response.close()
         raise
@@ -175,21 +182,27 @@ async def relay_stream(
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
                 exchange.error = ErrorKind.MALFORMED_STREAM
-                await _write_quietly(
-                    client,
-                    error_event("The backend sent a malformed stream event.", exchange.error),
-                )
+                message = error_event("The backend sent a malformed stream event.", exchange.error)
+                await _write_quietly(client, held + message)
+                held = b""
                 break
-            await client.write(rewrite(chunk) if rewrite else chunk)
+            data = rewrite(chunk) if rewrite else chunk
+            if held:
+                data, held = held + data, b""
+            if data.endswith(_STREAM_DONE):
+                held = data
+            else:
+                await client.write(data)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = ErrorKind.CLIENT_DISCONNECTED
     except TRANSPORT_ERRORS as exc:
         exchange.error = break_kind(exc)
         if is_sse:
-            await _write_quietly(
-                client,
-                error_event(f"The backend stream broke off ({exchange.error}).", exchange.error),
+            message = error_event(
+                f"The backend stream broke off ({exchange.error}).", exchange.error
             )
+            await _write_quietly(client, held + message)
+            held = b""
         else:
             _abort(request)
     finally:
@@ -199,7 +212,7 @@ async def relay_stream(
         return client
     if before_eof is not None:
         await before_eof()
-    await _write_eof_quietly(client)
+    await _write_eof_quietly(client, held)
     return client
 
 
@@ -216,9 +229,9 @@ async def _write_quietly(client: ClientAnswer, data: bytes) -> None:
         await client.write(data)
 
 
-async def _write_eof_quietly(client: ClientAnswer) -> None:
+async def _write_eof_quietly(client: ClientAnswer, last: bytes = b"") -> None:
     with contextlib.suppress(ConnectionResetError):
-        await client.finish()
+        await client.finish(last)
 
 
 async def drain(response: Response, exchange: Exchange) -> None:

@@ -10,6 +10,7 @@ import time
 import openai
 import pytest
 from proxy_support import CHAT_COMPLETION, FAULTS_ALLOWED, HOSTED_MODEL, ProxyFactory, RunningProxy
+from settling import counted
 
 CANDIDATE_FAULTS = [
     "vllm:500",
@@ -60,10 +61,11 @@ SLOW_FAULTS = {"vllm:hang", "vllm:stall", "vllm:slow-first-byte=3"}
 NO_DELAY_BOUND_S = 1.8
 
 
-def settled_copies(proxy: RunningProxy, timeout: float = 10.0) -> float:
-    """The shadow copies counted once none is in flight. A copy is dispatched before the
-    proxy's handler yields after the answer's last byte, so any later /metrics read sees it;
-    the copy is counted before it leaves the in-flight gauge."""
+def settled_copies(proxy: RunningProxy, answers: int = 0, timeout: float = 10.0) -> float:
+    """The shadow copies counted once the proxy has counted `answers` answers (and so sent
+    their copies: a streamed client stops at `data: [DONE]`, before the proxy has) and none
+    is in flight. A copy is counted before it leaves the in-flight gauge."""
+    counted(proxy.url, answers)
     deadline = time.monotonic() + timeout
     while proxy.metric("kvmigrate_shadow_inflight") != 0:
         assert time.monotonic() < deadline, "shadow copies still in flight"
@@ -78,9 +80,9 @@ def test_failing_candidate_has_no_effect_on_the_client(
 ) -> None:
     proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0}", vllm_extra=FAULTS_ALLOWED)
     baseline, _ = ask(proxy, "", stream)
-    assert settled_copies(proxy) == 1
+    assert settled_copies(proxy, answers=1) == 1
     answer, elapsed = ask(proxy, fault, stream)
-    in_flight = proxy.metric("kvmigrate_shadow_inflight")
+    in_flight = counted(proxy.url, answers=2)["kvmigrate_shadow_inflight"]
     assert answer == baseline  # same seed, same primary: the candidate changed nothing
     if fault in SLOW_FAULTS:
         # The client had its whole answer while the candidate's copy was still running.
@@ -88,7 +90,7 @@ def test_failing_candidate_has_no_effect_on_the_client(
         assert elapsed < NO_DELAY_BOUND_S
     # The copy really went out: one shadow exchange for each of the two requests.
     assert wait_metric(proxy, "kvmigrate_requests_total", 2, role="shadow") == 2
-    assert settled_copies(proxy) == 2
+    assert settled_copies(proxy, answers=2) == 2
 
 
 def test_streamed_shadow_is_consumed_to_the_end(make_proxy: ProxyFactory) -> None:

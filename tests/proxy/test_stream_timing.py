@@ -87,3 +87,60 @@ def test_chunks_are_relayed_as_they_arrive(
     assert seen == [f"w{k} " for k in range(CHUNKS)]
     # Each chunk reached the client while it was the last one the upstream had sent.
     assert sent_when_seen == list(range(1, CHUNKS + 1))
+
+
+# How long the upstream keeps its body open after `data: [DONE]`.
+END_AFTER_DONE_S = 0.5
+
+
+@pytest.fixture
+def slow_end_upstream() -> Iterator[tuple[BackgroundServer, threading.Event]]:
+    """A stream whose body ends a while after its `data: [DONE]`: in one write with the
+    content (`x-split: no`), or written on its own after it."""
+    ended = threading.Event()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        content = chunk("all of it") + chunk(None, "stop")
+        if request.headers.get("x-split") == "no":
+            await response.write(content + b"data: [DONE]\n\n")
+        else:
+            await response.write(content)
+            await asyncio.sleep(0.05)
+            await response.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(END_AFTER_DONE_S)
+        ended.set()
+        await response.write_eof()
+        return response
+
+    def make() -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        return app
+
+    with BackgroundServer(make) as server:
+        yield server, ended
+
+
+@pytest.mark.parametrize("split", ["yes", "no"])
+def test_a_client_has_done_only_once_the_proxy_has_the_end(
+    make_proxy: ProxyFactory,
+    slow_end_upstream: tuple[BackgroundServer, threading.Event],
+    split: str,
+) -> None:
+    """The SDK stops at `data: [DONE]` and sends its next turn: by then the proxy has read
+    the upstream's end, counted the answer and stored its links (the shadow copy too)."""
+    upstream, ended = slow_end_upstream
+    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_url=upstream.url)
+    stream = proxy.client().chat.completions.create(
+        model=HOSTED_MODEL,
+        messages=[{"role": "user", "content": "Explain prefix caching."}],
+        stream=True,
+        extra_headers={"x-split": split},
+    )
+    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+    assert ended.is_set(), "the client had data: [DONE] before the upstream's end"
+    assert proxy.metric("kvmigrate_requests_total", role="serve") == 1
+    assert text == "all of it"
