@@ -843,8 +843,8 @@ def ratios_in_turn(
                     rates[name], errors = result.rps, errors + result.errors
                 for name in names:
                     ratio = rates[name] / rates["litellm"] if rates["litellm"] else float("nan")
-                    ratios.setdefault(f"throughput_ratio_in_turn.{name}.{mode}.c64", [])
-                    ratios[f"throughput_ratio_in_turn.{name}.{mode}.c64"].append(ratio)
+                    figure = f"throughput_ratio_in_turn.{name}.{mode}.c64"
+                    ratios.setdefault(figure, []).append(ratio)
                 shown = "  ".join(f"{n} {r:6.0f}" for n, r in rates.items())
                 print(f"  rep {rep} {mode:6} req/s: {shown}  errors {errors}", flush=True)
     return {name: statistics.median(values) for name, values in ratios.items()}
