@@ -212,7 +212,11 @@ async def relay_stream(
         return client
     if before_eof is not None:
         await before_eof()
-    await _write_eof_quietly(client, held)
+    try:
+        await client.finish(held)
+    except ConnectionResetError:
+        if held:  # the client left before the stream's last event, as at any other write
+            exchange.error = ErrorKind.CLIENT_DISCONNECTED
     return client
 
 
@@ -227,11 +231,6 @@ def _abort(request: web.Request) -> None:
 async def _write_quietly(client: ClientAnswer, data: bytes) -> None:
     with contextlib.suppress(ConnectionResetError):
         await client.write(data)
-
-
-async def _write_eof_quietly(client: ClientAnswer, last: bytes = b"") -> None:
-    with contextlib.suppress(ConnectionResetError):
-        await client.finish(last)
 
 
 async def drain(response: Response, exchange: Exchange) -> None:

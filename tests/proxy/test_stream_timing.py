@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -144,3 +145,27 @@ def test_a_client_has_done_only_once_the_proxy_has_the_end(
     assert ended.is_set(), "the client had data: [DONE] before the upstream's end"
     assert proxy.metric("kvmigrate_requests_total", role="serve") == 1
     assert text == "all of it"
+
+
+def test_a_client_that_leaves_before_done_is_recorded_as_gone(
+    make_proxy: ProxyFactory, slow_end_upstream: tuple[BackgroundServer, threading.Event]
+) -> None:
+    """The held `data: [DONE]` is the stream's last write: a client gone by then is a
+    client that left, as at any other write, not an answer it had whole."""
+    upstream, ended = slow_end_upstream
+    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_url=upstream.url)
+    create = proxy.client().chat.completions.with_streaming_response.create
+    with create(
+        model=HOSTED_MODEL,
+        messages=[{"role": "user", "content": "Explain prefix caching."}],
+        stream=True,
+    ) as response:
+        for part in response.parse():
+            if part.choices and part.choices[0].delta.content:
+                break  # leaves with the content, before the upstream's end
+    assert not ended.is_set()
+    deadline = time.monotonic() + 10
+    while proxy.metric("kvmigrate_errors_total", error="client_disconnected") < 1:
+        assert time.monotonic() < deadline, "the client's leaving was not recorded"
+        time.sleep(0.05)
+    assert ended.is_set()
