@@ -83,6 +83,14 @@ class ClientAnswer(web.StreamResponse):
         if data:
             await self._send(self._framed(bytes(data)))
 
+    def write_nowait(self, data: bytes) -> None:
+        """`data` at once, from a callback: dropped if the client has gone (the answer's
+        next write says so), and past any backpressure (a few bytes)."""
+        transport = self._client.transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(self._framed(data))
+            self._client.writer.output_size += len(data)
+
     async def finish(self, last: bytes = b"") -> None:
         """The body's `last` bytes, and the end of a chunked body, in one send; the end only
         once (none for a whole or connection-delimited body, nor for an empty one, which

@@ -27,6 +27,9 @@ _TIMEOUTS = (*TIMEOUTS, asyncio.TimeoutError)
 TRANSPORT_ERRORS = (UpstreamError, OSError)
 # How an OpenAI event stream ends (SSE lines end with LF or CRLF).
 _STREAM_DONE = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
+# How long the stream's last event waits for the upstream's end (its terminating chunk
+# follows at once from any working server).
+END_GRACE_S = 0.25
 
 
 class UpstreamFailure(Exception):
@@ -171,26 +174,20 @@ async def relay_stream(
     # The stream's last event waits for the upstream's end and goes out with the body's:
     # the SDK stops reading at `data: [DONE]`, and its next turn must find this one's
     # links in the store, its answer counted and its copies sent.
-    held = first if first.endswith(_STREAM_DONE) else b""
-    try:
-        await client.begin(first if not held else b"")
-    except BaseException:  # the client left before its headers: the upstream's answer ends
-        response.close()
-        raise
+    held = await _begin(client, response, first)
     try:
         async for chunk in response.iter_any():
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
                 exchange.error = ErrorKind.MALFORMED_STREAM
                 message = error_event("The backend sent a malformed stream event.", exchange.error)
-                await _write_quietly(client, held + message)
-                held = b""
+                await _write_quietly(client, _taken(held) + message)
                 break
             data = rewrite(chunk) if rewrite else chunk
-            if held:
-                data, held = held + data, b""
+            if held is not None:
+                data, held = held.take() + data, None
             if data.endswith(_STREAM_DONE):
-                held = data
+                held = _HeldEnd(client, data)
             else:
                 await client.write(data)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
@@ -201,23 +198,67 @@ async def relay_stream(
             message = error_event(
                 f"The backend stream broke off ({exchange.error}).", exchange.error
             )
-            await _write_quietly(client, held + message)
-            held = b""
+            await _write_quietly(client, _taken(held) + message)
         else:
             _abort(request)
     finally:
+        last = _taken(held)  # what is still held, its timer stopped
         response.close()
         exchange.finished = time.perf_counter()
     if exchange.error == ErrorKind.CLIENT_DISCONNECTED or (exchange.error and not is_sse):
         return client
     if before_eof is not None:
         await before_eof()
-    try:
-        await client.finish(held)
-    except ConnectionResetError:
-        if held:  # the client left before the stream's last event, as at any other write
-            exchange.error = ErrorKind.CLIENT_DISCONNECTED
+    await _finish(client, exchange, last)
     return client
+
+
+async def _begin(client: ClientAnswer, response: Response, first: bytes) -> _HeldEnd | None:
+    """The head and the first chunk, or the head alone with the first chunk held when it
+    is the stream's last event."""
+    held = _HeldEnd(client, first) if first.endswith(_STREAM_DONE) else None
+    try:
+        await client.begin(first if held is None else b"")
+    except BaseException:  # the client left before its headers: the upstream's answer ends
+        _taken(held)
+        response.close()
+        raise
+    return held
+
+
+async def _finish(client: ClientAnswer, exchange: Exchange, last: bytes) -> None:
+    try:
+        await client.finish(last)
+    except ConnectionResetError:
+        if last:  # the client left before the stream's last event, as at any other write
+            exchange.error = ErrorKind.CLIENT_DISCONNECTED
+
+
+class _HeldEnd:
+    """A stream's last event, held for the upstream's end. An end more than END_GRACE_S
+    late lets it go on its own: an upstream that never closes its body must not keep the
+    client from an answer it has whole."""
+
+    __slots__ = ("_client", "_data", "_timer")
+
+    def __init__(self, client: ClientAnswer, data: bytes) -> None:
+        self._client = client
+        self._data = data
+        self._timer = asyncio.get_running_loop().call_later(END_GRACE_S, self._release)
+
+    def take(self) -> bytes:
+        """What is still held (b"" once released), no longer held."""
+        self._timer.cancel()
+        data, self._data = self._data, b""
+        return data
+
+    def _release(self) -> None:
+        data, self._data = self._data, b""
+        self._client.write_nowait(data)
+
+
+def _taken(held: _HeldEnd | None) -> bytes:
+    return held.take() if held is not None else b""
 
 
 def _abort(request: web.Request) -> None:

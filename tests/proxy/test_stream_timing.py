@@ -20,6 +20,8 @@ from aiohttp import web
 from proxy_support import HOSTED_MODEL, ProxyFactory
 from sse_chunks import chat_chunk
 
+from kvmigrate.proxy import forward
+from kvmigrate.proxy.forward import END_GRACE_S
 from kvmigrate.serving import BackgroundServer
 
 CHUNKS = 12
@@ -92,12 +94,25 @@ def test_chunks_are_relayed_as_they_arrive(
 
 # How long the upstream keeps its body open after `data: [DONE]`.
 END_AFTER_DONE_S = 0.5
+# An end well past the proxy's grace for it, and before the candidate's read timeout (2 s),
+# which would end the stream too.
+LATE_END_S = 1.5
+assert END_GRACE_S * 4 < LATE_END_S
+# The headers that shape its answer, let through to it (the candidate's allowlist).
+SHAPE_HEADERS = ", candidate_headers: [x-split, x-end-after]"
+
+
+@pytest.fixture
+def patient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`data: [DONE]` waits for the upstream's end however late it is, so that a busy
+    machine cannot release it first (the release has a test of its own)."""
+    monkeypatch.setattr(forward, "END_GRACE_S", 60.0)
 
 
 @pytest.fixture
 def slow_end_upstream() -> Iterator[tuple[BackgroundServer, threading.Event]]:
-    """A stream whose body ends a while after its `data: [DONE]`: in one write with the
-    content (`x-split: no`), or written on its own after it."""
+    """A stream whose body ends a while after its `data: [DONE]` (`x-end-after` seconds):
+    in one write with the content (`x-split: no`), or written on its own after it."""
     ended = threading.Event()
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -111,7 +126,7 @@ def slow_end_upstream() -> Iterator[tuple[BackgroundServer, threading.Event]]:
             await response.write(content)
             await asyncio.sleep(0.05)
             await response.write(b"data: [DONE]\n\n")
-        await asyncio.sleep(END_AFTER_DONE_S)
+        await asyncio.sleep(float(request.headers.get("x-end-after", END_AFTER_DONE_S)))
         ended.set()
         await response.write_eof()
         return response
@@ -127,6 +142,7 @@ def slow_end_upstream() -> Iterator[tuple[BackgroundServer, threading.Event]]:
 
 @pytest.mark.parametrize("split", ["yes", "no"])
 def test_a_client_has_done_only_once_the_proxy_has_the_end(
+    patient_proxy: None,
     make_proxy: ProxyFactory,
     slow_end_upstream: tuple[BackgroundServer, threading.Event],
     split: str,
@@ -134,7 +150,9 @@ def test_a_client_has_done_only_once_the_proxy_has_the_end(
     """The SDK stops at `data: [DONE]` and sends its next turn: by then the proxy has read
     the upstream's end, counted the answer and stored its links (the shadow copy too)."""
     upstream, ended = slow_end_upstream
-    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_url=upstream.url)
+    proxy = make_proxy(
+        rollout="{mode: split, percent: 100}", vllm_url=upstream.url, vllm_extra=SHAPE_HEADERS
+    )
     stream = proxy.client().chat.completions.create(
         model=HOSTED_MODEL,
         messages=[{"role": "user", "content": "Explain prefix caching."}],
@@ -148,12 +166,16 @@ def test_a_client_has_done_only_once_the_proxy_has_the_end(
 
 
 def test_a_client_that_leaves_before_done_is_recorded_as_gone(
-    make_proxy: ProxyFactory, slow_end_upstream: tuple[BackgroundServer, threading.Event]
+    patient_proxy: None,
+    make_proxy: ProxyFactory,
+    slow_end_upstream: tuple[BackgroundServer, threading.Event],
 ) -> None:
     """The held `data: [DONE]` is the stream's last write: a client gone by then is a
     client that left, as at any other write, not an answer it had whole."""
     upstream, ended = slow_end_upstream
-    proxy = make_proxy(rollout="{mode: split, percent: 100}", vllm_url=upstream.url)
+    proxy = make_proxy(
+        rollout="{mode: split, percent: 100}", vllm_url=upstream.url, vllm_extra=SHAPE_HEADERS
+    )
     create = proxy.client().chat.completions.with_streaming_response.create
     with create(
         model=HOSTED_MODEL,
@@ -169,3 +191,26 @@ def test_a_client_that_leaves_before_done_is_recorded_as_gone(
         assert time.monotonic() < deadline, "the client's leaving was not recorded"
         time.sleep(0.05)
     assert ended.is_set()
+
+
+@pytest.mark.parametrize("split", ["yes", "no"])
+def test_an_upstream_late_to_end_its_body_does_not_keep_done_from_the_client(
+    make_proxy: ProxyFactory,
+    slow_end_upstream: tuple[BackgroundServer, threading.Event],
+    split: str,
+) -> None:
+    """`data: [DONE]` waits for the upstream's end only END_GRACE_S: the client has its
+    whole answer while the upstream is still holding its body open."""
+    upstream, ended = slow_end_upstream
+    proxy = make_proxy(
+        rollout="{mode: split, percent: 100}", vllm_url=upstream.url, vllm_extra=SHAPE_HEADERS
+    )
+    stream = proxy.client().chat.completions.create(
+        model=HOSTED_MODEL,
+        messages=[{"role": "user", "content": "Explain prefix caching."}],
+        stream=True,
+        extra_headers={"x-split": split, "x-end-after": str(LATE_END_S)},
+    )
+    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+    assert text == "all of it"
+    assert not ended.is_set(), "the client had data: [DONE] only with the upstream's end"
