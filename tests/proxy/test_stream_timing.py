@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
-from proxy_support import HOSTED_MODEL, ProxyFactory
+from proxy_support import HOSTED_MODEL, ProxyFactory, RunningProxy
 from sse_chunks import chat_chunk
 
 from kvmigrate.proxy import forward
 from kvmigrate.proxy.forward import END_GRACE_S
 from kvmigrate.serving import BackgroundServer
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CHUNKS = 12
 # How long the upstream waits for the client to see a chunk before it calls that a stall.
 # The quiet-machine figure is about a millisecond; a buffering proxy never delivers.
@@ -43,6 +45,19 @@ def chunk(content: str | None, finish: str | None = None) -> bytes:
     return chat_chunk({"content": content} if content is not None else {}, finish)
 
 
+@contextmanager
+def chat_upstream(handle: Handler) -> Iterator[BackgroundServer]:
+    """A scripted upstream: `handle` answers its chat completions."""
+
+    def make() -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        return app
+
+    with BackgroundServer(make) as server:
+        yield server
+
+
 @pytest.fixture
 def lockstep_upstream() -> Iterator[tuple[BackgroundServer, Lockstep]]:
     state = Lockstep()
@@ -60,12 +75,7 @@ def lockstep_upstream() -> Iterator[tuple[BackgroundServer, Lockstep]]:
         await response.write_eof()
         return response
 
-    def make() -> web.Application:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handle)
-        return app
-
-    with BackgroundServer(make) as server:
+    with chat_upstream(handle) as server:
         yield server, state
 
 
@@ -131,57 +141,56 @@ def slow_end_upstream() -> Iterator[tuple[BackgroundServer, threading.Event]]:
         await response.write_eof()
         return response
 
-    def make() -> web.Application:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handle)
-        return app
-
-    with BackgroundServer(make) as server:
+    with chat_upstream(handle) as server:
         yield server, ended
 
 
-@pytest.mark.parametrize("split", ["yes", "no"])
-def test_a_client_has_done_only_once_the_proxy_has_the_end(
-    patient_proxy: None,
-    make_proxy: ProxyFactory,
-    slow_end_upstream: tuple[BackgroundServer, threading.Event],
-    split: str,
-) -> None:
-    """The SDK stops at `data: [DONE]` and sends its next turn: by then the proxy has read
-    the upstream's end, counted the answer and stored its links (the shadow copy too)."""
+@pytest.fixture
+def slow_end(
+    make_proxy: ProxyFactory, slow_end_upstream: tuple[BackgroundServer, threading.Event]
+) -> tuple[RunningProxy, threading.Event]:
+    """A proxy whose every chat goes to the slow-ending upstream, and the upstream's end."""
     upstream, ended = slow_end_upstream
     proxy = make_proxy(
         rollout="{mode: split, percent: 100}", vllm_url=upstream.url, vllm_extra=SHAPE_HEADERS
     )
-    stream = proxy.client().chat.completions.create(
-        model=HOSTED_MODEL,
-        messages=[{"role": "user", "content": "Explain prefix caching."}],
-        stream=True,
-        extra_headers={"x-split": split},
-    )
-    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+    return proxy, ended
+
+
+QUESTION = {
+    "model": HOSTED_MODEL,
+    "messages": [{"role": "user", "content": "Explain prefix caching."}],
+    "stream": True,
+}
+
+
+def streamed_text(proxy: RunningProxy, headers: dict[str, str]) -> str:
+    """The answer's text through the SDK, which stops reading at `data: [DONE]`."""
+    stream = proxy.client().chat.completions.create(**QUESTION, extra_headers=headers)
+    return "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+
+
+@pytest.mark.parametrize("split", ["yes", "no"])
+def test_a_client_has_done_only_once_the_proxy_has_the_end(
+    patient_proxy: None, slow_end: tuple[RunningProxy, threading.Event], split: str
+) -> None:
+    """The SDK stops at `data: [DONE]` and sends its next turn: by then the proxy has read
+    the upstream's end, counted the answer and stored its links (the shadow copy too)."""
+    proxy, ended = slow_end
+    text = streamed_text(proxy, {"x-split": split})
     assert ended.is_set(), "the client had data: [DONE] before the upstream's end"
     assert proxy.metric("kvmigrate_requests_total", role="serve") == 1
     assert text == "all of it"
 
 
 def test_a_client_that_leaves_before_done_is_recorded_as_gone(
-    patient_proxy: None,
-    make_proxy: ProxyFactory,
-    slow_end_upstream: tuple[BackgroundServer, threading.Event],
+    patient_proxy: None, slow_end: tuple[RunningProxy, threading.Event]
 ) -> None:
     """The held `data: [DONE]` is the stream's last write: a client gone by then is a
     client that left, as at any other write, not an answer it had whole."""
-    upstream, ended = slow_end_upstream
-    proxy = make_proxy(
-        rollout="{mode: split, percent: 100}", vllm_url=upstream.url, vllm_extra=SHAPE_HEADERS
-    )
+    proxy, ended = slow_end
     create = proxy.client().chat.completions.with_streaming_response.create
-    with create(
-        model=HOSTED_MODEL,
-        messages=[{"role": "user", "content": "Explain prefix caching."}],
-        stream=True,
-    ) as response:
+    with create(**QUESTION) as response:
         for part in response.parse():
             if part.choices and part.choices[0].delta.content:
                 break  # leaves with the content, before the upstream's end
@@ -195,22 +204,11 @@ def test_a_client_that_leaves_before_done_is_recorded_as_gone(
 
 @pytest.mark.parametrize("split", ["yes", "no"])
 def test_an_upstream_late_to_end_its_body_does_not_keep_done_from_the_client(
-    make_proxy: ProxyFactory,
-    slow_end_upstream: tuple[BackgroundServer, threading.Event],
-    split: str,
+    slow_end: tuple[RunningProxy, threading.Event], split: str
 ) -> None:
     """`data: [DONE]` waits for the upstream's end only END_GRACE_S: the client has its
     whole answer while the upstream is still holding its body open."""
-    upstream, ended = slow_end_upstream
-    proxy = make_proxy(
-        rollout="{mode: split, percent: 100}", vllm_url=upstream.url, vllm_extra=SHAPE_HEADERS
-    )
-    stream = proxy.client().chat.completions.create(
-        model=HOSTED_MODEL,
-        messages=[{"role": "user", "content": "Explain prefix caching."}],
-        stream=True,
-        extra_headers={"x-split": split, "x-end-after": str(LATE_END_S)},
-    )
-    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+    proxy, ended = slow_end
+    text = streamed_text(proxy, {"x-split": split, "x-end-after": str(LATE_END_S)})
     assert text == "all of it"
     assert not ended.is_set(), "the client had data: [DONE] only with the upstream's end"
