@@ -12,6 +12,8 @@ whether the connection stays open.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Iterable
@@ -86,10 +88,8 @@ class ClientAnswer(web.StreamResponse):
     def write_nowait(self, data: bytes) -> None:
         """`data` at once, from a callback: dropped if the client has gone (the answer's
         next write says so), and past any backpressure (a few bytes)."""
-        transport = self._client.transport
-        if data and transport is not None and not transport.is_closing():
-            transport.write(self._framed(data))
-            self._client.writer.output_size += len(data)
+        with contextlib.suppress(ConnectionResetError):
+            self._put(self._framed(data))
 
     async def finish(self, last: bytes = b"") -> None:
         """The body's `last` bytes, and the end of a chunked body, in one send; the end only
@@ -131,7 +131,8 @@ class ClientAnswer(web.StreamResponse):
             return b"%x\r\n%b\r\n" % (len(data), data)
         return data
 
-    async def _send(self, data: bytes) -> None:
+    def _put(self, data: bytes) -> asyncio.Transport:
+        """`data` handed to the client's transport, which is returned."""
         transport = self._client.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Cannot write to closing transport")
@@ -139,6 +140,10 @@ class ClientAnswer(web.StreamResponse):
             transport.write(data)
             # aiohttp's own error path reads it: once bytes are out, no error answer follows.
             self._client.writer.output_size += len(data)
+        return transport
+
+    async def _send(self, data: bytes) -> None:
+        transport = self._put(data)
         if transport.get_write_buffer_size():
             # Only now can the transport have paused the protocol (past its high-water
             # mark): the wait, and its coroutine, are skipped for the usual empty buffer.

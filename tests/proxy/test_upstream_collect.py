@@ -45,6 +45,15 @@ async def warm(http: HttpClient, server: Scripted) -> None:
     await response.read()
 
 
+async def past_warm_up(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
+) -> None:
+    """A script's start: `warm`'s call answered, the collected call's request read."""
+    await state.read_request(reader)
+    writer.write(OK)
+    await state.read_request(reader)
+
+
 def test_a_collected_answer_is_kept_whole_past_the_high_water_mark() -> None:
     """Nobody reads until the end, so reading must not pause: the whole body arrives, once,
     with the time of its first bytes, and the connection serves the next call."""
@@ -53,9 +62,7 @@ def test_a_collected_answer_is_kept_whole_past_the_high_water_mark() -> None:
     async def big_then_keep_alive(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
     ) -> None:
-        await state.read_request(reader)
-        writer.write(OK)
-        await state.read_request(reader)
+        await past_warm_up(reader, writer, state)
         writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n".encode())
         for _ in range(4):
             writer.write(b"z" * HIGH_WATER)
@@ -89,9 +96,7 @@ def test_a_collected_answer_times_out_on_silence_with_bytes_buffered() -> None:
     async def stalls_mid_body(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
     ) -> None:
-        await state.read_request(reader)
-        writer.write(OK)
-        await state.read_request(reader)
+        await past_warm_up(reader, writer, state)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
         await writer.drain()
         await asyncio.sleep(30)
@@ -136,9 +141,7 @@ def test_an_answer_closed_before_its_end_is_never_handed_over() -> None:
     async def slow(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
     ) -> None:
-        await state.read_request(reader)
-        writer.write(OK)
-        await state.read_request(reader)
+        await past_warm_up(reader, writer, state)
         await asyncio.sleep(0.3)
         writer.write(OK)
         await writer.drain()
