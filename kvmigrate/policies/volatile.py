@@ -37,13 +37,16 @@ TIMESTAMP_PATTERNS = (
     re.compile(r"(?<!\d)1[0-9]\d{8}(?:\d{3})?(?:\.\d+)?(?!\d)"),
 )
 
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# Prefixed ids: req_abc123, chatcmpl-..., trace-id, run_..., msg_... (an id holds a digit)
+_ID_PREFIX = (
+    r"\b(?:req|request|trace|span|corr|correlation|msg|run|sess|session|chatcmpl|call|"
+    r"evt|job|txn|id)[-_:=]?"
+)
+_ID_RUN = r"[A-Za-z0-9][A-Za-z0-9_-]{5,}"
 ID_PATTERNS = (
-    re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
-    # Prefixed ids: req_abc123, chatcmpl-..., trace-id, run_..., msg_...
-    re.compile(
-        r"\b(?:req|request|trace|span|corr|correlation|msg|run|sess|session|chatcmpl|call|"
-        r"evt|job|txn|id)[-_:=]?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9][A-Za-z0-9_-]{5,}"
-    ),
+    re.compile(_UUID),
+    re.compile(_ID_PREFIX + r"(?=[A-Za-z0-9_-]*\d)" + _ID_RUN),
     # Bare hex or base62 ids: 12+ hex digits, or 16+ letters and digits mixed.
     re.compile(
         r"(?<![A-Za-z0-9])(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{12,}(?![A-Za-z0-9])"
@@ -52,10 +55,36 @@ ID_PATTERNS = (
 )
 
 # Ids first: a uuid or a hex id is full of digits that would also pass for a date or a time.
+# Masking takes the prefixed id's run whole, digit or not, and keeps a run without one as it
+# is (`_masked`): ID_PATTERNS' lookahead for that digit rescans the rest of the run from
+# every prefix inside it, so "id-id-id-..." cost time in the square of its length (24 KB of
+# it held the loop 2.6 s). Whole runs make one pass; what changes is only that a weekday
+# inside a digitless run (`id-Monday-x`) is no longer masked on its own.
 VOLATILE_PATTERN = re.compile(
-    "|".join(f"(?:{p.pattern})" for p in (*ID_PATTERNS, *TIMESTAMP_PATTERNS))
+    "|".join(
+        f"(?:{p})"
+        for p in (
+            _UUID,
+            f"(?P<prefixed>{_ID_PREFIX}{_ID_RUN})",
+            *(p.pattern for p in ID_PATTERNS[2:]),
+            *(p.pattern for p in TIMESTAMP_PATTERNS),
+        )
+    )
 )
 MASK = "\x00"
+_DIGIT = re.compile(r"\d")
+
+
+def mask_all(text: str) -> str:
+    """`text` with every volatile span masked, all of it searched (`mask_volatile` searches
+    only the lines that can hold one)."""
+    return VOLATILE_PATTERN.sub(_masked, text)
+
+
+def _masked(match: re.Match[str]) -> str:
+    if match.group("prefixed") is not None and _DIGIT.search(match.group()) is None:
+        return match.group()
+    return MASK
 
 
 # ASCII digits -> b"d", newlines kept, everything else -> b" ": one C pass finds the lines
@@ -73,7 +102,7 @@ def mask_volatile(text: str) -> str:
     scanning all of it with ten patterns costs milliseconds. (A bare weekday on a line
     without digits is therefore left as it is.)"""
     if not text.isascii():
-        return VOLATILE_PATTERN.sub(MASK, text)
+        return mask_all(text)
     marks = text.encode("ascii").translate(_DIGIT_MARKS)
     at = marks.find(b"d")
     if at < 0:
@@ -84,7 +113,7 @@ def mask_volatile(text: str) -> str:
         start = marks.rfind(b"\n", 0, at) + 1
         end = marks.find(b"\n", at)
         end = len(text) if end < 0 else end
-        pieces += [text[done:start], VOLATILE_PATTERN.sub(MASK, text[start:end])]
+        pieces += [text[done:start], mask_all(text[start:end])]
         done = end
         at = marks.find(b"d", end)
     pieces.append(text[done:])
