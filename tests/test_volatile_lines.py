@@ -84,3 +84,34 @@ def test_a_long_run_of_id_prefixes_is_masked_in_one_pass(text: str, expected: st
 )
 def test_a_prefixed_run_is_an_id_only_with_a_digit(text: str, expected: str) -> None:
     assert mask_volatile(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Non-ASCII text is scanned line by line too, on any digit (`\d` matches them all).
+        (
+            "Tu es un agent é\nHeure : 2025-01-06 10:31:07\nà lundi, see you Monday",
+            f"Tu es un agent é\nHeure : {MASK}\nà lundi, see you Monday",
+        ),
+        (
+            "日付 \u0662\u0660\u0662\u0665-\u0660\u0661-\u0660\u0666 é",
+            f"日付 {MASK} é",
+        ),  # Arabic-Indic
+        # A line too long to keep in the cache is masked all the same, every time.
+        ("x" * 5000 + " at 2025-01-06\nend", "x" * 5000 + f" at {MASK}\nend"),
+        ("é" + "x" * 5000 + " at 2025-01-06", "é" + "x" * 5000 + f" at {MASK}"),
+    ],
+)
+def test_every_line_with_a_digit_is_masked_however_long_and_in_any_script(
+    text: str, expected: str
+) -> None:
+    assert mask_volatile(text) == expected
+    assert mask_volatile(text) == expected  # the second time from the cache, if it fits
+
+
+def test_a_prompt_that_changes_one_line_a_turn_keeps_its_other_lines_masked() -> None:
+    turn_one = "Rules v2.3 é\nCurrent time: 2025-01-06 10:31:07\nreq_8f3a9c21e4 seen"
+    turn_two = turn_one.replace("2025-01-06 10:31:07", "2025-01-06 10:32:15")
+    assert mask_volatile(turn_one) == mask_volatile(turn_two)
+    assert mask_volatile(turn_two) == f"Rules v2.3 é\nCurrent time: {MASK}\n{MASK} seen"
