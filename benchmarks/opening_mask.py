@@ -8,7 +8,9 @@ with figures on most lines, and non-ASCII characters), as a long agent system pr
   first turn  `mask_volatile` on a text never seen: only the lines with a digit searched
   next turns  the same prompt again with one line changed (a timestamp): the other lines
               come from the line cache
+  same again  the same prompt unchanged: the whole text from the cache
   id run      96 KB of "id-id-...": once a square of its length (about 40 s), now one pass
+  worst       8 MB on one line, with digits, never seen: searched up to the budget only
 
     python benchmarks/opening_mask.py [--reps 20]
 """
@@ -53,7 +55,9 @@ def main() -> None:
             lambda rep: mask_volatile(f"Current time: 2025-01-06 10:{rep:02d}:07\n{prompt}"),
             reps,
         ),
+        "same_again_ms": median_ms(lambda rep: mask_volatile(prompt), reps),
         "id_run_ms": median_ms(lambda rep: mask_volatile("id-" * 32_000 + f" {rep}"), reps),
+        "worst_ms": median_ms(lambda rep: mask_volatile(f"{rep} " + "a1 " * 2_800_000), 3),
     }
     print(f"opening of {len(prompt):,} characters, median of {reps}")
     for name, value in figures.items():

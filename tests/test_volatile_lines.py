@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvmigrate.policies import volatile
 from kvmigrate.policies.volatile import MASK, mask_all, mask_volatile
 
 TEXTS = [
@@ -115,3 +116,16 @@ def test_a_prompt_that_changes_one_line_a_turn_keeps_its_other_lines_masked() ->
     turn_two = turn_one.replace("2025-01-06 10:31:07", "2025-01-06 10:32:15")
     assert mask_volatile(turn_one) == mask_volatile(turn_two)
     assert mask_volatile(turn_two) == f"Rules v2.3 é\nCurrent time: {MASK}\n{MASK} seen"
+
+
+def test_a_text_longer_than_the_search_budget_is_masked_up_to_it() -> None:
+    """No request may hold the loop for long: lines past the budget are left as they are,
+    the same way every time."""
+    line = "at 2025-01-06 10:31"
+    text = "\n".join([line] * (volatile.SEARCH_BUDGET // len(line) + 50))
+    lines = mask_volatile(text).split("\n")
+    searched = volatile.SEARCH_BUDGET // len(line)  # whole lines (their newline is free)
+    assert set(lines[:searched]) == {f"at {MASK}"}
+    assert set(lines[searched + 1 :]) == {line}
+    copy = text.encode().decode()  # another object, masked again or from the cache alike
+    assert mask_volatile(copy) == "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 
 _MONTH = (
     r"(?:January|February|March|April|May|June|July|August|September|October|November|"
@@ -88,21 +89,58 @@ def _masked(match: re.Match[str]) -> str:
     return MASK
 
 
-# An agent resends its system prompt every turn, and many conversations share one: its
-# lines with digits (figures, versions, a timestamp) took 0.3 us a character to search
-# (a 57 KB prompt, 19 ms on the loop, every turn). Each such line is searched once, while
-# it stays among the last LINE_CACHE_SIZE seen; a line that changes every turn (the
-# timestamp's) is searched every turn. Both bounds keep the cache under 8 MB.
+# Searching costs about 0.3 us a character, on the proxy's loop, and an agent resends its
+# opening every turn (a 57 KB system prompt: 15-19 ms a turn). So an opening met again is
+# masked from a cache: whole (a pasted document, a prompt without a timestamp), else line
+# by line (a prompt whose timestamp line changes every turn). The caches memoise a pure
+# function, so they change no result; their bounds keep them under 16 MB of ASCII text
+# (under 64 MB of text in 4-byte characters).
+TEXT_CACHE_SIZE = 16
+CACHED_TEXT_CHARS = 256 * 1024
 LINE_CACHE_SIZE = 1024
 CACHED_LINE_CHARS = 4096
+# The most characters searched in one text, so that no request can hold the loop for long
+# (32 MiB of digits would take 10 s or more; this bound, 60 ms). Lines past it are left as
+# they are: an opening that long with values changing past it splits its conversation.
+SEARCH_BUDGET = 128 * 1024
 
 
-def _mask_line(line: str) -> str:
-    return _mask_short_line(line) if len(line) <= CACHED_LINE_CHARS else mask_all(line)
+def mask_volatile(text: str) -> str:
+    """`text` with every timestamp, date and id replaced by one placeholder.
+
+    Every pattern but a bare weekday needs a digit, so only the lines holding one are
+    searched: a long system prompt usually carries its timestamp on one short line, and
+    scanning all of it with ten patterns costs milliseconds. (A bare weekday on a line
+    without digits is therefore left as it is, and no value spans two lines.)"""
+    if len(text) <= CACHED_TEXT_CHARS:
+        return _mask_cached_text(text)
+    return _mask_lines(text)
+
+
+@functools.lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _mask_cached_text(text: str) -> str:
+    return _mask_lines(text)
+
+
+def _mask_lines(text: str) -> str:
+    pieces = []
+    done = 0
+    budget = SEARCH_BUDGET
+    for start, end in _digit_lines(text):
+        if budget <= 0:
+            break
+        cut = min(end, start + budget)
+        budget -= cut - start
+        line = text[start:cut]
+        masked = _mask_cached_line(line) if len(line) <= CACHED_LINE_CHARS else mask_all(line)
+        pieces += [text[done:start], masked]
+        done = cut
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 @functools.lru_cache(maxsize=LINE_CACHE_SIZE)
-def _mask_short_line(line: str) -> str:
+def _mask_cached_line(line: str) -> str:
     return mask_all(line)
 
 
@@ -113,29 +151,24 @@ _DIGIT_MARKS = bytes(
 )
 
 
-def mask_volatile(text: str) -> str:
-    """`text` with every timestamp, date and id replaced by one placeholder.
+def _digit_lines(text: str) -> Iterator[tuple[int, int]]:
+    """The start and end of each line that holds a digit: any digit, as `\\d` matches
+    them all, found in one C pass for ASCII text."""
+    if text.isascii():
+        marks = text.encode("ascii").translate(_DIGIT_MARKS)
 
-    Every pattern but a bare weekday needs a digit, so only the lines holding one are
-    searched: a long system prompt usually carries its timestamp on one short line, and
-    scanning all of it with ten patterns costs milliseconds. (A bare weekday on a line
-    without digits is therefore left as it is, and no value spans two lines.)"""
-    if not text.isascii():
-        # Any digit, not only ASCII's: `\d` matches them all.
-        lines = text.split("\n")
-        return "\n".join(_mask_line(line) if _DIGIT.search(line) else line for line in lines)
-    marks = text.encode("ascii").translate(_DIGIT_MARKS)
-    at = marks.find(b"d")
-    if at < 0:
-        return text
-    pieces = []
-    done = 0
+        def next_digit(at: int) -> int:
+            return marks.find(b"d", at)
+    else:
+
+        def next_digit(at: int) -> int:
+            found = _DIGIT.search(text, at)
+            return found.start() if found is not None else -1
+
+    at = next_digit(0)
     while at >= 0:
-        start = marks.rfind(b"\n", 0, at) + 1
-        end = marks.find(b"\n", at)
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
         end = len(text) if end < 0 else end
-        pieces += [text[done:start], _mask_line(text[start:end])]
-        done = end
-        at = marks.find(b"d", end)
-    pieces.append(text[done:])
-    return "".join(pieces)
+        yield start, end
+        at = next_digit(end)
