@@ -211,3 +211,29 @@ def test_passthrough_bodies(
             "Send the request body as application/json or multipart/form-data."
         )
         assert caught.value.error_type == "invalid_request_error"
+
+
+DEEP = b"[" * 1010 + b"1" + b"]" * 1010  # orjson reads 1024 levels; Python recurses 1000
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "gpt-4o-mini", "x": ' + DEEP + b', "y": "model"}',  # re-parsed: `model` twice
+        b'{"model": "gpt-4o-mini", "x": ' + DEEP + b', "y": "\\u0041"}',  # re-parsed: a `\u0041`
+    ],
+)
+def test_a_body_too_deep_to_check_for_repeated_keys_is_a_400(raw: bytes) -> None:
+    with pytest.raises(ProxyError) as caught:
+        parse_body(raw)
+    assert caught.value.status == 400
+    assert "too deeply" in caught.value.message
+
+
+def test_a_body_too_deep_to_re_encode_is_a_400() -> None:
+    # The key is escaped, so it is re-encoded, not spliced; orjson writes 255 levels at most.
+    raw = b'{"mod\\u0065l": "gpt-4o-mini", "x": ' + b"[" * 300 + b"]" * 300 + b"}"
+    with pytest.raises(ProxyError) as caught:
+        with_model(parse_body(raw), "meta-llama/Llama-3.1-8B-Instruct")
+    assert caught.value.status == 400
+    assert "too deeply" in caught.value.message

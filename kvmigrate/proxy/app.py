@@ -20,6 +20,7 @@ from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.intake import authorize
+from kvmigrate.proxy.paths import MODEL_ROUTES
 from kvmigrate.proxy.rollout_source import RolloutSource
 from kvmigrate.proxy.service import ProxyService
 from kvmigrate.rollout.continuity import ContinuityResolver
@@ -28,14 +29,6 @@ from kvmigrate.wire.anthropic import anthropic_model_list
 
 log = logging.getLogger("kvmigrate.proxy")
 
-MODEL_ROUTES = (
-    "chat/completions",
-    "completions",
-    "embeddings",
-    "responses",
-    "messages",  # Anthropic's Messages API (wire.anthropic)
-    "messages/count_tokens",
-)
 SERVICE_KEY = web.AppKey("kvmigrate_proxy", ProxyService)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -78,13 +78,25 @@ def _refuse_duplicate_keys(raw: bytes) -> int:
         top[:] = [items]  # the top-level object is the last one to close
         return {}
 
-    json.loads(raw, object_pairs_hook=pairs)
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except RecursionError:
+        # The stdlib parser recurses per level and hits Python's recursion limit below
+        # orjson's depth limit (1024): a body orjson took can still be too deep to check.
+        raise _too_deep() from None
     seen: set[str] = set()
     for key, _value in top[0] if top else []:
         if key in seen:
             raise bad_request(f"The request body repeats the key `{key}`.", param=key)
         seen.add(key)
     return -1
+
+
+def _too_deep() -> ProxyError:
+    return bad_request(
+        "The request body nests arrays or objects too deeply to be checked or rewritten; "
+        "keep it below 250 levels."
+    )
 
 
 def check_passthrough_body(content_type: str, raw: bytes) -> None:
@@ -122,7 +134,12 @@ def with_model(body: RequestBody, served_model: str) -> bytes:
         candidate = _splice(body.raw, match, replacement)
         if orjson.loads(candidate).get("model") == served_model:
             return candidate
-    return orjson.dumps({**body.data, "model": served_model})
+    try:
+        return orjson.dumps({**body.data, "model": served_model})
+    except orjson.JSONEncodeError:
+        # orjson writes at most 255 levels though it reads 1024: a body whose key could not
+        # be spliced (spelled with escapes) and that nests deeper cannot be re-encoded.
+        raise _too_deep() from None
 
 
 def _splice(raw: bytes, match: re.Match[bytes], replacement: bytes) -> bytes:

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from kvmigrate.config import ServerConfig
 from kvmigrate.config.secret import Secret
-from kvmigrate.proxy.errors import ProxyError, body_too_large, unauthorized
+from kvmigrate.proxy.errors import ProxyError, bad_request, body_too_large, unauthorized
 from kvmigrate.proxy.headers import bearer_token
 
 
@@ -39,6 +39,14 @@ async def read_body(request: web.Request, server: ServerConfig) -> bytes:
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise body_too_large(limit) from None
+    except web.RequestPayloadError:
+        # A body aiohttp could not decode: a Content-Encoding its bytes do not match, a
+        # broken chunked framing. The client's mistake, so a 400 and no traceback.
+        _end_broken_body(request)
+        raise bad_request(
+            "The request body could not be decoded: check that it matches its "
+            "Content-Encoding and Transfer-Encoding headers."
+        ) from None
     except TimeoutError:
         raise ProxyError(
             408,
@@ -46,3 +54,12 @@ async def read_body(request: web.Request, server: ServerConfig) -> bytes:
             "invalid_request_error",
             "request_timeout",
         ) from None
+
+
+def _end_broken_body(request: web.Request) -> None:
+    """After answering, aiohttp reads what is left of an unread body (lingering) and would
+    meet the decode error again, logging it as an unhandled exception: the body is marked
+    finished instead. Its parser stopped mid-body, so where the next request starts on
+    this connection is unknown: it closes once the answer is sent."""
+    request.content.feed_eof()
+    request.protocol.close()

@@ -53,11 +53,12 @@ from kvmigrate.proxy.intake import authorize, read_body
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.metrics_addon import MetricsAddon
+from kvmigrate.proxy.paths import passthrough_suffix
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.stream_check import SseCheck, json_ok
 from kvmigrate.proxy.unserved import UnservedRoutes
-from kvmigrate.proxy.upstream import Upstreams, safe_suffix
+from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.rollout.chains import ChainMap
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import outlive_client
@@ -472,7 +473,7 @@ class ProxyService:
         backend that stored it)."""
         started = time.perf_counter()
         authorize(request, self.config.server.master_key)
-        suffix = safe_suffix(request.match_info["suffix"])
+        suffix = passthrough_suffix(request)
         raw = await read_body(request, self.config.server)
         check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary

@@ -95,7 +95,9 @@ class Upstream:
 
 
 def safe_suffix(suffix: str) -> str:
-    """Refuse path tricks that could reach another path or host than the configured base."""
+    """Refuse path tricks that could reach another path or host than the configured base.
+    `suffix` is already percent-decoded (aiohttp decodes once): an encoding left in it was
+    encoded twice, and the raw path's single encodings are `proxy.paths`' to refuse."""
     lowered = suffix.lower()
     segments = suffix.split("/")
     if (

@@ -1,0 +1,185 @@
+"""Regressions from the second adversarial probe: paths that decode to a model route, bodies
+nested too deeply to check, and bodies whose Content-Encoding does not match their bytes."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import socket
+
+import orjson
+import pytest
+from proxy_support import HOSTED_MODEL, ProxyFactory, Recorded
+
+from kvmigrate.serving import BackgroundServer
+
+CHAT = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+OPENING = b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"x":'
+Upstream = tuple[BackgroundServer, list[Recorded]]
+
+
+def send(url: str, head: list[bytes], body: bytes = CHAT) -> bytes:
+    """One request with its request line and headers exactly as given."""
+    host, port = url.removeprefix("http://").split(":")
+    lines = [
+        *head[:1],
+        b"Host: proxy",
+        b"Connection: close",
+        b"Content-Type: application/json",
+        b"Content-Length: " + str(len(body)).encode(),
+        *head[1:],
+    ]
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+def error_of(response: bytes) -> dict[str, object]:
+    """The error object of either envelope (OpenAI's or Anthropic's)."""
+    error = orjson.loads(response.partition(b"\r\n\r\n")[2])["error"]
+    assert isinstance(error, dict)
+    return error
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        b"/v1/chat%2Fcompletions",
+        b"/v1/chat%2fcompletions",
+        b"/v1/responses%2Fresp_1",
+        b"/v1/messages%2Fcount_tokens",
+        b"/v1/chat%5Ccompletions",
+        b"/v1/x/%2e%2e/chat/completions",
+        b"/v1/%2E%2E/v1/chat/completions",
+        b"/v1/chat/completions/",
+        b"/v1/Chat/Completions",
+    ],
+)
+def test_a_path_disguising_a_model_route_is_refused_and_never_forwarded(
+    make_proxy: ProxyFactory, recording_upstream: Upstream, path: bytes
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    # Before the fix: relayed to the primary's /v1/chat/completions as route "other",
+    # past the allowlist, the duplicate-model check, the rollout and the records.
+    body = b'{"model": "gpt-4-unlisted", "messages": [], "model": "gpt-4o-mini"}'
+    response = send(proxy.url, [b"POST " + path + b" HTTP/1.1"], body)
+    assert status_of(response) == 400, response[:300]
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error"
+    assert "Unsupported path" in str(error["message"])
+    assert seen == []
+
+
+def test_the_messages_routes_refuse_a_disguised_path_in_anthropics_envelope(
+    make_proxy: ProxyFactory, recording_upstream: Upstream
+) -> None:
+    upstream, _seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    response = send(proxy.url, [b"POST /v1/messages%2Fcount_tokens HTTP/1.1"])
+    assert status_of(response) == 400, response[:300]
+    assert orjson.loads(response.partition(b"\r\n\r\n")[2])["type"] == "error"
+
+
+@pytest.mark.parametrize(
+    ("line", "forwarded"),
+    [
+        # A query may encode anything; only the path is checked.
+        (b"GET /v1/chat/completions?after=a%2Fb HTTP/1.1", "/v1/chat/completions?after=a%2Fb"),
+        (b"POST /v1/chat/completions/chatcmpl-1 HTTP/1.1", "/v1/chat/completions/chatcmpl-1"),
+        (b"GET /v1/files/file-abc.1 HTTP/1.1", "/v1/files/file-abc.1"),
+    ],
+)
+def test_plain_pass_through_paths_still_pass(
+    make_proxy: ProxyFactory, recording_upstream: Upstream, line: bytes, forwarded: str
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    response = send(proxy.url, [line], b"{}" if line.startswith(b"POST") else b"")
+    assert status_of(response) == 200, response[:300]
+    assert [r.path for r in seen] == [forwarded]
+
+
+# Within orjson's depth limit (1024), past Python's recursion limit (1000) wherever the
+# stdlib parser starts from; the probe's proxy already failed at 974.
+DEPTH = 1010
+NESTED = [
+    # `"model"` twice anywhere: the top level is parsed again to look for a repeated key.
+    OPENING + b"[" * DEPTH + b'"model"' + b"]" * DEPTH + b"}",
+    # A letter escaped as \u00XX: the same re-parse.
+    OPENING + b"[" * DEPTH + b'"\\u0041"' + b"]" * DEPTH + b"}",
+]
+
+
+@pytest.mark.parametrize("route", ["chat/completions", "responses", "messages"])
+@pytest.mark.parametrize("body", NESTED, ids=["model-twice", "escaped-letter"])
+def test_a_body_nested_too_deeply_to_check_is_a_400_without_a_traceback(
+    make_proxy: ProxyFactory,
+    recording_upstream: Upstream,
+    caplog: pytest.LogCaptureFixture,
+    route: str,
+    body: bytes,
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    with caplog.at_level(logging.ERROR):
+        response = send(proxy.url, [f"POST /v1/{route} HTTP/1.1".encode()], body)
+    # Before the fix: a 500 and a RecursionError traceback.
+    assert status_of(response) == 400, response[:300]
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error"
+    assert "too deeply" in str(error["message"])
+    assert seen == []
+    assert not errors_logged(caplog)
+
+
+@pytest.mark.parametrize("route", ["chat/completions", "messages", "files"])
+@pytest.mark.parametrize("encoding", [b"deflate", b"gzip"])
+def test_a_body_that_does_not_match_its_content_encoding_is_a_400(
+    make_proxy: ProxyFactory,
+    recording_upstream: Upstream,
+    caplog: pytest.LogCaptureFixture,
+    route: str,
+    encoding: bytes,
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    head = [f"POST /v1/{route} HTTP/1.1".encode(), b"Content-Encoding: " + encoding]
+    with caplog.at_level(logging.ERROR):
+        response = send(proxy.url, head, b"abcde")
+    # Before the fix: a 500, a traceback, and aiohttp's own "Unhandled exception".
+    assert status_of(response) == 400, response[:300]
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error"
+    assert "could not be decoded" in str(error["message"])
+    assert seen == []
+    assert not errors_logged(caplog)
+    # The worker still serves.
+    completion = proxy.client().chat.completions.create(
+        model=HOSTED_MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert completion.choices
+
+
+def test_a_gzipped_body_is_forwarded_decoded(
+    make_proxy: ProxyFactory, recording_upstream: Upstream
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    head = [b"POST /v1/chat/completions HTTP/1.1", b"Content-Encoding: gzip"]
+    response = send(proxy.url, head, gzip.compress(CHAT))
+    assert status_of(response) == 200, response[:300]
+    served = seen[0]
+    assert orjson.loads(served.body)["model"] == HOSTED_MODEL
+    assert "content-encoding" not in {name.lower() for name in served.headers}
