@@ -254,7 +254,29 @@ def _dump(value: dict[str, Any] | None, content: str, redactor: Redactor) -> str
 
 def _encode(value: Any, content: str, redactor: Redactor) -> bytes:
     """JSON as stored under the content policy (`redacted` or `full`)."""
-    return orjson.dumps(redactor(value) if content == "redacted" else value)
+    try:
+        return orjson.dumps(redactor(value) if content == "redacted" else value)
+    except (orjson.JSONEncodeError, RecursionError):
+        # orjson reads 1,024 levels but writes 255: a body the proxy served must still be
+        # recorded (else a client could keep its traffic out of every report and gate), so
+        # its deepest parts are stored as a marker.
+        value = _cut_below(value, RECORDED_DEPTH)
+        return orjson.dumps(redactor(value) if content == "redacted" else value)
+
+
+RECORDED_DEPTH = 128
+TOO_DEEP = "[kvmigrate: nested too deeply to record]"
+
+
+def _cut_below(value: Any, depth: int) -> Any:
+    """`value` with every object or list `depth` levels down replaced by TOO_DEEP."""
+    if not isinstance(value, dict | list):
+        return value
+    if depth <= 0:
+        return TOO_DEEP
+    if isinstance(value, dict):
+        return {key: _cut_below(item, depth - 1) for key, item in value.items()}
+    return [_cut_below(item, depth - 1) for item in value]
 
 
 def _usage(response: dict[str, Any] | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmigrate.logtext import printable
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.store import RecordStore
 
@@ -165,8 +166,14 @@ class RecordWriter:
         """The record for one item; None (and a drop counted) for one that is not valid."""
         try:
             return self._convert(item)
-        except Exception:
-            log.debug("recorder: cannot convert %r", item, exc_info=True)
+        except Exception as exc:
+            # Never the item itself, nor a traceback that may quote it: it holds the
+            # unredacted request and answer.
+            log.debug(
+                "recorder: cannot convert the exchange of request %s (%s)",
+                printable(getattr(item, "request_id", "?")),
+                type(exc).__name__,
+            )
             self.stats.drop("invalid")
             return None
 

@@ -29,6 +29,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from kvmigrate.exchange import Role
+from kvmigrate.logtext import printable
 from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.keys import is_hashed
@@ -98,7 +99,7 @@ class ChainMap:
                 "a Responses request continues response %s, which no proxy remembers (expired, "
                 "or stored by a proxy without shared state): sent to the primary; "
                 "kvmigrate_chain_misses_total counts these",
-                ref.previous,
+                printable(ref.previous, 64),  # the client's: no forged lines, no megabytes
             )
         conversation = ref.conversation_key or "resp:" + ref.previous
         return Identity(conversation, 2, "guess"), None

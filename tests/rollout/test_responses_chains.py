@@ -7,6 +7,7 @@ openai SDK.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -327,3 +328,28 @@ def test_a_conversations_api_conversation_is_one_conversation_on_the_primary(
         (2, "hosted", 200),
         (3, "hosted", 200),
     ]
+
+
+def test_a_forged_response_id_cannot_forge_log_lines(
+    config_for: ConfigFor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first miss is logged with the client's id: escaped and cut, it cannot start a
+    line of its own, carry a terminal escape, or fill the log."""
+    forged = (
+        "resp_zz\n2026-12-05 02:40:00,000 CRITICAL kvmigrate.proxy: FORGED\x1b[31m" + "x" * 5000
+    )
+    proxy = start(config_for("mode: shadow"))
+    client = client_for(proxy)
+    # The primary never stored it either: an error answer, and one miss logged.
+    with (
+        caplog.at_level(logging.WARNING, logger="kvmigrate.identity"),
+        pytest.raises(openai.APIStatusError),
+    ):
+        client.responses.create(model=MODEL, input="Go on.", previous_response_id=forged)
+    client.close()
+    proxy.stop()
+    [warning] = [r.getMessage() for r in caplog.records if "no proxy remembers" in r.getMessage()]
+    assert "\n" not in warning
+    assert "\x1b" not in warning
+    assert "resp_zz\\n2026-12-05" in warning
+    assert len(warning) < 600
