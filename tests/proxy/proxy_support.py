@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,3 +101,30 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: bytes
+
+
+CHAT_BODY = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def send_raw(url: str, request_line: bytes, headers: list[bytes], body: bytes = CHAT_BODY) -> bytes:
+    """One request on its own connection, its request line and headers exactly as given
+    (bytes that are not UTF-8 included), and the whole answer as it came."""
+    host, port = url.removeprefix("http://").split(":")
+    head = [
+        request_line,
+        b"Host: proxy",
+        b"Connection: close",
+        b"Content-Type: application/json",
+        b"Content-Length: " + str(len(body)).encode(),
+        *headers,
+    ]
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])

@@ -11,34 +11,15 @@ from collections.abc import Iterator
 import openai
 import pytest
 from aiohttp import web
-from proxy_support import HOSTED_MODEL, ProxyFactory, Recorded
+from proxy_support import CHAT_BODY, HOSTED_MODEL, ProxyFactory, Recorded, send_raw, status_of
 
 from kvmigrate.serving import BackgroundServer
 
-CHAT = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+CHAT = CHAT_BODY
 
 
 def raw_request(url: str, path: str, headers: list[bytes], body: bytes = CHAT) -> bytes:
-    """One request with headers exactly as given (bytes that are not UTF-8 included)."""
-    host, port = url.removeprefix("http://").split(":")
-    head = [
-        b"POST " + path.encode() + b" HTTP/1.1",
-        b"Host: proxy",
-        b"Connection: close",
-        b"Content-Type: application/json",
-        b"Content-Length: " + str(len(body)).encode(),
-        *headers,
-    ]
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    return data
-
-
-def status_of(response: bytes) -> int:
-    return int(response.split(b" ", 2)[1])
+    return send_raw(url, b"POST " + path.encode() + b" HTTP/1.1", headers, body)
 
 
 @pytest.mark.parametrize(

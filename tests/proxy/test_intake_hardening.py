@@ -5,40 +5,21 @@ from __future__ import annotations
 
 import gzip
 import logging
-import socket
 
 import orjson
 import pytest
-from proxy_support import HOSTED_MODEL, ProxyFactory, Recorded
+from proxy_support import CHAT_BODY, HOSTED_MODEL, ProxyFactory, Recorded, send_raw, status_of
 
 from kvmigrate.serving import BackgroundServer
 
-CHAT = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+CHAT = CHAT_BODY
 OPENING = b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"x":'
 Upstream = tuple[BackgroundServer, list[Recorded]]
 
 
 def send(url: str, head: list[bytes], body: bytes = CHAT) -> bytes:
-    """One request with its request line and headers exactly as given."""
-    host, port = url.removeprefix("http://").split(":")
-    lines = [
-        *head[:1],
-        b"Host: proxy",
-        b"Connection: close",
-        b"Content-Type: application/json",
-        b"Content-Length: " + str(len(body)).encode(),
-        *head[1:],
-    ]
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    return data
-
-
-def status_of(response: bytes) -> int:
-    return int(response.split(b" ", 2)[1])
+    """One request: its request line, then its headers, exactly as given."""
+    return send_raw(url, head[0], head[1:], body)
 
 
 def error_of(response: bytes) -> dict[str, object]:
