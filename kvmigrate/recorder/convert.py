@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from kvmigrate.exchange import Exchange, Role
 from kvmigrate.parity.answer import UNSET
-from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, parity_fields
+from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND, ParityFields, parity_fields
 from kvmigrate.policies.conversation import is_derived_key
 from kvmigrate.recorder.history import HistoryMemo
 from kvmigrate.recorder.record import Record
@@ -168,7 +169,13 @@ def _stored_request(
     def encode(value: Any) -> bytes:
         return _encode(value, content, redactor)
 
-    split = history.split(x.route, x.request_body, ts, encode, x.grouping_key)
+    try:
+        split = history.split(x.route, x.request_body, ts, encode, x.grouping_key)
+    except RecursionError:
+        # msgspec, which splits off the history, recurses in Python and stops short of the
+        # 1,024 levels orjson (and so the proxy) accepts: the request is then stored whole,
+        # its history inline rather than as digests, which every reader of records accepts.
+        return _whole_request(x.request_body, encode)
     if split is None:
         return {}
     return {
@@ -177,6 +184,13 @@ def _stored_request(
         "messages": tuple(split.new),
         "touched": tuple(split.touched),
     }
+
+
+def _whole_request(body: bytes, encode: Callable[[Any], bytes]) -> dict[str, Any]:
+    try:
+        return {"request_json": encode(orjson.loads(body)).decode()}
+    except orjson.JSONDecodeError:
+        return {}
 
 
 def _answer(route: str, body: bytes, metrics_only: bool) -> dict[str, Any] | None:
@@ -227,7 +241,13 @@ def _parity(
     if mirrored is None or exchange.route not in TEXT_ROUTES:
         return {}
     kind = NOISE_KIND if exchange.role == Role.NOISE else CANDIDATE_KIND
-    scored = parity_fields(kind, mirrored, exchange, assembled, mirrored_assembled)
+    try:
+        scored = parity_fields(kind, mirrored, exchange, assembled, mirrored_assembled)
+    except (orjson.JSONEncodeError, RecursionError):
+        # An answer nested past what the comparators encode (orjson writes 255 levels, the
+        # stdlib parser stops at Python's recursion limit): the pair is kept as a pair that
+        # could not be scored, as one with an error answer is, rather than dropped whole.
+        scored = ParityFields(kind, None, "[]", "[]", None, None)
     return {
         "parity_kind": scored.kind,
         "parity_score": scored.score,

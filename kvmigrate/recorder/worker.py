@@ -31,7 +31,7 @@ import orjson
 from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
 from kvmigrate.recorder.convert import DEFAULT_HASH_KEY
-from kvmigrate.recorder.writer import WriterSettings, WriterStats
+from kvmigrate.recorder.writer import WriterSettings, WriterStats, describe
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
 log = logging.getLogger("kvmigrate.recorder")
@@ -203,8 +203,9 @@ class ProcessWriter:
             try:
                 packed = pack(*item)
                 batches[hash(item[0].grouping_key) % lanes if lanes > 1 else 0].append(packed)
-            except Exception:
-                log.debug("recorder: not an exchange: %r", item, exc_info=True)
+            except Exception as exc:
+                # By id and sizes only: the item holds the unredacted request and answer.
+                log.debug("recorder: cannot pack %s (%s)", describe(item), type(exc).__name__)
                 self._invalid += 1
         return batches
 

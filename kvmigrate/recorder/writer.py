@@ -47,6 +47,23 @@ class WriterSettings:
     prune_every: float = 3600.0
 
 
+def describe(item: object) -> str:
+    """An item named for a log line by its request id and sizes: never its content, which
+    is the unredacted request and answer. Items are (exchange, wall-clock start) pairs."""
+    exchange = item[0] if isinstance(item, tuple) and item else item
+    request_id = getattr(exchange, "request_id", None)
+    if not isinstance(request_id, str):
+        return f"an item of type {type(exchange).__name__}"
+    body = getattr(exchange, "request_body", b"")
+    chunks = getattr(exchange, "chunks", ())
+    try:
+        sizes = f"{len(body)} request bytes, {sum(len(c) for c in chunks)} answer bytes"
+    except TypeError:  # not an Exchange after all: its sizes are not worth a crash
+        sizes = "sizes unknown"
+    # The id may be the client's own X-Request-ID: escaped, so it cannot forge a line.
+    return f"the exchange of request {printable(request_id, 64)} ({sizes})"
+
+
 class RecordWriter:
     """Converts queued items to records and writes them, off the caller's thread.
 
@@ -169,11 +186,7 @@ class RecordWriter:
         except Exception as exc:
             # Never the item itself, nor a traceback that may quote it: it holds the
             # unredacted request and answer.
-            log.debug(
-                "recorder: cannot convert the exchange of request %s (%s)",
-                printable(getattr(item, "request_id", "?")),
-                type(exc).__name__,
-            )
+            log.debug("recorder: cannot convert %s (%s)", describe(item), type(exc).__name__)
             self.stats.drop("invalid")
             return None
 
