@@ -51,7 +51,7 @@ def build_app(
         table=LinkTable.from_environment(),
     )
     app = build_proxy_app(config, rollout=live, addons=[*addons, *extra_addons], identity=identity)
-    add_admin_routes(app, controller, config.server.admin_key)
+    add_admin_routes(app, controller, config.server)
     app.on_cleanup.append(lambda _app: _close_store(controller.store))
     return app
 

@@ -25,9 +25,10 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
-from kvmigrate.config import Secret
+from kvmigrate.config import Secret, ServerConfig
 from kvmigrate.proxy.errors import ProxyError, bad_request
 from kvmigrate.proxy.headers import bearer_token
+from kvmigrate.proxy.intake import read_body
 from kvmigrate.rollout.api import (
     BodyError,
     CohortStatuses,
@@ -44,8 +45,12 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def add_admin_routes(
-    app: web.Application, controller: RolloutController, admin_key: Secret | None
+    app: web.Application, controller: RolloutController, server: ServerConfig
 ) -> None:
+    """The routes, guarded by `server.admin_key`; their bodies are read within the
+    server's size and time limits, as the model routes' are."""
+    admin_key = server.admin_key
+
     def guarded(
         handler: Callable[[web.Request, RolloutController], Awaitable[web.Response]],
     ) -> Handler:
@@ -81,8 +86,8 @@ def add_admin_routes(
     app.router.add_get("/admin/rollout", guarded(_status))
     app.router.add_get("/admin/rollout/cohorts", guarded(_cohorts))
     app.router.add_get("/admin/rollout/history", guarded(_history))
-    app.router.add_post("/admin/rollout", guarded(_change))
-    app.router.add_post("/admin/rollback", guarded(_rollback))
+    app.router.add_post("/admin/rollout", guarded(functools.partial(_change, server=server)))
+    app.router.add_post("/admin/rollback", guarded(functools.partial(_rollback, server=server)))
 
 
 def _authorize(request: web.Request, admin_key: Secret | None) -> None:
@@ -119,8 +124,10 @@ async def _history(request: web.Request, controller: RolloutController) -> web.R
     return _json(RolloutHistory(events))
 
 
-async def _change(request: web.Request, controller: RolloutController) -> web.Response:
-    change = await _body(request, RolloutChange)
+async def _change(
+    request: web.Request, controller: RolloutController, *, server: ServerConfig
+) -> web.Response:
+    change = await _body(request, server, RolloutChange)
     actor = change.actor or "admin-api"
     if change.percent is not None:
         outcome = await asyncio.to_thread(
@@ -141,17 +148,20 @@ async def _change(request: web.Request, controller: RolloutController) -> web.Re
     return _json(outcome)
 
 
-async def _rollback(request: web.Request, controller: RolloutController) -> web.Response:
-    body = await _body(request, RollbackRequest)
+async def _rollback(
+    request: web.Request, controller: RolloutController, *, server: ServerConfig
+) -> web.Response:
+    body = await _body(request, server, RollbackRequest)
     outcome = await asyncio.to_thread(
         controller.rollback, body.reason, body.actor or "admin-api", cohort=body.cohort
     )
     return _json(outcome)
 
 
-async def _body(request: web.Request, cls: type[T]) -> T:
+async def _body(request: web.Request, server: ServerConfig, cls: type[T]) -> T:
+    raw = await read_body(request, server)
     try:
-        return decode_request(await request.read(), cls)
+        return decode_request(raw, cls)
     except BodyError as exc:
         raise bad_request(str(exc), param=exc.param) from None
 

@@ -3,7 +3,11 @@ and `RemoteRollout` hands the CLI the controller's own types. A real proxy on lo
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,7 +31,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer
     tmp: Path = tmp_path_factory.mktemp("admin")
     config = parse_config(
         f"""
-server: {{admin_key: {KEY}}}
+server: {{admin_key: {KEY}, max_body_bytes: 4096, body_timeout_seconds: 0.5}}
 backends:
   hosted: {{api_base: "http://127.0.0.1:9/v1"}}
   vllm: {{api_base: "http://127.0.0.1:9/v1"}}
@@ -132,3 +136,62 @@ def test_the_remote_client_hands_back_the_controllers_types(proxy: BackgroundSer
     assert all(isinstance(e, RolloutEvent) for e in events)
     assert [e.reason for e in events] == ["forced", "back to shadow", "again", "bad"]
     assert client.status().state.version == events[-1].version
+
+
+def send_raw(proxy: BackgroundServer, headers: list[bytes], body: bytes, pause: float = 0) -> bytes:
+    """POST /admin/rollout on its own connection, its headers as given; with `pause`, the
+    body's last byte is sent that much later."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    head = [
+        b"POST /admin/rollout HTTP/1.1",
+        b"Host: proxy",
+        b"Connection: close",
+        b"Authorization: Bearer " + KEY.encode(),
+        b"Content-Type: application/json",
+        *headers,
+    ]
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + (body[:-1] if pause else body))
+        if pause:
+            time.sleep(pause)
+            with contextlib.suppress(OSError):  # the proxy answered and closed first
+                sock.sendall(body[-1:])
+        data = b""
+        with contextlib.suppress(ConnectionResetError):  # closed with our bytes unread
+            while chunk := sock.recv(65536):
+                data += chunk
+    return data
+
+
+def error_of(response: bytes) -> tuple[int, dict[str, object]]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)["error"]
+
+
+def test_a_body_that_does_not_match_its_content_encoding_is_a_400(proxy: BackgroundServer) -> None:
+    # Before: `request.read()` raised aiohttp's payload error past the handler, a 500.
+    body = b'{"percent": 10, "reason": "x"}'
+    length = b"Content-Length: %d" % len(body)
+    status, error = error_of(send_raw(proxy, [b"Content-Encoding: gzip", length], body))
+    assert status == 400
+    assert "Content-Encoding" in str(error["message"])
+    # The same body, gzipped as it says, is read (and refused for what it asks, not how).
+    packed = gzip.compress(b'{"percent": "ten"}')
+    headers = [b"Content-Encoding: gzip", b"Content-Length: %d" % len(packed)]
+    status, error = error_of(send_raw(proxy, headers, packed))
+    assert (status, error["param"]) == (400, "percent")
+
+
+def test_a_body_over_the_servers_limit_is_a_413(proxy: BackgroundServer) -> None:
+    body = b'{"percent": 10, "reason": "' + b"x" * 8000 + b'"}'
+    response = send_raw(proxy, [b"Content-Length: %d" % len(body)], body)
+    status, error = error_of(response)
+    assert (status, error["code"]) == (413, "request_too_large")
+
+
+def test_a_trickled_body_is_cut_off_at_the_servers_body_timeout(proxy: BackgroundServer) -> None:
+    # Before: an admin request could hold its connection for as long as its body trickled.
+    body = b'{"percent": 10, "reason": "slow"}'
+    response = send_raw(proxy, [b"Content-Length: %d" % len(body)], body, pause=3.0)
+    status, error = error_of(response)
+    assert (status, error["code"]) == (408, "request_timeout")
