@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from kvmigrate.proxy.errors import ProxyError, bad_request
+from kvmigrate.proxy.errors import ProxyError, bad_request, shown
 
 _MODEL_KEY = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 # A body holding `model` twice is read one way here (the last wins) and maybe the other way
@@ -87,7 +87,7 @@ def _refuse_duplicate_keys(raw: bytes) -> int:
     seen: set[str] = set()
     for key, _value in top[0] if top else []:
         if key in seen:
-            raise bad_request(f"The request body repeats the key `{key}`.", param=key)
+            raise bad_request(f"The request body repeats the key `{shown(key)}`.", param=shown(key))
         seen.add(key)
     return -1
 

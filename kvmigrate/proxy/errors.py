@@ -5,7 +5,17 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from kvmigrate.logtext import printable
+
 JSON_CONTENT_TYPE = "application/json"
+# A client's own value named in an error (a model, a key, a path) is cut to this: a model
+# name of 100 KB would come back whole in the 404, and in every log that keeps it.
+SHOWN_LIMIT = 256
+
+
+def shown(value: str) -> str:
+    """A client's value as an error message names it: printable and cut to `SHOWN_LIMIT`."""
+    return printable(value, SHOWN_LIMIT)
 
 
 class ProxyError(Exception):
@@ -69,7 +79,7 @@ def unauthorized(message: str) -> ProxyError:
 def model_not_found(model: str) -> ProxyError:
     return ProxyError(
         404,
-        f"The model `{model}` does not exist or you do not have access to it.",
+        f"The model `{shown(model)}` does not exist or you do not have access to it.",
         "invalid_request_error",
         "model_not_found",
         "model",
@@ -82,7 +92,7 @@ def route_not_served(route: str, model: str, backend: str) -> ProxyError:
     would be routed to, so a conversation does not work at 0% and fail at 50%."""
     return ProxyError(
         400,
-        f"The model `{model}` is also served by backend `{backend}`, whose API has no "
+        f"The model `{shown(model)}` is also served by backend `{backend}`, whose API has no "
         f"/v1/{route}; kvmigrate relays each API as it is and never translates one into "
         "another.",
         "invalid_request_error",
@@ -127,7 +137,7 @@ def chain_not_served(backend: str, model: str) -> ProxyError:
     return ProxyError(
         400,
         f"The response this request continues is stored on backend `{backend}`, which does "
-        f"not serve the model `{model}`: continue it with the model that started it.",
+        f"not serve the model `{shown(model)}`: continue it with the model that started it.",
         "invalid_request_error",
         "previous_response_not_served",
         "previous_response_id",

@@ -12,7 +12,7 @@ from types import TracebackType
 
 from kvmigrate.config import BackendConfig, Config
 from kvmigrate.proxy.client import ConnectFailed, HttpClient, Response, SentCall
-from kvmigrate.proxy.errors import bad_request
+from kvmigrate.proxy.errors import bad_request, shown
 from kvmigrate.proxy.headers import candidate_allowlist
 from kvmigrate.proxy.kinds import kind_of
 from kvmigrate.proxy.replicas import ReplicaSet
@@ -112,7 +112,7 @@ def safe_suffix(suffix: str) -> str:
         or "@" in suffix
         or suffix.startswith("/")
     ):
-        raise bad_request(f"Unsupported path: /v1/{suffix}")
+        raise bad_request(f"Unsupported path: /v1/{shown(suffix)}")
     return suffix
 
 

@@ -191,3 +191,31 @@ def test_the_candidates_context_length_error_reads_like_the_primarys(
         "invalid_request_error",
     )
     assert "maximum context length" in error.message
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"model": "%s", "messages": []}', 404),
+        (b'{"model": "gpt-4o-mini", "%s": 1, "%s": 2, "model": "gpt-4o-mini"}', 400),
+    ],
+)
+def test_an_error_names_a_clients_value_cut_short(
+    make_proxy: ProxyFactory,
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+    body: bytes,
+    status: int,
+) -> None:
+    # Before: a 100 KB model name (or repeated key) came back whole in the error message.
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    name = b"m\\u001b" + b"x" * 100_000
+    got, envelope = raw_post(proxy.url, "/v1/chat/completions", body.replace(b"%s", name))
+    assert got == status
+    error = envelope["error"]
+    assert isinstance(error, dict)
+    message = str(error["message"])
+    assert "m\\x1bxxx" in message  # named, escaped
+    assert len(message) < 600
+    assert error["param"] is None or len(str(error["param"])) < 300
+    assert seen == []
