@@ -157,6 +157,14 @@ def test_the_same_key_inside_nested_objects_is_fine(raw: bytes) -> None:
             "The request body repeats the key `model`.",
             "model",
         ),
+        # The proxy routes a Responses turn to the backend holding the response it names:
+        # read as the last one here, and as the first by a backend, it would continue
+        # another chain than the one routed.
+        (
+            b'{"model": "a", "previous_response_id": "resp_1", "previous_response_id": "r2"}',
+            "The request body repeats the key `previous_response_id`.",
+            "previous_response_id",
+        ),
     ],
 )
 def test_error_envelopes_are_exact(raw: bytes, message: str, param: str | None) -> None:
@@ -237,3 +245,44 @@ def test_a_body_too_deep_to_re_encode_is_a_400() -> None:
         with_model(parse_body(raw), "meta-llama/Llama-3.1-8B-Instruct")
     assert caught.value.status == 400
     assert "too deeply" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # The key once at the top and once inside an item: not a repeat.
+        b'{"model": "m", "previous_response_id": "resp_1", "input": [{"previous_response_id": 1}]}',
+        b'{"model": "m", "input": "the key \\"previous_response_id\\" twice: previous_response_id"}',
+    ],
+)
+def test_a_chained_body_naming_its_key_again_below_the_top_is_taken(raw: bytes) -> None:
+    assert parse_body(raw).data["model"] == "m"
+
+
+# A long agent body: its `"model"` and escapes are found by `kvmigrate.bytescan`, each
+# `\u00` looked at where it is (a tool's coloured output writes many `\u001b`).
+COLOURED = b",".join(
+    b'{"role": "tool", "content": "\\u001b[31mFAIL\\u001b[0m %d"}' % i for i in range(400)
+)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages": [' + COLOURED + b'], "model": "a", "mod\\u0065l": "b"}',
+        b'{"messages": [' + COLOURED + b'], "mod\\u0065l": "b", "model": "a"}',
+        b'{"mod\\u0065l": "b", "messages": [' + COLOURED + b'], "model": "a"}',
+        b'{"model": "a", "messages": [' + COLOURED + b'], "model": "b"}',
+    ],
+)
+def test_a_long_body_repeating_its_model_is_refused(raw: bytes) -> None:
+    with pytest.raises(ProxyError) as caught:
+        parse_body(raw)
+    assert "repeats the key `model`" in caught.value.message
+
+
+def test_a_long_body_with_escaped_control_characters_keeps_its_model_splice() -> None:
+    raw = b'{"messages": [' + COLOURED + b'], "model": "a"}'
+    body = parse_body(raw)
+    assert body.model_at == raw.find(b'"model"')
+    assert orjson.loads(with_model(body, "served"))["model"] == "served"

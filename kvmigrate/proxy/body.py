@@ -14,17 +14,23 @@ from typing import Any
 
 import orjson
 
+from kvmigrate import bytescan
 from kvmigrate.proxy.errors import ProxyError, bad_request, shown
 
 _MODEL_KEY = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 # A body holding `model` twice is read one way here (the last wins) and maybe the other way
-# upstream: it would pass the allowlist as one model and be served as another. Only this
-# key is scanned for (each scanned key costs about one more pass over the body); `stream`
-# decides nothing here (the upstream's content type does).
+# upstream: it would pass the allowlist as one model and be served as another. Each scanned
+# key costs about one more pass over the body, so only the keys the proxy decides on are:
+# `model` always, and `previous_response_id` when the body has one (the proxy sends the
+# request to the backend holding that response; a backend that kept the first would
+# continue another chain). `stream` decides nothing here (the upstream's content type does).
 _MODEL_SPELLING = b'"model"'
+_PREVIOUS_SPELLING = b'"previous_response_id"'
 # A printable ASCII letter written as `\u00XX`: no encoder needs that, but `"mod\u0065l"`
 # is `model` to every parser while the byte scan above would not see it.
 _ESCAPED_ASCII = re.compile(rb"\\u00[4-7][0-9a-fA-F]")
+_ESCAPE = b"\\u00"
+_ESCAPES_LOOKED_AT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +57,7 @@ def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
         raise bad_request(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.")
-    model_at = _refuse_duplicate_keys(raw)
+    model_at = _refuse_duplicate_keys(raw, "previous_response_id" in data)
     model = data.get("model")
     if not isinstance(model, str) or not model:
         if require_model:
@@ -63,14 +69,19 @@ def parse_body(raw: bytes, require_model: bool = True) -> RequestBody:
     return RequestBody(raw, data, model, model_at)
 
 
-def _refuse_duplicate_keys(raw: bytes) -> int:
+def _refuse_duplicate_keys(raw: bytes, chained: bool) -> int:
     """A 400 for a body whose top level repeats a key. The cheap test first: `"model"`
     spelled once (its first and last occurrence coincide) cannot be duplicated, and that
-    costs one memory-speed pass, not a second parse. Only a body where it occurs twice,
+    costs one memory-speed pass, not a second parse; for a `chained` body (one with a
+    `previous_response_id`), that key spelled once too. Only a body where one occurs twice,
     anywhere (or one that escapes a letter), is parsed again, and then every top-level key
     is checked. Returns where the cheap test found `"model"` spelled once (else -1)."""
-    first = raw.find(_MODEL_SPELLING)
-    if first == raw.rfind(_MODEL_SPELLING) and not (b"\\u00" in raw and _ESCAPED_ASCII.search(raw)):
+    once, first = bytescan.spelled_once(raw, _MODEL_SPELLING)
+    if (
+        once
+        and not _escapes_a_letter(raw)
+        and not (chained and not bytescan.spelled_once(raw, _PREVIOUS_SPELLING)[0])
+    ):
         return first
     top: list[list[tuple[str, Any]]] = []
 
@@ -90,6 +101,22 @@ def _refuse_duplicate_keys(raw: bytes) -> int:
             raise bad_request(f"The request body repeats the key `{shown(key)}`.", param=shown(key))
         seen.add(key)
     return -1
+
+
+def _escapes_a_letter(raw: bytes) -> bool:
+    """Whether the body writes a letter as `\\u00XX`. The first few `\\u00` are found at
+    memory speed and the letter checked where each is; most bodies have none or a few (a
+    regular expression over a whole 100 KB body cost 80 us). Past `_ESCAPES_LOOKED_AT` of
+    them (a tool's coloured output holds many `\\u001b`), the expression takes the rest,
+    as a loop over each would cost more."""
+    at = bytescan.find(raw, _ESCAPE)
+    for _ in range(_ESCAPES_LOOKED_AT):
+        if at < 0:
+            return False
+        if _ESCAPED_ASCII.match(raw, at):
+            return True
+        at = bytescan.find(raw, _ESCAPE, at + 1)
+    return at >= 0 and _ESCAPED_ASCII.search(raw, at) is not None
 
 
 def _too_deep() -> ProxyError:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from kvmigrate import bytescan
 from kvmigrate.exchange import Exchange
 from kvmigrate.percentile import percentile
 from kvmigrate.policies import Mode
@@ -117,7 +118,7 @@ class RollbackWatcher:
         if (
             exchange.backend != self._primary
             and exchange.route in TOOL_ROUTES
-            and b'"tools"' in exchange.request_body
+            and bytescan.contains(exchange.request_body, b'"tools"')
         ):
             self._unchecked.append(exchange)  # parsed off the response path, once a second
         failed = is_backend_error(exchange.status, exchange.error)
