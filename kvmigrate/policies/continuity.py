@@ -30,6 +30,8 @@ LINK_PREFIX = "c:"  # continuity links in the store's link map (issue 17 adds re
 # before this one has linked the answer (a fast client), still finds its conversation.
 REQUEST_PREFIX = "q:"
 
+# Checks are `isinstance(x, (dict, Mapping))`: a parsed body's objects are dicts, which a C
+# check answers, where Mapping alone is an ABC's check, a quarter of a message's encoding.
 Encoded = tuple[str, bytes]  # (role, normalised bytes) of one non-system message
 # A link is this many hex digits of its history's digest (16 bytes, as links have been).
 LINK_DIGITS = 32
@@ -112,6 +114,8 @@ def answer_digest(hasher: RunningDigest, answer: Sequence[Encoded]) -> str:
 
 
 def encode(role: str, text: str, calls: Sequence[tuple[str, Any]] = (), ref: str = "") -> Encoded:
+    if not calls:  # most messages: one copy of the text, not three (join, append, encode)
+        return role, f"{role}\x1f{text}\x1f{ref}\x1e".encode("utf-8", "surrogatepass")
     parts = [role, text, ref]
     for name, arguments in calls:
         parts += [name, canonical_arguments(arguments)]
@@ -142,7 +146,7 @@ def text_of(content: Any) -> str:
     for part in content:
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, Mapping):
+        elif isinstance(part, dict) or isinstance(part, Mapping):
             text = part.get("text")
             if isinstance(text, str):
                 texts.append(text)
@@ -160,8 +164,8 @@ def chat_message(message: Mapping[str, Any]) -> Encoded | None:
         return None
     calls = []
     for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping):
+        function = call.get("function") if isinstance(call, (dict, Mapping)) else None
+        if isinstance(function, dict) or isinstance(function, Mapping):
             calls.append((str(function.get("name") or ""), function.get("arguments") or ""))
     ref = message.get("tool_call_id")
     return encode(role, text_of(message.get("content")), calls, ref if isinstance(ref, str) else "")
@@ -171,7 +175,7 @@ def chat_request(body: Mapping[str, Any]) -> list[Encoded] | None:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
-    return [e for m in messages if isinstance(m, Mapping) and (e := chat_message(m))]
+    return [e for m in messages if isinstance(m, (dict, Mapping)) and (e := chat_message(m))]
 
 
 def chat_answer(response: Mapping[str, Any]) -> list[Encoded]:
@@ -179,7 +183,7 @@ def chat_answer(response: Mapping[str, Any]) -> list[Encoded]:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         return []
     message = choices[0].get("message")
-    encoded = chat_message(message) if isinstance(message, Mapping) else None
+    encoded = chat_message(message) if isinstance(message, (dict, Mapping)) else None
     return [encoded] if encoded else []
 
 
@@ -189,7 +193,7 @@ def chat_answer(response: Mapping[str, Any]) -> list[Encoded]:
 def responses_item(item: Any) -> Encoded | None:
     if isinstance(item, str):
         return encode("user", item)
-    if not isinstance(item, Mapping):
+    if not isinstance(item, (dict, Mapping)):
         return None
     kind = item.get("type", "message")
     if kind == "message":
@@ -237,7 +241,7 @@ def anthropic_message(message: Mapping[str, Any]) -> Encoded | None:
     calls: list[tuple[str, Any]] = []
     refs: list[str] = []
     for block in content if isinstance(content, list) else ():
-        if not isinstance(block, Mapping):
+        if not isinstance(block, (dict, Mapping)):
             continue
         kind = block.get("type")
         if kind == "text":
@@ -256,7 +260,7 @@ def anthropic_request(body: Mapping[str, Any]) -> list[Encoded] | None:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
-    return [e for m in messages if isinstance(m, Mapping) and (e := anthropic_message(m))]
+    return [e for m in messages if isinstance(m, (dict, Mapping)) and (e := anthropic_message(m))]
 
 
 def anthropic_answer(response: Mapping[str, Any]) -> list[Encoded]:
