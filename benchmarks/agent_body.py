@@ -5,6 +5,9 @@ more, and every pass the proxy makes over a body is paid on each turn. For histo
 turns (about 1.9 KB a turn, written as the OpenAI SDKs write them: `messages` first), the
 forwarding proxy (pinned to core 0; `raw_stub.py` and `wrk` on core 1) serves non-streamed
 requests at 16 connections; printed per size: req/s, the proxy's CPU a request and a KB.
+With `--setup default`, the default deployment instead: every request copied to the
+candidate (the same stub), the recorder and the cache-buster detector on, the CPU of their
+worker processes counted with the proxy's.
 
 Each body continues a conversation the proxy knows (a warm-up turn is answered first, and
 the body resends that answer), as an agent's turns do: its identity is the in-process
@@ -15,6 +18,7 @@ checkout's proxy is measured too, cell by cell in turn with this one, and the ra
 their CPU a request printed: both on the same machine's hour.
 
     python benchmarks/agent_body.py [--turns 0,30,60,120] [--baseline DIR] [--reps 3]
+        [--setup forwarding|default]
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from upstream_stub import COMPLETION
 
 ANSWER = orjson.loads(COMPLETION)["choices"][0]["message"]["content"]
 SYSTEM = "You are a careful coding agent. Current time: 2026-12-05T09:00:00Z. " * 20
+# (shadow_sample, recorder and detector on), as proxy_overhead.py's kvmigrate and kv+full
+SETUPS = {"forwarding": (0.0, False), "default": (1.0, True)}
 TURN = "The build log shows a flaky fixture in tests/test_api.py; here is its output:\n" * 12
 
 
@@ -106,7 +112,7 @@ def measure(
         for name in list(checkouts) if rep % 2 == 0 else list(reversed(checkouts)):
             port = free_port()
             cfg = tmp / f"{name}-{turns}-{rep}.yaml"
-            kvmigrate_config(cfg, port, stub, 0.0, False)
+            kvmigrate_config(cfg, port, stub, *SETUPS[args.setup])
             argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(cfg)]
             with process(pinned(0, argv), port, env={"PYTHONPATH": checkouts[name]}) as proc:
                 base = f"http://127.0.0.1:{port}"
@@ -125,6 +131,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout to measure in turn")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--setup", choices=tuple(SETUPS), default="forwarding")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
