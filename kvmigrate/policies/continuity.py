@@ -146,7 +146,7 @@ def text_of(content: Any) -> str:
     for part in content:
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, dict) or isinstance(part, Mapping):
+        elif isinstance(part, (dict, Mapping)):
             text = part.get("text")
             if isinstance(text, str):
                 texts.append(text)
@@ -165,7 +165,7 @@ def chat_message(message: Mapping[str, Any]) -> Encoded | None:
     calls = []
     for call in message.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, (dict, Mapping)) else None
-        if isinstance(function, dict) or isinstance(function, Mapping):
+        if isinstance(function, (dict, Mapping)):
             calls.append((str(function.get("name") or ""), function.get("arguments") or ""))
     ref = message.get("tool_call_id")
     return encode(role, text_of(message.get("content")), calls, ref if isinstance(ref, str) else "")
