@@ -19,7 +19,7 @@ from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
-from kvmigrate.proxy.intake import authorize
+from kvmigrate.proxy.intake import authorize, expect_handler
 from kvmigrate.proxy.paths import MODEL_ROUTES
 from kvmigrate.proxy.rollout_source import RolloutSource
 from kvmigrate.proxy.service import ProxyService
@@ -71,15 +71,19 @@ def build_proxy_app(
     )
     app[SERVICE_KEY] = service
     app[CONNECTION_LIMITS] = _connection_limits(config, service)
+    expect = expect_handler(
+        config.server, lambda status: service.metrics.client_errors.labels(str(status)).inc()
+    )
     for route in MODEL_ROUTES:
-        app.router.add_post(f"/v1/{route}", partial(service.handle_model_route, path=route))
+        handler = partial(service.handle_model_route, path=route)
+        app.router.add_post(f"/v1/{route}", handler, expect_handler=expect)
     app.router.add_get("/v1/models", partial(list_models, config))
     # Named `suffix`: a name that is no alias is the primary's to answer (pass-through).
     app.router.add_get("/v1/{suffix:models/.+}", partial(get_model, config))
     app.router.add_get("/health", health)
     app.router.add_get("/ready", partial(ready, service, Readiness()))
     app.router.add_get("/metrics", partial(metrics, service))
-    app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough)
+    app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough, expect_handler=expect)
     app.on_startup.append(lambda _app: service.start())
     app.on_cleanup.append(lambda _app: service.close())
     return app

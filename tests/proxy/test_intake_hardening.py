@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import socket
 
 import orjson
 import pytest
@@ -164,3 +165,65 @@ def test_a_gzipped_body_is_forwarded_decoded(
     served = seen[0]
     assert orjson.loads(served.body)["model"] == HOSTED_MODEL
     assert "content-encoding" not in {name.lower() for name in served.headers}
+
+
+def expect_continue(url: str, path: bytes, length: int, body: bytes) -> tuple[bytes, bytes]:
+    """Headers with `Expect: 100-continue`, then (what came first, everything): the body is
+    sent only when the first answer is `100 Continue`, as curl does."""
+    host, port = url.removeprefix("http://").split(":")
+    head = [
+        b"POST " + path + b" HTTP/1.1",
+        b"Host: proxy",
+        b"Connection: close",
+        b"Content-Type: application/json",
+        b"Content-Length: %d" % length,
+        b"Expect: 100-continue",
+    ]
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n")
+        first = sock.recv(65536)
+        if first.startswith(b"HTTP/1.1 100"):
+            sock.sendall(body)
+        data = first
+        while not _answered(data):
+            data += sock.recv(65536)
+    return first, data
+
+
+def _answered(data: bytes) -> bool:
+    """Whether `data` holds a final answer whole (its body by Content-Length)."""
+    if data.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"):
+        data = data[len(b"HTTP/1.1 100 Continue\r\n\r\n") :]
+    head, found, body = data.partition(b"\r\n\r\n")
+    lengths = [line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")]
+    return bool(found and lengths) and len(body) >= int(lengths[0].split(b":")[1])
+
+
+@pytest.mark.parametrize("path", [b"/v1/chat/completions", b"/v1/messages", b"/v1/files"])
+def test_an_oversized_body_announced_with_expect_is_refused_before_it_is_sent(
+    make_proxy: ProxyFactory, recording_upstream: Upstream, path: bytes
+) -> None:
+    # Before: `100 Continue` first, so the client uploaded what the 413 then refused.
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, extra="server: {max_body_bytes: 4096}"
+    )
+    first, whole = expect_continue(proxy.url, path, 10_000_000, b"")
+    assert status_of(first) == 413, first[:300]
+    assert b"connection: close" in whole.partition(b"\r\n\r\n")[0].lower()
+    error = error_of(whole)
+    assert error["type"] in ("invalid_request_error", "request_too_large")
+    if path == b"/v1/messages":
+        assert orjson.loads(whole.partition(b"\r\n\r\n")[2])["type"] == "error"
+    assert seen == []
+
+
+def test_a_body_within_the_limit_announced_with_expect_is_continued_and_served(
+    make_proxy: ProxyFactory, recording_upstream: Upstream
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    first, whole = expect_continue(proxy.url, b"/v1/chat/completions", len(CHAT), CHAT)
+    assert first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert status_of(whole[len(b"HTTP/1.1 100 Continue\r\n\r\n") :]) == 200, whole[:300]
+    assert orjson.loads(seen[0].body)["model"] == HOSTED_MODEL
