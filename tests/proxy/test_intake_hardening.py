@@ -227,3 +227,46 @@ def test_a_body_within_the_limit_announced_with_expect_is_continued_and_served(
     assert first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
     assert status_of(whole[len(b"HTTP/1.1 100 Continue\r\n\r\n") :]) == 200, whole[:300]
     assert orjson.loads(seen[0].body)["model"] == HOSTED_MODEL
+
+
+def send_chunked(url: str, body: bytes, piece: int = 1000) -> bytes:
+    """A request whose body is sent chunked (no Content-Length), in pieces of `piece`."""
+    host, port = url.removeprefix("http://").split(":")
+    head = b"\r\n".join(
+        [
+            b"POST /v1/chat/completions HTTP/1.1",
+            b"Host: proxy",
+            b"Connection: close",
+            b"Content-Type: application/json",
+            b"Transfer-Encoding: chunked",
+        ]
+    )
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + piece]), body[i : i + piece])
+        for i in range(0, len(body), piece)
+    )
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head + b"\r\n\r\n" + chunks + b"0\r\n\r\n")
+        data = b""
+        while not _answered(data):
+            data += sock.recv(65536)
+    return data
+
+
+def test_a_chunked_body_is_read_whole_and_one_over_the_limit_is_a_413(
+    make_proxy: ProxyFactory, recording_upstream: Upstream
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, extra="server: {max_body_bytes: 8192}"
+    )
+    content = "a" * 5000
+    body = orjson.dumps(
+        {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}]}
+    )
+    assert status_of(send_chunked(proxy.url, body)) == 200
+    assert orjson.loads(seen[0].body)["messages"][0]["content"] == content
+    big = body.replace(content.encode(), b"a" * 9000)
+    response = send_chunked(proxy.url, big)
+    assert status_of(response) == 413, response[:300]
+    assert error_of(response)["code"] == "request_too_large"
