@@ -1,6 +1,6 @@
 """What recording costs the proxy's event loop: timer lateness while records stream in.
 
-    .venv/bin/python benchmarks/recorder_loop_lag.py [--rate 4000] [--seconds 5]
+    .venv/bin/python benchmarks/recorder_loop_lag.py [--rate 4000] [--seconds 5] [--system-kb 0]
 
 An asyncio loop (the proxy's, in miniature) wakes every millisecond, hands `rate` records
 per second to the recorder with `exchange_done`, and notes how late each wake-up was. The
@@ -54,6 +54,10 @@ def _measure(
     worker: str | None, args: argparse.Namespace, tmp: str
 ) -> tuple[float | None, float | None, int, float]:
     messages, chunks = _payload()
+    if args.system_kb:  # a long agent's turn: every request resends a long prompt
+        messages = [
+            {"role": "system", "content": "You are a coding agent. " * (args.system_kb * 43)}
+        ]
     count = int(args.rate * args.seconds)
     exchanges = [_exchange(i, messages, chunks) for i in range(count)]
     recorder = None
@@ -92,6 +96,9 @@ def main() -> None:
         help="worker processes (default: record.workers' default)",
     )
     parser.add_argument("--skip-thread", action="store_true", help="no thread set-up")
+    parser.add_argument(
+        "--system-kb", type=int, default=0, help="a system prompt of about this many KB"
+    )
     args = parser.parse_args()
     print(f"{args.rate:,} records/s for {args.seconds:g} s; event-loop lateness per 1 ms tick")
     with tempfile.TemporaryDirectory() as tmp:
