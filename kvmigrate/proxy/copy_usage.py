@@ -22,7 +22,8 @@ def with_usage(call: Call, body: RequestBody, path: str = "") -> Call:
     if "stream_options" not in body.data and start[:1] == b"{":
         # Spliced in front, as `model` is: re-encoding the copy's whole body (an agent's
         # context, often 100 KB) was a parse and a dump per shadow copy.
-        spliced = b'{"stream_options":{"include_usage":true},' + start[1:]
+        # Joined from a view: one copy of the body, where a slice and a sum made two.
+        spliced = b"".join((b'{"stream_options":{"include_usage":true},', memoryview(start)[1:]))
         return Call(call.method, call.url, spliced, call.headers)
     data = orjson.loads(call.body)
     data["stream_options"] = {
