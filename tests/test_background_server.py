@@ -17,7 +17,11 @@ from kvmigrate.serving import BackgroundServer
 
 def _app_whose_cleanup_takes(seconds: float, done: threading.Event) -> web.Application:
     app = web.Application()
-    app.router.add_get("/health", lambda _: web.Response(text="ok"))
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_get("/health", health)
 
     async def slow_cleanup(_: web.Application) -> None:
         await asyncio.sleep(seconds)
