@@ -140,7 +140,10 @@ class _Copy:
         if sent is None:
             return self.run(exchange)
         return CopyFlight(
-            sent.response, lambda r: self.collected(r, exchange, dispatcher), dispatcher.failed
+            sent.response,
+            exchange.chunks,  # bounded: a candidate's 1 GB answer is not kept whole
+            lambda r: self.collected(r, exchange, dispatcher),
+            dispatcher.failed,
         )
 
     def exchange(self) -> Exchange:
@@ -199,7 +202,6 @@ class _Copy:
         else:
             exchange.status = response.status
             exchange.first_byte = response.first_body_at or None
-            exchange.chunks.extend(response.take_body())
             if error is not None:
                 exchange.error = break_kind(error)
             else:

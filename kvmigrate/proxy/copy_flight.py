@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from kvmigrate.proxy.client import Response
+from kvmigrate.proxy.client import ChunkSink, Response
 
 # Called once with the answer, whole or failed; with None when the flight was cancelled.
 Finish = Callable[[Response | None], None]
@@ -18,15 +18,18 @@ class CopyFlight:
 
     __slots__ = ("_done", "_ended", "_failed", "_finish", "_response")
 
-    def __init__(self, response: Response, finish: Finish, failed: Callable[[], None]) -> None:
-        """`failed` is called, inside an except block, when `finish` raises: a copy's
-        failure is counted and logged, and never reaches the loop's exception handler."""
+    def __init__(
+        self, response: Response, into: ChunkSink, finish: Finish, failed: Callable[[], None]
+    ) -> None:
+        """The answer's body parts go to `into` as they arrive. `failed` is called, inside
+        an except block, when `finish` raises: a copy's failure is counted and logged, and
+        never reaches the loop's exception handler."""
         self._response = response
         self._finish = finish
         self._failed = failed
         self._done: Callable[[CopyFlight], object] | None = None
         self._ended = False
-        response.collect(self._collected)
+        response.collect(self._collected, into)
 
     def add_done_callback(self, callback: Callable[[CopyFlight], object], /) -> None:
         """The one callback of whoever holds the flight (`BoundedTasks`): a second would

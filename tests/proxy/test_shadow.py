@@ -9,8 +9,21 @@ import time
 
 import openai
 import pytest
-from proxy_support import CHAT_COMPLETION, FAULTS_ALLOWED, HOSTED_MODEL, ProxyFactory, RunningProxy
+from proxy_support import (
+    CHAT_COMPLETION,
+    FAULTS_ALLOWED,
+    HOSTED_MODEL,
+    Backends,
+    ProxyFactory,
+    RunningProxy,
+    proxy_config,
+)
 from settling import counted
+
+from kvmigrate.exchange import Exchange
+from kvmigrate.proxy import build_proxy_app
+from kvmigrate.serving import BackgroundServer
+from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
 CANDIDATE_FAULTS = [
     "vllm:500",
@@ -230,5 +243,90 @@ def test_a_copy_whose_kept_alive_connection_was_dropped_goes_again(
         assert proxy.metric("kvmigrate_errors_total", role="shadow") == 0
         assert (candidate.answered, candidate.connections) == (3, 3)
     finally:
+        candidate.shutdown()
+        candidate.server_close()
+
+
+class AnswersHugeAfterTheFirst(socketserver.ThreadingTCPServer):
+    """A candidate gone wrong: its first answer is a normal one (so a kept-alive connection
+    waits idle for the next copy), every later one is `huge` bytes long."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, huge: int) -> None:
+        super().__init__(("127.0.0.1", 0), _AnswerHugeAfterTheFirst)
+        self.huge = huge
+        self.answered = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _AnswerHugeAfterTheFirst(socketserver.StreamRequestHandler):
+    server: AnswersHugeAfterTheFirst
+
+    def handle(self) -> None:
+        while True:
+            length = 0
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if line == b"":
+                return
+            self.rfile.read(length)
+            first = self.server.answered == 0
+            self.server.answered += 1
+            size = len(json.dumps(CHAT_COMPLETION)) if first else self.server.huge
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            self.wfile.write(head + b"Content-Length: %d\r\n\r\n" % size)
+            if first:
+                self.wfile.write(json.dumps(CHAT_COMPLETION).encode())
+                continue
+            block = b" " * (1 << 20)
+            for _ in range(size >> 20):
+                self.wfile.write(block)
+
+
+class Exchanges:
+    """An addon that keeps every exchange the proxy reports."""
+
+    def __init__(self) -> None:
+        self.seen: list[Exchange] = []
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        self.seen.append(exchange)
+
+
+def test_a_candidate_answer_far_over_the_record_cap_is_not_kept_whole(
+    backends: Backends,
+) -> None:
+    """A copy sent on an idle connection is collected by its answer's callbacks, which never
+    pause reading: a candidate that answers 48 MB must not have all of it held by the proxy
+    (256 such copies would be 12 GB). The copy keeps the head and the tail the recorder
+    keeps of any answer, and counts the rest."""
+    huge = 6 * MAX_RECORDED_BYTES
+    candidate = AnswersHugeAfterTheFirst(huge)
+    threading.Thread(target=candidate.serve_forever, daemon=True).start()
+    exchanges = Exchanges()
+    config = proxy_config(
+        backends.hosted.url, candidate.url, "{mode: shadow, shadow_sample: 1.0, noise_sample: 0}"
+    )
+    server = BackgroundServer(lambda: build_proxy_app(config, addons=[exchanges])).start()
+    proxy = RunningProxy(server, config)
+    try:
+        for seed in range(2):
+            text, _ = ask(proxy, "", stream=False, seed=seed)
+            assert text
+            assert settled_copies(proxy, answers=seed + 1) == seed + 1
+        copies = [e for e in exchanges.seen if e.role == "shadow"]
+        assert [c.status for c in copies] == [200, 200]
+        kept = sum(map(len, copies[1].chunks))
+        assert kept <= MAX_RECORDED_BYTES + 9 * (1 << 20)
+        assert kept + copies[1].chunks.dropped == huge
+        assert candidate.answered == 2
+    finally:
+        server.stop()
         candidate.shutdown()
         candidate.server_close()

@@ -22,8 +22,9 @@ from kvmigrate.proxy.client.connection import HIGH_WATER
 URL_PATH = "/v1/chat/completions"
 
 
-async def collect(http: HttpClient, url: str) -> tuple[Response, int]:
-    """Send a call on an idle connection and collect its answer; the count of hand-overs."""
+async def collect(http: HttpClient, url: str) -> tuple[Response, int, list[bytes]]:
+    """Send a call on an idle connection and collect its answer; the count of hand-overs,
+    and the body's parts as they were handed to the sink."""
     sent = http.send_now("POST", url + URL_PATH, {}, b"{}")
     assert sent is not None, "no idle connection: a call before must have left one"
     ended = asyncio.Event()
@@ -33,10 +34,11 @@ async def collect(http: HttpClient, url: str) -> tuple[Response, int]:
         calls.append(1)
         ended.set()
 
-    sent.response.collect(done)
+    parts: list[bytes] = []
+    sent.response.collect(done, parts)
     await asyncio.wait_for(ended.wait(), 10)
     await asyncio.sleep(0.05)  # a second hand-over would come by now
-    return sent.response, len(calls)
+    return sent.response, len(calls), parts
 
 
 async def warm(http: HttpClient, server: Scripted) -> None:
@@ -74,14 +76,14 @@ def test_a_collected_answer_is_kept_whole_past_the_high_water_mark() -> None:
             http = client()
             await warm(http, server)
             sent_at = time.perf_counter()
-            response, handed_over = await collect(http, server.url)
+            response, handed_over, parts = await collect(http, server.url)
             assert handed_over == 1
             assert (response.status, response.error) == (200, None)
-            assert sum(len(c) for c in response.take_body()) == total
+            assert sum(len(c) for c in parts) == total
             assert sent_at < response.first_body_at < time.perf_counter()
             response.close()
-            second, _ = await collect(http, server.url)
-            assert (second.status, b"".join(second.take_body())) == (200, b"{}")
+            second, _, parts = await collect(http, server.url)
+            assert (second.status, b"".join(parts)) == (200, b"{}")
             second.close()
             await http.close()
         assert server.connections == 1
@@ -105,11 +107,11 @@ def test_a_collected_answer_times_out_on_silence_with_bytes_buffered() -> None:
         async with scripted(stalls_mid_body) as server:
             http = client(read_timeout=0.5)
             await warm(http, server)
-            response, handed_over = await collect(http, server.url)
+            response, handed_over, parts = await collect(http, server.url)
             assert handed_over == 1
             assert response.status == 200
             assert isinstance(response.error, ReadTimeout)
-            assert response.take_body() == [b"abc"]
+            assert parts == [b"abc"]
             response.close()
             await http.close()
 
@@ -123,7 +125,7 @@ def test_a_connection_dropped_before_the_answer_is_handed_over_as_such() -> None
         async with scripted(one_answer_per_connection) as server:
             http = client()
             await warm(http, server)
-            response, handed_over = await collect(http, server.url)
+            response, handed_over, _ = await collect(http, server.url)
             assert handed_over == 1
             assert response.status == 0
             assert isinstance(response.error, ServerDisconnected)
@@ -153,7 +155,7 @@ def test_an_answer_closed_before_its_end_is_never_handed_over() -> None:
             sent = http.send_now("POST", server.url + URL_PATH, {}, b"{}")
             assert sent is not None
             calls: list[int] = []
-            sent.response.collect(lambda: calls.append(1))
+            sent.response.collect(lambda: calls.append(1), [])
             sent.response.close()
             await asyncio.sleep(0.6)
             assert calls == []

@@ -1,6 +1,6 @@
 """The proxy's upstream HTTP/1.1 client (see `pool`), its answers and its errors."""
 
-from kvmigrate.proxy.client.connection import Response
+from kvmigrate.proxy.client.connection import ChunkSink, Response
 from kvmigrate.proxy.client.errors import (
     TIMEOUTS,
     ConnectFailed,
@@ -15,6 +15,7 @@ from kvmigrate.proxy.client.pool import HttpClient, SentCall
 
 __all__ = [
     "TIMEOUTS",
+    "ChunkSink",
     "ConnectFailed",
     "ConnectTimeout",
     "HttpClient",

@@ -13,7 +13,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import cast
+from typing import Protocol, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -30,6 +30,12 @@ MAX_HEAD_BYTES = 64 * 1024
 HIGH_WATER = 1 << 20
 # Statuses whose answers never have a body (RFC 9110 section 6.4.1), so EOF cannot end one.
 _BODILESS = frozenset({204, 304})
+
+
+class ChunkSink(Protocol):
+    """Where a collected answer's body parts go (`Response.collect`)."""
+
+    def append(self, chunk: bytes, /) -> None: ...
 
 
 class Connection(asyncio.Protocol):
@@ -117,6 +123,7 @@ class Response:
         "_read_timeout",
         "_received",
         "_ref",
+        "_sink",
         "_timer",
         "_until_eof",
         "_waiter",
@@ -165,6 +172,7 @@ class Response:
         self._on_close = on_close
         self._finished: list[Callable[[], None]] = []
         self._collector: Callable[[], None] | None = None
+        self._sink: ChunkSink | None = None
         self.first_body_at = 0.0  # perf_counter at the first body bytes, when collected
         self._read_timeout = read_timeout
         self._last_read = self._loop.time()
@@ -248,11 +256,13 @@ class Response:
     def on_body(self, body: bytes) -> None:
         if self._complete:
             return
-        self._chunks.append(body)
-        if self._collector is not None:  # kept whole: nobody reads it before its end
+        sink = self._sink
+        if sink is not None:  # collected: nobody reads it before its end
             if not self.first_body_at:
                 self.first_body_at = time.perf_counter()
+            sink.append(body)
             return
+        self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused:
             self._paused = True
@@ -309,24 +319,30 @@ class Response:
             parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def collect(self, done: Callable[[], None]) -> None:
-        """Keep the whole body and call `done` once the answer is complete or has failed,
-        instead of a reader waiting for it: then `error` says how it ended and
-        `take_body()` gives the bytes. Not called if the answer is closed first."""
+    def collect(self, done: Callable[[], None], into: ChunkSink) -> None:
+        """Hand every body part to `into` as it arrives, and call `done` once the answer is
+        complete or has failed, instead of a reader waiting for it: then `error` says how it
+        ended. Not called if the answer is closed first. Reading never pauses (nobody reads
+        before the end), so `into` is what bounds the memory an answer holds: a shadow
+        copy's is the exchange's `ChunkLog`, which keeps its head and its tail."""
         self._collector = done
-        if self._chunks and not self.first_body_at:
-            self.first_body_at = time.perf_counter()
+        self._sink = into
+        if self._chunks:
+            if not self.first_body_at:
+                self.first_body_at = time.perf_counter()
+            for chunk in self._chunks:
+                into.append(chunk)
+            self._chunks.clear()
+            self._buffered = 0
+            if self._paused:
+                self._paused = False
+                self.connection.resume_reading()
         if self._complete or self._error is not None:
             self._ended()
 
     @property
     def error(self) -> UpstreamError | None:
         return self._error
-
-    def take_body(self) -> list[bytes]:
-        chunks = list(self._chunks)
-        self._chunks.clear()
-        return chunks
 
     def on_finished(self, callback: Callable[[], None]) -> None:
         if self._closed:
@@ -340,6 +356,7 @@ class Response:
         self._closed = True
         self._parser = None
         self._collector = None
+        self._sink = None
         self._timer.cancel()
         reusable = self._complete and self._keep_alive and self._error is None
         if reusable and self._paused:
