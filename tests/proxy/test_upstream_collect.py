@@ -91,6 +91,34 @@ def test_a_collected_answer_is_kept_whole_past_the_high_water_mark() -> None:
     asyncio.run(main())
 
 
+def test_a_body_sent_a_byte_per_chunk_reaches_the_sink_a_read_at_a_time() -> None:
+    """llhttp hands over each chunk of a chunked body on its own: kept that way, 8 MB sent
+    a byte per chunk would be eight million objects (over 300 MB) for 8 MB of answer."""
+    count = 30_000
+
+    async def byte_chunks(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
+    ) -> None:
+        await past_warm_up(reader, writer, state)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"1\r\nz\r\n" * count + b"0\r\n\r\n")
+        await writer.drain()
+        await keep_alive(reader, writer, state)
+
+    async def main() -> None:
+        async with scripted(byte_chunks) as server:
+            http = client()
+            await warm(http, server)
+            response, handed_over, parts = await collect(http, server.url)
+            assert (handed_over, response.status, response.error) == (1, 200, None)
+            assert b"".join(parts) == b"z" * count
+            assert len(parts) < count // 100
+            response.close()
+            await http.close()
+
+    asyncio.run(main())
+
+
 def test_a_collected_answer_times_out_on_silence_with_bytes_buffered() -> None:
     """Bytes waiting for the end are no reader's to take, so they do not defer the read
     timeout: the upstream's silence ends the answer, with what came and the error."""

@@ -196,6 +196,9 @@ class Response:
             else:
                 self._fail(ProtocolViolation(f"the answer is not valid HTTP/1.1 ({exc})"))
             return
+        finally:
+            if self._sink is not None and self._chunks:
+                self._sink_parts()
         if not self._head_done:  # a head still coming: every byte so far is head
             self._head_read += len(data)
             if self._head_read > MAX_HEAD_BYTES:
@@ -256,13 +259,11 @@ class Response:
     def on_body(self, body: bytes) -> None:
         if self._complete:
             return
-        sink = self._sink
-        if sink is not None:  # collected: nobody reads it before its end
+        self._chunks.append(body)
+        if self._sink is not None:  # collected: the read's parts go to it as one (`feed`)
             if not self.first_body_at:
                 self.first_body_at = time.perf_counter()
-            sink.append(body)
             return
-        self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused:
             self._paused = True
@@ -330,9 +331,7 @@ class Response:
         if self._chunks:
             if not self.first_body_at:
                 self.first_body_at = time.perf_counter()
-            for chunk in self._chunks:
-                into.append(chunk)
-            self._chunks.clear()
+            self._sink_parts()
             self._buffered = 0
             if self._paused:
                 self._paused = False
@@ -378,6 +377,14 @@ class Response:
         )
 
     # -- inside ---------------------------------------------------------------------------
+
+    def _sink_parts(self) -> None:
+        """The body parts one read brought, to the sink as one: an upstream that sends a
+        chunked body a byte per chunk must not cost an object per byte."""
+        chunks = self._chunks
+        assert self._sink is not None
+        self._sink.append(chunks.popleft() if len(chunks) == 1 else b"".join(chunks))
+        chunks.clear()
 
     def _wake(self) -> None:
         waiter = self._waiter
