@@ -187,22 +187,41 @@ def test_no_shadow_copy_for_an_answer_the_primary_failed(
     assert settled_copies(proxy) == expected  # and no copy that should not exist
 
 
-class DropsKeptAliveConnections(socketserver.ThreadingTCPServer):
-    """A candidate that answers the first call on each connection and closes the connection
-    on the next one unanswered, as a server does with a keep-alive connection it timed out
-    just as the proxy reused it."""
+class ScriptedCandidate(socketserver.ThreadingTCPServer):
+    """A candidate written against the socket, for answers no emulator gives."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _AnswerOncePerConnection)
-        self.connections = 0
+    def __init__(self, handler: type[socketserver.StreamRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
         self.answered = 0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def read_call(handler: socketserver.StreamRequestHandler) -> bool:
+    """Read one call's head and body; False at the end of the connection."""
+    length = 0
+    while (line := handler.rfile.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    if line == b"":
+        return False
+    handler.rfile.read(length)
+    return True
+
+
+class DropsKeptAliveConnections(ScriptedCandidate):
+    """A candidate that answers the first call on each connection and closes the connection
+    on the next one unanswered, as a server does with a keep-alive connection it timed out
+    just as the proxy reused it."""
+
+    def __init__(self) -> None:
+        super().__init__(_AnswerOncePerConnection)
+        self.connections = 0
 
 
 class _AnswerOncePerConnection(socketserver.StreamRequestHandler):
@@ -211,13 +230,8 @@ class _AnswerOncePerConnection(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         self.server.connections += 1
         for call in range(2):
-            length = 0
-            while (line := self.rfile.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            if line == b"" or call == 1:
+            if not read_call(self) or call == 1:
                 return  # the second call: closed unanswered
-            self.rfile.read(length)
             body = json.dumps(CHAT_COMPLETION).encode()
             head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             self.wfile.write(head + b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
@@ -247,35 +261,20 @@ def test_a_copy_whose_kept_alive_connection_was_dropped_goes_again(
         candidate.server_close()
 
 
-class AnswersHugeAfterTheFirst(socketserver.ThreadingTCPServer):
+class AnswersHugeAfterTheFirst(ScriptedCandidate):
     """A candidate gone wrong: its first answer is a normal one (so a kept-alive connection
     waits idle for the next copy), every later one is `huge` bytes long."""
 
-    daemon_threads = True
-    allow_reuse_address = True
-
     def __init__(self, huge: int) -> None:
-        super().__init__(("127.0.0.1", 0), _AnswerHugeAfterTheFirst)
+        super().__init__(_AnswerHugeAfterTheFirst)
         self.huge = huge
-        self.answered = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
 
 class _AnswerHugeAfterTheFirst(socketserver.StreamRequestHandler):
     server: AnswersHugeAfterTheFirst
 
     def handle(self) -> None:
-        while True:
-            length = 0
-            while (line := self.rfile.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            if line == b"":
-                return
-            self.rfile.read(length)
+        while read_call(self):
             first = self.server.answered == 0
             self.server.answered += 1
             size = len(json.dumps(CHAT_COMPLETION)) if first else self.server.huge

@@ -9,6 +9,7 @@ import time
 
 from test_upstream_client import (
     OK,
+    Script,
     Scripted,
     client,
     keep_alive,
@@ -56,23 +57,30 @@ async def past_warm_up(
     await state.read_request(reader)
 
 
+def answers_then_keeps_alive(*parts: bytes) -> Script:
+    """A script that answers the collected call with `parts`, each written and drained, then
+    answers every later call on the connection."""
+
+    async def answer(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
+    ) -> None:
+        await past_warm_up(reader, writer, state)
+        for part in parts:
+            writer.write(part)
+            await writer.drain()
+        await keep_alive(reader, writer, state)
+
+    return answer
+
+
 def test_a_collected_answer_is_kept_whole_past_the_high_water_mark() -> None:
     """Nobody reads until the end, so reading must not pause: the whole body arrives, once,
     with the time of its first bytes, and the connection serves the next call."""
     total = 4 * HIGH_WATER
-
-    async def big_then_keep_alive(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await past_warm_up(reader, writer, state)
-        writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n".encode())
-        for _ in range(4):
-            writer.write(b"z" * HIGH_WATER)
-            await writer.drain()
-        await keep_alive(reader, writer, state)
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n".encode()
 
     async def main() -> None:
-        async with scripted(big_then_keep_alive) as server:
+        async with scripted(answers_then_keeps_alive(head, *[b"z" * HIGH_WATER] * 4)) as server:
             http = client()
             await warm(http, server)
             sent_at = time.perf_counter()
@@ -95,15 +103,8 @@ def test_a_body_sent_a_byte_per_chunk_reaches_the_sink_a_read_at_a_time() -> Non
     """llhttp hands over each chunk of a chunked body on its own: kept that way, 8 MB sent
     a byte per chunk would be eight million objects (over 300 MB) for 8 MB of answer."""
     count = 30_000
-
-    async def byte_chunks(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: Scripted
-    ) -> None:
-        await past_warm_up(reader, writer, state)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        writer.write(b"1\r\nz\r\n" * count + b"0\r\n\r\n")
-        await writer.drain()
-        await keep_alive(reader, writer, state)
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    byte_chunks = answers_then_keeps_alive(head, b"1\r\nz\r\n" * count + b"0\r\n\r\n")
 
     async def main() -> None:
         async with scripted(byte_chunks) as server:
