@@ -197,8 +197,10 @@ class Response:
                 self._fail(ProtocolViolation(f"the answer is not valid HTTP/1.1 ({exc})"))
             return
         finally:
+            # A collected answer's parts from this read go on as one: an upstream that
+            # sends a chunked body a byte per chunk must not cost an object per byte.
             if self._sink is not None and self._chunks:
-                self._sink_parts()
+                self._sink.append(self._take_buffered())
         if not self._head_done:  # a head still coming: every byte so far is head
             self._head_read += len(data)
             if self._head_read > MAX_HEAD_BYTES:
@@ -302,13 +304,7 @@ class Response:
                 await waiter
             finally:
                 self._waiter = None
-        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._buffered = 0
-        if self._paused:
-            self._paused = False
-            self.connection.resume_reading()
-        return data
+        return self._take_buffered()
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         while chunk := await self.readany():
@@ -331,11 +327,7 @@ class Response:
         if self._chunks:
             if not self.first_body_at:
                 self.first_body_at = time.perf_counter()
-            self._sink_parts()
-            self._buffered = 0
-            if self._paused:
-                self._paused = False
-                self.connection.resume_reading()
+            into.append(self._take_buffered())
         if self._complete or self._error is not None:
             self._ended()
 
@@ -378,13 +370,16 @@ class Response:
 
     # -- inside ---------------------------------------------------------------------------
 
-    def _sink_parts(self) -> None:
-        """The body parts one read brought, to the sink as one: an upstream that sends a
-        chunked body a byte per chunk must not cost an object per byte."""
+    def _take_buffered(self) -> bytes:
+        """The body bytes buffered so far, as one, and reading resumed if it had paused."""
         chunks = self._chunks
-        assert self._sink is not None
-        self._sink.append(chunks.popleft() if len(chunks) == 1 else b"".join(chunks))
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
+        self._buffered = 0
+        if self._paused:
+            self._paused = False
+            self.connection.resume_reading()
+        return data
 
     def _wake(self) -> None:
         waiter = self._waiter
