@@ -62,6 +62,10 @@ class PrefixCache:
     def cached_token_count(self) -> int:
         return self._tokens
 
+    def clear(self) -> None:
+        self._entries.clear()
+        self._tokens = 0
+
     def _chain(self, tokens: Sequence[str], salt: str) -> list[tuple[int, int]]:
         """(chain hash, end offset) for every whole chunk of the prompt."""
         chain: list[tuple[int, int]] = []

@@ -327,6 +327,14 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
+async def reset_prefix_cache(request: web.Request) -> web.StreamResponse:
+    """vLLM's development endpoint (served with VLLM_SERVER_DEV_MODE=1): empties the prefix
+    cache, so a benchmark can start each workload cold. The emulator holds no blocks for
+    running requests, so the reset always succeeds."""
+    request.app[BACKEND].cache.clear()
+    return web.json_response({"success": True})
+
+
 async def _wake_sleepers(app: web.Application) -> None:
     app[SHUTDOWN].set()
 
@@ -351,6 +359,8 @@ def build_app(settings: EmulatorSettings) -> web.Application:
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    if settings.profile == "vllm":
+        app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     if settings.azure:
         # Azure OpenAI's URL shape: /openai/deployments/{deployment}/...?api-version=...
         azure = "/openai/deployments/{deployment}"

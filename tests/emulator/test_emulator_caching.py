@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from emulator_support import StartEmulator, client, model_of, raw
+from openai.types import CompletionUsage
 
 from kvmigrate.emulator.prefix_cache import PrefixCache
 from kvmigrate.emulator.tokens import count_tokens, render_chat
@@ -128,3 +129,29 @@ def test_tokenizer_is_about_four_chars_per_token() -> None:
         "warm engine, and splitting requests destroys that."
     )
     assert 3.0 <= len(text) / count_tokens(text) <= 5.0
+
+
+def test_vllm_reset_prefix_cache_makes_the_next_turn_cold(start_emulator: StartEmulator) -> None:
+    """vLLM's dev-mode POST /reset_prefix_cache: a benchmark starts each workload cold."""
+    server = start_emulator("vllm")
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Plan Rome"}]
+    with client(server) as sdk:
+
+        def ask() -> CompletionUsage | None:
+            return sdk.chat.completions.create(model=model_of(server), messages=messages).usage  # type: ignore[arg-type]
+
+        ask()
+        warm = ask()
+        status, _, body = raw(server, "POST", "/reset_prefix_cache")
+        cold = ask()
+    assert warm is not None
+    assert warm.prompt_tokens_details is not None
+    assert warm.prompt_tokens_details.cached_tokens
+    assert (status, body) == (200, b'{"success": true}')
+    assert cold is not None
+    assert cold.prompt_tokens_details is not None
+    assert cold.prompt_tokens_details.cached_tokens == 0
+
+
+def test_only_the_vllm_profile_serves_reset_prefix_cache(start_emulator: StartEmulator) -> None:
+    assert raw(start_emulator("hosted"), "POST", "/reset_prefix_cache")[0] == 404
