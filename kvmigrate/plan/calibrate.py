@@ -66,14 +66,27 @@ async def _probe(
     return records, itls
 
 
+def probe_endpoint(
+    target: Target, lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 2, seed: int = 0
+) -> tuple[list[TurnRecord], list[float]]:
+    """The probe's raw measurements: each single-request turn, and the inter-token times of
+    `BATCH` sequences decoding together. Kept apart from the fit so a run on one machine
+    can be fitted again elsewhere."""
+    return asyncio.run(_probe(target, lengths, repeats, seed))
+
+
+def fit_probe(records: Sequence[TurnRecord], batch_itls: Sequence[float], label: str) -> CostModel:
+    """The cost model fitted to a probe's raw measurements."""
+    measured = probes(records)
+    if len(records) > len(measured) or not batch_itls:
+        raise RuntimeError(f"probe requests failed; is {label} serving?")
+    batch = (BATCH, sorted(batch_itls)[len(batch_itls) // 2])
+    return fit(measured, f"calibrated against {label}", batch)
+
+
 def calibrate(
     target: Target, lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 2, seed: int = 0
 ) -> tuple[CostModel, list[Probe]]:
     """The fitted cost model and the probes it was fitted to."""
-    records, batch_itls = asyncio.run(_probe(target, lengths, repeats, seed))
-    measured = probes(records)
-    failed = len(records) - len(measured)
-    if failed or not batch_itls:
-        raise RuntimeError(f"probe requests failed; is {target.base_url} serving?")
-    batch = (BATCH, sorted(batch_itls)[len(batch_itls) // 2])
-    return fit(measured, f"calibrated against {target.base_url}", batch), measured
+    records, batch_itls = probe_endpoint(target, lengths, repeats, seed)
+    return fit_probe(records, batch_itls, target.base_url), probes(records)
