@@ -1,53 +1,76 @@
 """How close `kvmigrate plan` comes to a real engine: the vLLM CPU build of the test bed.
 
-1. Start real vLLM (the test bed's "bench" model shape, prefix caching on) and calibrate the
-   cost model against it with `kvmigrate plan`'s probe.
+1. Start real vLLM (the test bed's "bench" model shape, prefix caching on), warm it up, and
+   probe it with `kvmigrate plan`'s calibration probe.
 2. Record workload A (multi-turn conversations, several at once) through the kvmigrate
    proxy with `content: none`, exactly as a pilot records traffic.
 3. Replay the records through the simulator (one replica, the server's KV cache and token
    budget) and compare its TTFT p50 by turn and prefix-cache hit rate with what the
-   clients measured and the server reported.
-4. Do the same for workload B (other turn count, other concurrency) with the same
-   calibration.
+   clients measured and the server reported: with the probe's cost model, and with the
+   probe's model refined on A's own records ("calibrate on it", as issue 22 puts it).
+4. Do the same for workload B (other turn count, other concurrency) with the same two
+   cost models, and run A a second time: how far two runs of one workload land apart is
+   the measurement's own spread, a floor for any prediction.
 
     python benchmarks/plan_fidelity.py
     python benchmarks/plan_fidelity.py --emulator   # the emulator's vLLM profile instead
+    python benchmarks/plan_fidelity.py --save DIR   # keep the raw measurements ...
+    python benchmarks/plan_fidelity.py --from DIR   # ... and compare them again, no engine
+
+The measurements (the probe's turns, each workload's client-side turns and its records
+store) are kept apart from the comparison, so a run on a quiet machine can be analysed,
+and the simulator changed and checked again, on another.
+
+The engine is measured as a GPU server would be, so that what the simulator models (the
+engine's steps) is what the clients wait for, even on a 2-core machine:
+- the engine's compute gets its own CPUs (`--engine-cpus`, half of them by default) and
+  everything else the rest: the proxy, the clients, vLLM's API server;
+- vLLM's worker runs inside its engine process (`--distributed-executor-backend uni`),
+  so no process busy-polls a queue on the clients' CPUs;
+- the proxy runs as `kvmigrate proxy` does, in its own process, not in the clients' GIL;
+- the engine first prefills more than its KV cache holds (a CPU engine's first touch of
+  each cache page is slow), and its prefix cache is emptied before every workload
+  (vLLM's dev-mode `POST /reset_prefix_cache`), as each simulation starts cold.
 
 With `--emulator` the engine is kvmigrate's own emulated vLLM in real time: not a fidelity
 claim (its latency model is a formula much like the cost model's), a consistency check
 that the simulator and the emulator agree on the same workload.
 
-Targets (issue 22): A within 20% on TTFT p50 per turn and 5 points on the hit rate; B within
-25%. This runs for a few minutes on the 2-core test machine, whose load shows in the
-figures: run it on a quiet machine before quoting them.
+Targets (issue 22): A within 20% on TTFT p50 per turn and 5 points on the hit rate after
+calibrating on it; B within 25% with the same calibration. About 2.5 minutes on the 2-core
+test machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import platform
 import statistics
 import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from urllib.request import Request, urlopen
+
+from soak import count_rows, proxy_process
 
 from kvmigrate.bench import RunSettings, Target, TurnRecord, run_bench, synthetic
-from kvmigrate.config import parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
-from kvmigrate.plan.calibrate import calibrate
+from kvmigrate.plan.calibrate import fit_probe, probe_endpoint
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.metrics import figures
 from kvmigrate.plan.refine import refine
 from kvmigrate.plan.scheduler import EngineSettings
 from kvmigrate.plan.simulate import Fleet, simulate
 from kvmigrate.plan.workload import Workload, from_store
-from kvmigrate.proxy import build_proxy_app
-from kvmigrate.recorder import build_recorder, open_store
-from kvmigrate.serving import BackgroundServer
+from kvmigrate.recorder import open_store
+from kvmigrate.serving import BackgroundServer, free_port
 from kvmigrate.testbed.tiny_model import ensure_tiny_model
 from kvmigrate.testbed.vllm_server import VllmServer
 from kvmigrate.testbed.vllm_venv import ensure_vllm_venv
@@ -77,24 +100,32 @@ class Shape:
     seed: int = 1
 
 
-A = Shape("A", conversations=16, turns=6, concurrency=2)
-B = Shape("B", conversations=12, turns=4, concurrency=4, system_words=400, seed=2)
+# Enough conversations that each turn's p50 is steady: a turn's TTFTs fall into two groups
+# (the prompt prefilled alone, or beside another's), and with 16 samples the median lands
+# anywhere in the gap between them.
+A = Shape("A", conversations=48, turns=6, concurrency=2)
+B = Shape("B", conversations=36, turns=4, concurrency=4, system_words=400, seed=2)
 
 
-def record(base_url: str, shape: Shape, root: Path) -> tuple[str, list[TurnRecord]]:
-    """Run the shape through a recording proxy; the records URL and the client's records."""
+def record(base_url: str, shape: Shape, root: Path) -> list[TurnRecord]:
+    """Run the shape through a recording proxy (records in `root`/NAME.db); the client's
+    own records. The proxy runs as `kvmigrate proxy` does, in its own process: in this
+    process's thread it would share the clients' GIL and add its waits to every TTFT."""
     db = root / f"{shape.name}.db"
-    config = parse_config(CONFIG.format(url=base_url, db=db), env={})
-    recorder = build_recorder(config)
+    config = root / f"{shape.name}.yaml"
+    config.write_text(CONFIG.format(url=base_url, db=db))
     conversations = synthetic(shape.conversations, shape.turns, shape.system_words,
                               shape.turn_words, seed=shape.seed)  # fmt: skip
     settings = RunSettings(concurrency=shape.concurrency, max_tokens=shape.max_tokens)
-    with BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])) as proxy:
-        run = asyncio.run(run_bench(Target(proxy.url + "/v1", "bench"), conversations, settings))
-        deadline = time.monotonic() + 20
-        while recorder.stats.written < len(run.records) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    return f"sqlite:///{db}", run.records
+    port = free_port()
+    with proxy_process(config, port, root / f"{shape.name}.proxy.log").start():
+        target = Target(f"http://127.0.0.1:{port}/v1", "bench")
+        run = asyncio.run(run_bench(target, conversations, settings))
+    # Leaving the block stops the proxy with SIGTERM, which flushes its recorder.
+    written = count_rows(db, "SELECT count(*) FROM records")
+    if written != len(run.records):
+        raise RuntimeError(f"{shape.name}: {written} records stored for {len(run.records)} turns")
+    return run.records
 
 
 def load(url: str) -> Workload:
@@ -151,52 +182,161 @@ def noise_floor(first: list[TurnRecord], again: list[TurnRecord]) -> float:
     return worst
 
 
+@dataclass
+class Measurements:
+    """What one engine run measured; everything the comparison needs."""
+
+    engine: str
+    probe: list[TurnRecord]
+    batch_itls: list[float]
+    runs: dict[str, list[TurnRecord]] = field(default_factory=dict)
+
+    def save(self, directory: Path) -> None:
+        payload = asdict(self)
+        (directory / "measurements.json").write_text(json.dumps(payload, indent=1))
+
+    @classmethod
+    def load(cls, directory: Path) -> Measurements:
+        raw = json.loads((directory / "measurements.json").read_text())
+        runs = {name: _turns(rows) for name, rows in raw["runs"].items()}
+        return cls(raw["engine"], _turns(raw["probe"]), raw["batch_itls"], runs)
+
+
+def _turns(rows: list[dict[str, object]]) -> list[TurnRecord]:
+    return [TurnRecord(**row) for row in rows]  # type: ignore[arg-type]
+
+
+def pin(engine_cpus: int) -> tuple[str, str]:
+    """Give the engine's compute its own cores and everything else (this process, its
+    proxy and clients, vLLM's API server and scheduler) the rest, as a GPU has its own
+    compute: on a small machine the clients' and the API server's work would otherwise
+    slow the engine's steps, which no cost model of the engine can predict. vLLM binds its
+    worker's threads (VLLM_CPU_OMP_THREADS_BIND) itself; its other processes inherit this
+    process's affinity. The two CPU lists."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "all", "all"
+    engine_cpus = max(1, min(engine_cpus, len(cpus) - 1))
+    engine, host = cpus[:engine_cpus], cpus[engine_cpus:]
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, engine))
+    os.sched_setaffinity(0, host)
+    return ",".join(map(str, engine)), ",".join(map(str, host))
+
+
+@dataclass(frozen=True)
+class Engine:
+    base_url: str
+    description: str
+
+    def reset(self) -> None:
+        """Empty the engine's prefix cache (vLLM's dev-mode endpoint), so each workload
+        starts cold, as the simulation of it does."""
+        root = self.base_url.removesuffix("/v1")
+        with urlopen(Request(f"{root}/reset_prefix_cache", method="POST"), timeout=30) as answer:
+            body = answer.read()
+        if json.loads(body).get("success") is not True:
+            raise RuntimeError(f"the engine did not reset its prefix cache: {body!r}")
+
+
 @contextmanager
-def engine(emulated: bool) -> Iterator[str]:
-    """The engine's base URL: real vLLM, or the emulator's vLLM profile in real time."""
+def engine(emulated: bool, engine_cpus: int | None) -> Iterator[Engine]:
+    """Real vLLM, or the emulator's vLLM profile in real time."""
     if emulated:
         settings = EmulatorSettings(
             profile="vllm", models=("bench",), block_size=BLOCK, cache_capacity_tokens=KV_TOKENS
         )
         with BackgroundServer(lambda: build_app(settings)) as emulator:
-            yield emulator.url + "/v1"
+            yield Engine(emulator.url + "/v1", "the emulator's vllm profile")
         return
     python = ensure_vllm_venv()
     model = ensure_tiny_model("bench", python)
-    extra = ("--max-num-batched-tokens", str(BUDGET), "--max-num-seqs", "256")
+    where = "unpinned"
+    if engine_cpus is not None:
+        where = "engine on CPUs {}, the rest on {}".format(*pin(engine_cpus))
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # POST /reset_prefix_cache
+    # The worker in the engine's own process, its compute threads bound to the engine's
+    # CPUs: with vLLM's default on the CPU, a worker process, the engine process would
+    # busy-poll their shared-memory queue on the clients' CPUs.
+    extra = (
+        "--max-num-batched-tokens",
+        str(BUDGET),
+        "--max-num-seqs",
+        "256",
+        "--distributed-executor-backend",
+        "uni",
+    )
     with VllmServer(model, served_model_name="bench", python=python, extra_args=extra) as server:
-        yield server.base_url
+        cpus = os.cpu_count()
+        yield Engine(server.base_url, f"vLLM on {platform.node()} ({cpus} CPUs, {where})")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--emulator", action="store_true", help="the emulator's vLLM profile")
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="kvmigrate-fidelity-"))
-    with engine(args.emulator) as base_url:
+def warm_up(served: Engine) -> None:
+    """Prefill more prompts than the KV cache holds, then empty it: a CPU engine's first
+    pass over its cache pays the kernel for every page it touches, which would slow
+    whichever workload ran first and no cost model would predict."""
+    conversations = synthetic(2 * KV_TOKENS // 1200, 1, 1200, 8, seed=99)
+    settings = RunSettings(concurrency=4, max_tokens=1)
+    asyncio.run(run_bench(Target(served.base_url, "bench"), conversations, settings))
+    served.reset()
+
+
+def measure(emulated: bool, engine_cpus: int | None, root: Path) -> Measurements:
+    """Warm the engine up, probe it, then record workloads A, B and A again through the
+    proxy, each from a cold prefix cache."""
+    with engine(emulated, engine_cpus) as served:
+        warm_up(served)
         started = time.perf_counter()
-        target = Target(base_url, "bench")
-        probed, probes = calibrate(target, lengths=(128, 256, 512, 1024), repeats=3)
-        print(f"calibrated on {len(probes)} probes in {time.perf_counter() - started:.0f} s: "
-              + ", ".join(f"{k}={v:.3g}" for k, v in probed.to_json().items()
-                          if isinstance(v, float)))  # fmt: skip
-        recorded = [(shape, *record(base_url, shape, root)) for shape in (A, B)]
-        again = record(base_url, replace(A, name="A2"), root)[1]
-    (_, url_a, first), (_, url_b, _) = recorded
-    floor = noise_floor(first, again)
-    workloads = {"A": load(url_a), "B": load(url_b)}
+        probe, itls = probe_endpoint(Target(served.base_url, "bench"), (128, 256, 512, 1024), 3)
+        print(f"probed in {time.perf_counter() - started:.0f} s: {served.description}")
+        measured = Measurements(served.description, probe, itls)
+        for shape in (A, B, replace(A, name="A2")):
+            served.reset()
+            measured.runs[shape.name] = record(served.base_url, shape, root)
+    measured.save(root)
+    return measured
+
+
+def analyse(measured: Measurements, root: Path) -> None:
+    probed = fit_probe(measured.probe, measured.batch_itls, measured.engine)
+    print(f"engine: {measured.engine}\ncost model: "
+          + ", ".join(f"{k}={v:.3g}" for k, v in probed.to_json().items()
+                      if isinstance(v, float)))  # fmt: skip
+    floor = noise_floor(measured.runs["A"], measured.runs["A2"])
+    workloads = {name: load(f"sqlite:///{root / name}.db") for name in ("A", "B")}
     refined, rms = refine(workloads["A"], fleet(probed), 1, "probe, refined on A's records")
     print(f"refined on A's records: x{refined.request_s / (probed.request_s or 1):.2f} fixed, "
           f"x{refined.prefill_token_s / (probed.prefill_token_s or 1):.2f} per token, "
           f"RMS log error {rms:.2f}")  # fmt: skip
     worst: dict[tuple[str, str], float] = {}
     for cost in (probed, refined):
-        for shape, _, measured in recorded:
-            worst[(cost.source, shape.name)] = compare(shape, workloads[shape.name], measured, cost)
+        for shape in (A, B):
+            measured_turns = measured.runs[shape.name]
+            worst[(cost.source, shape.name)] = compare(
+                shape, workloads[shape.name], measured_turns, cost
+            )
     print("\nworst per-turn TTFT p50 error (targets: A 20% after calibrating on it, B 25%):")
     print(f"  A run again on the same engine, against its first run (the noise floor): {floor:.1%}")
     for (source, name), value in worst.items():
         print(f"  {name} with the cost model {source}: {value:.1%}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--emulator", action="store_true", help="the emulator's vLLM profile")
+    parser.add_argument("--engine-cpus", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                        help="CPUs for vLLM's compute; the rest run everything else")  # fmt: skip
+    parser.add_argument("--no-pin", action="store_true", help="let every process use every CPU")
+    parser.add_argument("--save", type=Path, help="keep the raw measurements in this directory")
+    parser.add_argument("--from", dest="source", type=Path,
+                        help="compare measurements kept by --save; starts no engine")  # fmt: skip
+    args = parser.parse_args()
+    if args.source:
+        analyse(Measurements.load(args.source), args.source)
+        return 0
+    root = args.save or Path(tempfile.mkdtemp(prefix="kvmigrate-fidelity-"))
+    root.mkdir(parents=True, exist_ok=True)
+    engine_cpus = None if args.no_pin else args.engine_cpus
+    analyse(measure(args.emulator, engine_cpus, root), root)
     return 0
 
 
