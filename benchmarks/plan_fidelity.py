@@ -62,6 +62,7 @@ from soak import count_rows, proxy_process
 
 from kvmigrate.bench import RunSettings, Target, TurnRecord, run_bench, synthetic
 from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.emulator.settings import latency_for
 from kvmigrate.plan.calibrate import fit_probe, probe_endpoint
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.metrics import figures
@@ -242,9 +243,12 @@ class Engine:
 def engine(emulated: bool, engine_cpus: int | None) -> Iterator[Engine]:
     """Real vLLM, or the emulator's vLLM profile in real time."""
     if emulated:
+        # One prefill at a time, as a vLLM step holds them (the profile's default runs four
+        # side by side, each at full speed, which no step-based engine does).
         settings = EmulatorSettings(
-            profile="vllm", models=("bench",), block_size=BLOCK, cache_capacity_tokens=KV_TOKENS
-        )
+            profile="vllm", models=("bench",), block_size=BLOCK, cache_capacity_tokens=KV_TOKENS,
+            latency=latency_for("vllm", engine_concurrency=1),
+        )  # fmt: skip
         with BackgroundServer(lambda: build_app(settings)) as emulator:
             yield Engine(emulator.url + "/v1", "the emulator's vllm profile")
         return
