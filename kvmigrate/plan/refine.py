@@ -68,7 +68,7 @@ def _errors(cost: CostModel, workload: Workload, fleet: Fleet, replicas: int,
     ]
 
 
-def _cost(errors: list[float], fixed: float, tokens: float) -> float:
+def _misfit(errors: list[float], fixed: float, tokens: float) -> float:
     """Minus the log likelihood, up to a constant, of the factors given the recording's
     turns and the probe: lognormal errors on each."""
     if not errors:
@@ -93,6 +93,6 @@ def refine(
                 cost = scaled(fleet.cost, f, t, label)
                 errors = _errors(cost, workload, fleet, replicas, target)
                 mse = statistics.fmean(errors) if errors else math.inf
-                best = min(best, (_cost(errors, f, t), mse, f, t))
+                best = min(best, (_misfit(errors, f, t), mse, f, t))
     _, mse, f, t = best
     return scaled(fleet.cost, f, t, label), math.sqrt(mse)
