@@ -140,10 +140,7 @@ def fleet(cost: CostModel) -> Fleet:
 
 def compare(shape: Shape, workload: Workload, measured: list[TurnRecord], cost: CostModel) -> float:
     predicted = figures(simulate(workload, fleet(cost), 1))
-    by_turn: dict[int, list[float]] = defaultdict(list)
-    for r in measured:
-        if r.ttft_s is not None:
-            by_turn[r.turn].append(r.ttft_s)
+    measured_p50 = _p50_by_turn(measured)
     prompt = sum(r.prompt_tokens or 0 for r in measured)
     hit = sum(r.cached_tokens or 0 for r in measured) / prompt
     print(f"\nworkload {shape.name} ({shape.conversations} conversations x {shape.turns} turns, "
@@ -151,7 +148,7 @@ def compare(shape: Shape, workload: Workload, measured: list[TurnRecord], cost: 
     print(f"{'turn':>4}  {'measured p50':>12}  {'predicted p50':>13}  {'error':>7}")
     errors = []
     for row in predicted.turns:
-        real = statistics.median(by_turn[int(row.turn.rstrip("+"))])
+        real = measured_p50[int(row.turn.rstrip("+"))]
         error = (row.ttft_p50_s - real) / real
         errors.append(abs(error))
         ms = f"{real * 1e3:>9.1f} ms  {row.ttft_p50_s * 1e3:>10.1f} ms"
