@@ -729,6 +729,13 @@ def parse_args() -> argparse.Namespace:
         "c=64, unpinned, with wrk when installed",
     )
     parser.add_argument("--workers-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--workers-stub",
+        choices=("c", "python"),
+        default="c",
+        help="the --workers cell's upstream: c_stub.c (built with cc, when there is one) "
+        "or raw_stub.py",
+    )
     parser.add_argument("--json", type=Path, help="write all figures here")
     args = parser.parse_args()
     if args.litellm and "litellm" not in args.targets:
@@ -854,14 +861,15 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
     """Non-streamed req/s of the forwarding proxy with --workers N, alternating the N's
     WORKERS_REPS times (a median of three outlasts one slow cell); the medians and their
     ratios to N=1, and the CPU per request of the proxy's processes and of the stub. The
-    stub is raw_stub.py, the cheapest one (aiohttp's server cost the second worker's
-    core as much as the worker did). Nothing here is pinned: this process's own pinning
+    stub is the cheapest one (`cheapest_stub_argv`; aiohttp's server cost the second
+    worker's core as much as the worker did). Nothing here is pinned: this process's own pinning
     (core 1), which children inherit, is undone for the stub, the proxy and wrk, or
     every worker would share one core."""
     rates: dict[int, list[float]] = {n: [] for n in args.workers}
     cpu: dict[str, list[float]] = {}
     stub_port = free_port()
-    with unpinned(), process(stub_argv(stub_port, raw=True), stub_port) as stub_proc:
+    argv = cheapest_stub_argv(tmp, stub_port, args.workers_stub)
+    with unpinned(), process(argv, stub_port) as stub_proc:
         stub = f"http://127.0.0.1:{stub_port}"
         for _rep in range(WORKERS_REPS):
             for n in args.workers:
@@ -902,6 +910,28 @@ def workers_cell(tmp: Path, args: argparse.Namespace) -> dict[str, float]:
             figures[f"workers{n}.vs_workers1"] = figures[f"workers{n}.plain.c64.rps"] / one
             figures |= _ceiling(figures, n, one)
     return figures
+
+
+def cheapest_stub_argv(tmp: Path, port: int, kind: str) -> list[str]:
+    """The --workers cell's stub: c_stub.c, built here with the C compiler, which costs the
+    cores a third of raw_stub.py's CPU a request (the workers' ceiling on a 2-core machine
+    is set by what the stub and wrk take); raw_stub.py where there is no compiler, or with
+    `--workers-stub python`. Both answer with raw_stub's bytes."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if kind == "python" or compiler is None:
+        return stub_argv(port, raw=True)
+    binary, answer = tmp / "c_stub", tmp / "c_stub_answer.http"
+    if not binary.exists():
+        build = [compiler, "-O2", "-o", str(binary), str(HERE / "c_stub.c")]
+        subprocess.run(build, check=True, capture_output=True)
+        answer.write_bytes(raw_stub_response())
+    return [str(binary), str(port), str(answer)]
+
+
+def raw_stub_response() -> bytes:
+    from raw_stub import RESPONSE  # this script's directory is first on sys.path
+
+    return RESPONSE
 
 
 ENGINE_DELAYS_MS = (0.0, 5.0)
