@@ -142,9 +142,6 @@ class EnvelopeRequestHandler(RequestHandler):
             self._task_handler = None  # what aiohttp would cancel the handler through
         super().connection_lost(exc)
 
-    """Answers requests that fail below the application (a malformed request line, bad
-    headers, an oversized header block) in OpenAI's error envelope too, never plain text."""
-
     def handle_error(
         self,
         request: BaseRequest,
@@ -152,6 +149,9 @@ class EnvelopeRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        """Answers requests that fail below the application (a malformed request line, bad
+        headers, an oversized header block) in OpenAI's error envelope too, never plain
+        text."""
         if isinstance(exc, ConnectionError):
             # Not malformed: the client left while its answer was being written (a handler
             # that outlives its client, see outlive_client). There is no one to answer.
