@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvmigrate.proxy.exchange import Exchange
-from kvmigrate.proxy.stream_check import SseCheck, malformed_kind
+from kvmigrate.proxy.stream_check import MAX_LINE_BYTES, SseCheck, framing_error, malformed_kind
 from kvmigrate.wire.sse import LineDecoder, ServerSentEvent, SSEDecoder, decode_all, sse_events
 
 E = ServerSentEvent
@@ -124,6 +124,56 @@ def test_the_stream_check_judges_each_line_before_its_event_ends() -> None:
     assert not SseCheck().feed(b"nonsense\n")
     assert malformed_kind(b"data: {}\r\rdata: {}\r\r", event_stream=True) is None
     assert malformed_kind(b'data: {"a": ', event_stream=True) == "malformed_stream"
+
+
+@pytest.mark.parametrize(
+    ("first", "verdict"),
+    [
+        (b"x" * 65536, False),  # no line end: only its start can tell
+        (b"datum", False),
+        (b"<html>", False),
+        (b"da", True),  # the start of `data`
+        (b"data: {", True),  # the rest of the line is on its way
+        (b"event", True),
+        (b": a comment", True),
+        (b"retry:", True),
+    ],
+)
+def test_the_stream_check_judges_a_line_by_its_start_before_its_end(
+    first: bytes, verdict: bool
+) -> None:
+    assert SseCheck().feed(first) is verdict
+
+
+def test_a_line_longer_than_any_event_fails_the_check() -> None:
+    check = SseCheck()
+    assert check.feed(b"data: ")
+    chunk = b"1" * (1024 * 1024)
+    verdicts = [check.feed(chunk) for _ in range(MAX_LINE_BYTES // len(chunk))]
+    assert all(verdicts[:-1])
+    assert not verdicts[-1]
+
+
+@pytest.mark.parametrize(
+    ("status", "asked_to_stream", "event_stream", "error"),
+    [
+        (200, True, True, None),
+        (200, False, False, None),
+        (200, True, False, "malformed_stream"),  # JSON where a stream was asked for
+        (200, False, True, "malformed_body"),
+        (302, False, False, "unexpected_status"),
+        (301, True, False, "unexpected_status"),
+        (204, False, False, "unexpected_status"),
+        (101, False, False, "unexpected_status"),
+        (400, True, False, None),  # an error answered in JSON is judged as an error
+        (503, False, False, None),
+        (None, True, False, None),
+    ],
+)
+def test_a_candidate_answer_s_framing(
+    status: int | None, asked_to_stream: bool, event_stream: bool, error: str | None
+) -> None:
+    assert framing_error(status, asked_to_stream, event_stream) == error
 
 
 def test_events_of_a_body_skip_done_and_read_single_newline_framing() -> None:

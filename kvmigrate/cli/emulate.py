@@ -238,7 +238,8 @@ def emulate(
       x-emulator-fault: [target:]fault[=arg], ...
     where target (optional) must equal --name, and fault is one of
       500 | 503 | any 4xx/5xx | 429[=retry-after] | slow-first-byte=S | stall[=S] |
-      disconnect | malformed-json | malformed-sse | hang
+      disconnect | malformed-json | malformed-sse | redirect | wrong-framing |
+      no-line-ends | hang
     """
     latency = latency_for(
         profile,

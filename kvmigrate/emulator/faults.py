@@ -11,6 +11,10 @@ proxy test can fail only the candidate backend. Faults:
     disconnect              close the connection mid-stream (or mid-body)
     malformed-json          a 200 whose body is not valid JSON (garbage SSE when streamed)
     malformed-sse           garbage SSE lines mid-stream (invalid JSON when not streamed)
+    redirect                a 302 to another address, as a misrouted gateway answers
+    wrong-framing           a JSON body to a request that asked to stream, an event stream
+                            to one that did not
+    no-line-ends            a 200 event stream of bytes with no line end
     hang                    never answer
 
 Example: `x-emulator-fault: vllm:503, hosted:slow-first-byte=0.5`.
@@ -40,6 +44,7 @@ class FaultPlan:
     disconnect: bool = False
     malformed: bool = False
     hang: bool = False
+    misframed: str | None = None  # "redirect", "wrong-framing" or "no-line-ends"
     names: tuple[str, ...] = ()
 
     @property
@@ -49,6 +54,7 @@ class FaultPlan:
 
 
 NO_FAULTS = FaultPlan()
+MISFRAMED = ("redirect", "wrong-framing", "no-line-ends")
 
 
 def _seconds(name: str, arg: str | None, default: float | None) -> float:
@@ -80,6 +86,8 @@ def _apply(plan: FaultPlan, name: str, arg: str | None) -> FaultPlan:
         return replace(plan, malformed=True)
     if name == "hang":
         return replace(plan, hang=True)
+    if name in MISFRAMED:
+        return replace(plan, misframed=name)
     raise ValueError(f"unknown emulator fault {name!r}")
 
 
@@ -140,4 +148,5 @@ def combine(first: FaultPlan, second: FaultPlan) -> FaultPlan:
         disconnect=first.disconnect or second.disconnect,
         malformed=first.malformed or second.malformed,
         hang=first.hang or second.hang,
+        misframed=second.misframed or first.misframed,
     )

@@ -42,6 +42,7 @@ from kvmigrate.emulator.transport import (
     event_frame,
     pause,
     send_json,
+    send_misframed,
     send_stream,
 )
 from kvmigrate.emulator.wire import JSON, Step
@@ -135,6 +136,8 @@ async def _faults(request: web.Request, handler: Handler) -> web.StreamResponse:
         message = _FAULT_MESSAGES.get(plan.status, f"Injected fault {plan.status}.")
         code = "rate_limit_exceeded" if plan.status == 429 else None
         raise EmulatorError(plan.status, message, code=code, headers=headers)
+    if plan.misframed is not None:
+        return await send_misframed(request, plan.misframed)
     response: web.StreamResponse = await handler(request)
     return response
 

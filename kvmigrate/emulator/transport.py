@@ -157,3 +157,25 @@ async def _mid_stream_fault(
     if plan.stall_s is not None:
         await pause(request, plan.stall_s)
     return False
+
+
+async def send_misframed(request: web.Request, kind: str) -> web.StreamResponse:
+    """An answer no client can read as one (faults.MISFRAMED): a redirect, the other
+    framing than the request asked for, or an event stream with no line end."""
+    if kind == "redirect":
+        raise web.HTTPFound("http://127.0.0.1:9/elsewhere")
+    if kind == "wrong-framing":
+        try:
+            asked_to_stream = json.loads(await request.read()).get("stream") is True
+        except (ValueError, AttributeError):
+            asked_to_stream = False
+        if asked_to_stream:
+            return web.json_response({"id": "chatcmpl-misframed", "object": "chat.completion"})
+        framed = data_frame({"id": "chatcmpl-misframed", "choices": []}) + DONE_FRAME
+        return web.Response(body=framed, content_type="text/event-stream")
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionError):
+        for _ in range(4):
+            await response.write(b"x" * 16384)
+    return response

@@ -27,6 +27,9 @@ class ErrorKind(StrEnum):
     MALFORMED_BODY = "malformed_body"  # a candidate's body that does not parse
     # A candidate's 404/405 on a model route: it does not serve the route (proxy.unserved).
     ROUTE_NOT_SERVED = "route_not_served"
+    # A candidate's answer with a status no model route answers with (1xx, 3xx, a 2xx
+    # other than 200): a redirect or an empty answer is not an answer, whatever it says.
+    UNEXPECTED_STATUS = "unexpected_status"
 
 
 NOT_BACKEND_ERRORS = frozenset({ErrorKind.CLIENT_DISCONNECTED})

@@ -190,6 +190,11 @@ async def relay_stream(
                 held = _HeldEnd(client, data)
             else:
                 await client.write(data)
+        else:
+            if check is not None and not check.end():  # a last line no line end closed
+                exchange.error = ErrorKind.MALFORMED_STREAM
+                message = error_event("The backend sent a malformed stream event.", exchange.error)
+                await _write_quietly(client, _taken(held) + message)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = ErrorKind.CLIENT_DISCONNECTED
     except TRANSPORT_ERRORS as exc:

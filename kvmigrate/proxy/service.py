@@ -56,7 +56,7 @@ from kvmigrate.proxy.metrics_addon import MetricsAddon
 from kvmigrate.proxy.paths import passthrough_suffix
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.routed import Routed
-from kvmigrate.proxy.stream_check import SseCheck, json_ok
+from kvmigrate.proxy.stream_check import SseCheck, framing_error, json_ok
 from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.rollout.chains import ChainMap
@@ -379,6 +379,11 @@ class ProxyService:
             if unserved is not None:
                 response.close()
                 raise candidate_failure(exchange.backend, unserved)
+        if checked and (
+            framing := framing_error(response.status, routed.body.stream, is_event_stream(response))
+        ):
+            response.close()
+            raise candidate_failure(exchange.backend, framing)
         if should_stream(response):
             first = await read_first_chunk(upstream, response, exchange)
             check = SseCheck() if checked and is_event_stream(response) else None

@@ -1,9 +1,11 @@
 """Checking a candidate's answer on the way through, so garbage never reaches a client.
 
 Only answers from the candidate are checked (the primary is the incumbent the clients already
-live with), and only cheaply: a non-streamed body must parse as JSON, and each complete SSE
-line must be a known field whose `data:` parses as JSON. A failure before the first byte
-went out falls back to the primary; after it, the stream ends with an SSE error event.
+live with), and only cheaply: a model route answers 200 or an error status, an event stream
+to a request that asked for one and JSON to one that did not; a non-streamed body must parse
+as JSON, and each SSE line must be a known field whose `data:` parses as JSON (a line still
+on its way must start as one). A failure before the first byte went out falls back to the
+primary; after it, the stream ends with an SSE error event.
 """
 
 from __future__ import annotations
@@ -15,6 +17,27 @@ from kvmigrate.wire.sse import LineDecoder, field
 
 # Field names a line may have; the empty name is a comment's.
 _KNOWN = frozenset({b"data", b"event", b"id", b"retry", b""})
+_LONGEST_NAME = max(len(name) for name in _KNOWN)
+# A line no end has closed after this many bytes is not an event: a stream's largest, a
+# Responses `response.completed` that repeats the whole answer, is far smaller. Without a
+# bound, a candidate streaming bytes with no line end would be buffered (and joined again
+# at every chunk) to its end.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+def framing_error(status: int | None, asked_to_stream: bool, event_stream: bool) -> str | None:
+    """What a candidate's answer is, by its head alone, if it is no answer to the request:
+    a status no model route answers with, or an event stream where JSON was asked for (or
+    the other way round: the SDK reading a stream finds no events in a JSON body)."""
+    if status is None or status >= 400:
+        return None  # an error the candidate answers itself is judged as an error
+    if status != 200:
+        return ErrorKind.UNEXPECTED_STATUS
+    if asked_to_stream and not event_stream:
+        return ErrorKind.MALFORMED_STREAM
+    if event_stream and not asked_to_stream:
+        return ErrorKind.MALFORMED_BODY
+    return None
 
 
 class SseCheck:
@@ -29,11 +52,24 @@ class SseCheck:
         self._lines = LineDecoder()
 
     def feed(self, chunk: bytes) -> bool:
-        return all([_line_ok(line) for line in self._lines.feed(chunk)])
+        return all([_line_ok(line) for line in self._lines.feed(chunk)]) and _pending_ok(
+            self._lines.pending
+        )
 
     def end(self) -> bool:
         """Whether the stream's last line, one that no line end closed, is well formed."""
         return all([_line_ok(line) for line in self._lines.flush()])
+
+
+def _pending_ok(line: bytes) -> bool:
+    """Whether a line still on its way can become a well-formed one: its field name so far
+    must begin a known one, and it must not outgrow any event."""
+    if len(line) > MAX_LINE_BYTES:
+        return False
+    name, colon, _ = line[: _LONGEST_NAME + 1].partition(b":")
+    if colon:
+        return name in _KNOWN
+    return any([known.startswith(name) for known in _KNOWN])
 
 
 def _line_ok(line: bytes) -> bool:

@@ -11,7 +11,7 @@ import logging
 
 from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.proxy.exchange import Exchange
-from kvmigrate.proxy.stream_check import malformed_kind
+from kvmigrate.proxy.stream_check import framing_error, malformed_kind
 
 log = logging.getLogger("kvmigrate.proxy")
 
@@ -46,6 +46,8 @@ class UnservedRoutes:
         """A candidate's shadow copy judged as split mode judges its answer, so shadow
         evidence counts a candidate that answers garbage, or serves no such route, as
         failing. A 404 the primary gave as well is the request's, not the candidate's."""
+        if framing := framing_error(copy.status, copy.stream, event_stream):
+            return framing
         if copy.status == 200:
             return malformed_kind(copy.body(), event_stream)
         if primary_status is None or primary_status >= 400:

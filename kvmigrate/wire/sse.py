@@ -65,6 +65,11 @@ class LineDecoder:
             self._partial = lines.pop()
         return lines
 
+    @property
+    def pending(self) -> bytes:
+        """The start of a line whose end has not arrived yet."""
+        return self._partial
+
     def flush(self) -> list[bytes]:
         """The last line of a stream that ended without a line end."""
         partial, self._partial, self._cr = self._partial, b"", False

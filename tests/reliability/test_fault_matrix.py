@@ -285,6 +285,27 @@ FAULTS = [
         ("malformed_body", "malformed_stream"),
     ),
     Fault(
+        "redirect",
+        ("vllm:redirect",) * 2,
+        (fallback("unexpected_status"), fallback("unexpected_status")),
+        ("unexpected_status", "unexpected_status"),
+    ),
+    Fault(
+        # JSON to a request that asked to stream (the SDK finds no events in it), and an
+        # event stream to one that did not.
+        "wrong framing",
+        ("vllm:wrong-framing",) * 2,
+        (fallback("malformed_body"), fallback("malformed_stream")),
+        ("malformed_body", "malformed_stream"),
+    ),
+    Fault(
+        # Bytes with no line end: no SSE line ever completes, so only its start can tell.
+        "no line ends",
+        ("vllm:no-line-ends",) * 2,
+        (fallback("malformed_body"), fallback("malformed_stream")),
+        ("malformed_body", "malformed_stream"),
+    ),
+    Fault(
         "mid-stream disconnect",
         ("vllm:disconnect",) * 2,
         (fallback("unreachable"), sse_error("stream_broken")),
