@@ -6,6 +6,7 @@ primary has no key of its own), and never the self-hosted candidate.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode
 
@@ -137,13 +138,38 @@ def candidate_view(
     }
 
 
+# Beyond the names above, a name that says it holds a secret: `client_secret`,
+# `X-Amz-Security-Token`, `X-Amz-Signature`, `refresh_token`, `x-goog-api-key`, `password`.
+# Words anywhere in the name, and short ones as a whole part of it (`sig`, not `signal`).
+_CREDENTIAL_WORDS = (
+    "token",
+    "secret",
+    "passw",
+    "signature",
+    "credential",
+    "apikey",
+    "bearer",
+    "auth",
+)
+_CREDENTIAL_PARTS = frozenset({"key", "sig", "code", "pwd"})
+_NAME_PARTS = re.compile(r"[-_.\s\[\]]+")
+
+
+def is_credential_param(name: str) -> bool:
+    """Whether a query parameter may carry a credential, by its name."""
+    lowered = name.strip().lower()
+    if lowered in CREDENTIAL_QUERY_PARAMS or any([w in lowered for w in _CREDENTIAL_WORDS]):
+        return True
+    return not _CREDENTIAL_PARTS.isdisjoint(_NAME_PARTS.split(lowered))
+
+
 def upstream_query(query_string: str, pass_client_credentials: bool) -> str:
     """The client's query string for an upstream call, less any credential in it unless
     the client's credentials are meant for this backend."""
     if pass_client_credentials or not query_string:
         return query_string
     pairs = parse_qsl(query_string, keep_blank_values=True)
-    kept = [(k, v) for k, v in pairs if k.lower() not in CREDENTIAL_QUERY_PARAMS]
+    kept = [(k, v) for k, v in pairs if not is_credential_param(k)]
     return query_string if len(kept) == len(pairs) else urlencode(kept)
 
 

@@ -12,7 +12,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from proxy_support import VLLM_MODEL, ProxyFactory, Recorded
 from test_forwarding import BODY, wait_for_both
 
-from kvmigrate.proxy.headers import bearer_token, relayed_response_headers
+from kvmigrate.proxy.headers import bearer_token, is_credential_param, relayed_response_headers
 from kvmigrate.serving import BackgroundServer
 
 # What the candidate must never see: the credential headers the proxy knows by name, and
@@ -43,6 +43,18 @@ CREDENTIAL_QUERY_PARAMS = (
     "x-api-key",
     "code",
     "sig",
+    # Named for the secret they hold, outside the list above (an outside probe's).
+    "X-Amz-Security-Token",
+    "X-Amz-Signature",
+    "X-Amz-Credential",
+    "client_secret",
+    "access-token",
+    "auth_token",
+    "x-goog-api-key",
+    "password",
+    "refresh_token",
+    "bearer",
+    "token ",
 )
 # What the candidate does see: ids, content negotiation and the SDK's self-description.
 CANDIDATE_HEADERS = (
@@ -333,3 +345,27 @@ def test_relayed_answers_drop_every_hop_by_hop_header_and_keep_the_rest() -> Non
         ("x-kvmigrate-upstream-request-id", "up-1"),
         ("x-kvmigrate-backend", "hosted"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        *[(name, True) for name in CREDENTIAL_QUERY_PARAMS],
+        ("API-KEY", True),
+        ("oauth_signature", True),
+        ("my.sig", True),
+        # What clients and APIs send that holds no secret, relayed as it came.
+        ("api-version", False),
+        ("beta", False),
+        ("limit", False),
+        ("after", False),
+        ("order", False),
+        ("include[]", False),
+        ("starting_after", False),
+        ("signal", False),
+        ("stream", False),
+        ("trace", False),
+    ],
+)
+def test_a_query_parameter_is_a_credential_by_its_name(name: str, credential: bool) -> None:
+    assert is_credential_param(name) is credential
