@@ -23,6 +23,20 @@ models:
 """
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "{model_name: only-vllm, vllm: m}",  # a model on the candidate alone
+        "{model_name: two-setups, vllm: m, other: m, candidates: [vllm, other]}",
+        "{model_name: on-both, hosted: m, vllm: m, other: m}",
+    ],
+)
+def test_a_model_the_primary_does_not_serve_may_be_on_its_candidates(entry: str) -> None:
+    text = MINIMAL.replace("  hosted:", "  other: {api_base: 'http://c'}\n  hosted:")
+    config = parse_config(text + f"  - {entry}\n", env={})
+    assert len(config.models) == 2
+
+
 def test_example_config_loads() -> None:
     config = load_config(ROOT / "config.yaml", env={})
     assert config.server.port == 4000
@@ -124,6 +138,19 @@ def test_bad_values_are_refused_with_path(extra: str, path: str, reason: str) ->
             "backends: {hosted: {api_base: 'http://a'}, vllm: {api_base: 'http://b'}}\nmodels: {}\n",
             "models",
             "expected a list",
+        ),
+        (
+            # Not on the primary: the candidate alone answers it, so `other` never would.
+            MINIMAL.replace("  hosted:", "  other: {api_base: 'http://c'}\n  hosted:")
+            + "  - {model_name: second, other: m, vllm: m}\n",
+            "models[1].other",
+            "neither the rollout's primary ('hosted') nor a candidate",
+        ),
+        (
+            MINIMAL.replace("  hosted:", "  other: {api_base: 'http://c'}\n  hosted:")
+            + "  - {model_name: second, other: m}\n",
+            "models[1].other",
+            "answered by its candidate alone",
         ),
     ],
 )

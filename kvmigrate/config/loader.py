@@ -102,7 +102,7 @@ def _config(root: Section) -> Config:
     server = read_struct(root.section("server"), ServerConfig)
     backends = _backends(root.section("backends"))
     rollout = _rollout(root.section("rollout"), backends)
-    models = _models(root, backends)
+    models = _models(root, backends, rollout)
     record = _record(root.section("record"))
     cachecheck = read_struct(root.section("cachecheck"), CacheCheckConfig)
     cohorts = read_cohorts(root, models, _steps, rollout.primary)
@@ -189,7 +189,9 @@ def _litellm_value(s: Section, key: str, value: Any) -> object:
     raise s.error(key, f"expected a string, number, boolean, list or mapping, got {value!r}")
 
 
-def _models(root: Section, backends: dict[str, BackendConfig]) -> tuple[ModelRoute, ...]:
+def _models(
+    root: Section, backends: dict[str, BackendConfig], rollout: RolloutConfig
+) -> tuple[ModelRoute, ...]:
     items = root.raw("models", [])
     if not isinstance(items, list):
         raise root.error("models", "expected a list of model entries")
@@ -197,7 +199,7 @@ def _models(root: Section, backends: dict[str, BackendConfig]) -> tuple[ModelRou
     seen: set[str] = set()
     for index, item in enumerate(items):
         s = root.child("models", None).child(index, item)
-        route = _model(s, backends)
+        route = _model(s, backends, rollout)
         if route.model_name in seen:
             raise s.error("model_name", f"duplicate model_name {route.model_name!r}")
         seen.add(route.model_name)
@@ -205,7 +207,7 @@ def _models(root: Section, backends: dict[str, BackendConfig]) -> tuple[ModelRou
     return tuple(routes)
 
 
-def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
+def _model(s: Section, backends: dict[str, BackendConfig], rollout: RolloutConfig) -> ModelRoute:
     model_name = s.string("model_name")
     served: dict[str, str] = {}
     for key in s.names():
@@ -218,7 +220,29 @@ def _model(s: Section, backends: dict[str, BackendConfig]) -> ModelRoute:
         raise s.error("model_name", "names no backend model; add e.g. `hosted: <model>`")
     _check_messages_capable(s, backends, served)
     candidates = read_candidates(s, served)
+    _check_answered_by_primary_or_candidate(s, served, candidates, rollout)
     return ModelRoute(model_name=model_name, served=served, candidates=candidates)
+
+
+def _check_answered_by_primary_or_candidate(
+    s: Section, served: dict[str, str], candidates: tuple[str, ...], rollout: RolloutConfig
+) -> None:
+    """A model the primary does not serve is answered by its candidate alone, in every
+    mode (there is nothing to shadow or fall back to). A further backend of such a model
+    would never be called, and the candidate would answer clients in shadow mode where the
+    config reads as if that backend did: refused now."""
+    if rollout.primary in served:
+        return
+    allowed = set(candidates) or {rollout.candidate}
+    for name in served:
+        if name not in allowed:
+            raise s.error(
+                name,
+                f"backend {name!r} is neither the rollout's primary ({rollout.primary!r}) nor "
+                "a candidate of this model; a model the primary does not serve is answered "
+                f"by its candidate alone, so {name!r} would never be called. Map the model "
+                f"to {rollout.primary!r} too, or list {name!r} in this model's `candidates`",
+            )
 
 
 def _check_messages_capable(
