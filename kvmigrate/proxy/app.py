@@ -25,7 +25,7 @@ from kvmigrate.proxy.rollout_source import RolloutSource
 from kvmigrate.proxy.service import ProxyService
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
-from kvmigrate.wire.anthropic import anthropic_model_list
+from kvmigrate.wire.anthropic import anthropic_model, anthropic_model_list
 
 log = logging.getLogger("kvmigrate.proxy")
 
@@ -120,6 +120,8 @@ async def get_model(config: Config, request: web.Request) -> web.StreamResponse:
     if config.route(name) is None:
         return await service.handle_passthrough(request)
     authorize(request, config.server.master_key)
+    if "anthropic-version" in request.headers:  # the anthropic SDKs' models.retrieve()
+        return _json(anthropic_model(name))
     return _json(_model_card(name, int(time.time())))
 
 

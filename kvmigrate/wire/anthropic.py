@@ -37,12 +37,14 @@ ERROR_TYPES = {
 KNOWN_TYPES = frozenset(ERROR_TYPES.values())
 
 
+def anthropic_model(name: str) -> dict[str, Any]:
+    """GET /v1/models/{name} as Anthropic's API answers it (its ModelInfo)."""
+    return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+
+
 def anthropic_model_list(models: list[str]) -> dict[str, Any]:
     """GET /v1/models as Anthropic's API answers it (one page, no pagination)."""
-    data = [
-        {"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"}
-        for m in models
-    ]
+    data = [anthropic_model(m) for m in models]
     first, last = (models[0], models[-1]) if models else (None, None)
     return {"data": data, "has_more": False, "first_id": first, "last_id": last}
 

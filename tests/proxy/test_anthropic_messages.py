@@ -410,3 +410,12 @@ def test_the_anthropic_sdk_lists_the_proxys_models(make_proxy: MessagesProxyFact
     models = make_proxy().client().models.list()
     assert [m.id for m in models.data] == [CLAUDE]
     assert models.data[0].type == "model"
+
+
+def test_the_anthropic_sdk_retrieves_a_model_in_anthropic_s_shape(
+    make_proxy: MessagesProxyFactory,
+) -> None:
+    model = make_proxy().client().models.retrieve(CLAUDE)
+    assert (model.id, model.type, model.display_name) == (CLAUDE, "model", CLAUDE)
+    assert model.created_at.year == 1970
+    assert not model.model_extra  # no OpenAI fields (`object`, `owned_by`) beside them
