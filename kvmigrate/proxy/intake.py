@@ -94,18 +94,25 @@ def expect_handler(server: ServerConfig, refused: Callable[[int], None]) -> Expe
     async def expect(request: web.Request) -> web.StreamResponse | None:
         limit = server.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            error = body_too_large(limit)
-            refused(error.status)
-            response = error.response(body=envelope_for_path(request.path).body(error))
-            # The body was never sent: this connection's next bytes are not a request.
-            response.force_close()
-            return response
+            return _refused_before_the_body(request, body_too_large(limit), refused)
         if request.version != HttpVersion11:
             return None
-        if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
-            raise web.HTTPExpectationFailed(text="Only `Expect: 100-continue` is supported.")
+        if request.headers.get(hdrs.EXPECT, "").strip().lower() != "100-continue":
+            error = ProxyError(417, "Only `Expect: 100-continue` is supported.")
+            return _refused_before_the_body(request, error, refused)
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the answer itself has not started
         return None
 
     return expect
+
+
+def _refused_before_the_body(
+    request: web.Request, error: ProxyError, refused: Callable[[int], None]
+) -> web.Response:
+    """The error in the route's envelope (`refused` counts it), on a connection that then
+    closes: the body may or may not follow, so its next bytes are not known to be a request."""
+    refused(error.status)
+    response = error.response(body=envelope_for_path(request.path).body(error))
+    response.force_close()
+    return response

@@ -229,6 +229,21 @@ def test_a_body_within_the_limit_announced_with_expect_is_continued_and_served(
     assert orjson.loads(seen[0].body)["model"] == HOSTED_MODEL
 
 
+@pytest.mark.parametrize("path", [b"/v1/chat/completions", b"/v1/messages"])
+def test_an_expectation_other_than_continue_is_a_417_in_the_route_s_envelope(
+    make_proxy: ProxyFactory, recording_upstream: Upstream, path: bytes
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    answer = send(proxy.url, [b"POST " + path + b" HTTP/1.1", b"Expect: bogus"])
+    assert status_of(answer) == 417, answer[:300]
+    assert b"application/json" in answer.partition(b"\r\n\r\n")[0].lower()
+    assert "100-continue" in str(error_of(answer)["message"])
+    if path == b"/v1/messages":
+        assert orjson.loads(answer.partition(b"\r\n\r\n")[2])["type"] == "error"
+    assert seen == []
+
+
 def send_chunked(url: str, body: bytes, piece: int = 1000) -> bytes:
     """A request whose body is sent chunked (no Content-Length), in pieces of `piece`."""
     host, port = url.removeprefix("http://").split(":")
