@@ -18,15 +18,19 @@ SECRET = "[SECRET]"
 IBAN = "[IBAN]"
 USER = "[USER]"
 
+# Word edges where `_` counts as an edge too: `\b` does not, so Markdown's `_italics_` and
+# `__bold__` hid what they wrapped (`_jane@example.com_`, `__sk-...__`) from every pattern.
+_START = r"(?<![^\W_])"
+_END = r"(?![^\W_])"
 _SECRET_PATTERNS = (
     # OpenAI-style and similar vendor keys: sk-..., sk-proj-..., rk-..., pk_live_...
-    re.compile(r"\b(?:sk|rk|pk)[-_](?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]{16,}"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat|xox[abprs]|glpat)[-_][A-Za-z0-9_-]{10,}"),
+    re.compile(_START + r"(?:sk|rk|pk)[-_](?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]{16,}"),
+    re.compile(r"(?i)" + _START + r"bearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(_START + r"(?:AKIA|ASIA)[0-9A-Z]{16}" + _END),
+    re.compile(_START + r"(?:ghp|gho|ghs|ghu|github_pat|xox[abprs]|glpat)[-_][A-Za-z0-9_-]{10,}"),
     # JWT: a JSON header (base64 of `{"`), a payload, and a signature (empty when unsigned).
-    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
-    re.compile(r"\b[0-9a-fA-F]{32,}\b"),
+    re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+    re.compile(_START + r"[0-9a-fA-F]{32,}" + _END),
 )
 # A whole PEM private-key block, armour included.
 _PEM_KEY = re.compile(
@@ -36,18 +40,26 @@ _PEM_KEY = re.compile(
 # short password has no shape of its own; only the name gives it away.
 # Longest operator first: `=` first read `pwd => hunter2` as the value `>`, leaving the password.
 _ASSIGNMENT = re.compile(
-    r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|pwd|secret|api[_-]?key|token)"
+    r"(?i)"
+    + _START
+    + r"((?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|pwd|secret|api[_-]?key|token)"
     r"[\"']?\s*(?::=|=>|=|:)\s*)([\"']?)([^\s\"',;]+)"
 )
 _ASSIGNMENT_WORDS = (b"pass", b"pwd", b"secret", b"key", b"token")
 # IBAN: country, check digits, then 11 to 30 letters and digits, in groups of 4 or not.
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_IBAN = re.compile(_START + r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}" + _END)
 # Long base64-like runs count as secrets only if they mix letters and digits: a long
 # identifier in code (all letters) should stay readable.
 _BASE64ISH = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_EMAIL = re.compile(
+    _START + r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}" + _END
+)
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
-_PHONE = re.compile(r"(?<![\w+.-])\+?\(?\d[\d \t().-]{5,}\d(?![\w.-]|-\d)")
+# A phone number may sit in `_italics_`, but digits that end an identifier (`id_5551234567`)
+# or start one are not a phone number.
+_PHONE = re.compile(
+    r"(?<![^\W_]|[+.-])(?<![^\W_]_)\+?\(?\d[\d \t().-]{5,}\d(?![^\W_]|_[^\W_]|[.-]|-\d)"
+)
 # Prefilters: a token of 16+ secret-ish characters; a run of digits long enough to matter.
 _MAYBE_SECRET = re.compile(r"[A-Za-z0-9+/_-]{16,}|(?i:bearer)")
 _DIGIT_RUN = re.compile(r"\d[\d \t().-]{5,}\d")

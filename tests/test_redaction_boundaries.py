@@ -47,6 +47,26 @@ def test_phone_number_lengths(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Markdown emphasis with underscores: `\b` saw no word edge inside `_..._`.
+        ("mail _jane.doe@example.com_ today", f"mail {EMAIL}_ today"),
+        ("call _555-123-4567_ now", f"call _{PHONE}_ now"),
+        ("call __555-123-4567__ now", f"call __{PHONE}__ now"),
+        ("key __sk-abcdefabcdefabcdefabcdef__ here", f"key __{SECRET}__ here"),
+        ("id __AKIAABCDEFGHIJKLMNOP__", f"id __{SECRET}__"),
+        ("my _password=hunter2 ok", f"my _password={SECRET} ok"),
+        (f"to _{iban('NO', '86011117947')}_", f"to _{IBAN}_"),
+        # Digits that end or start an identifier are not a phone number.
+        ("id_5551234567 stays", "id_5551234567 stays"),
+        ("x 555-123-4567_abc stays", "x 555-123-4567_abc stays"),
+    ],
+)
+def test_underscores_around_a_value_do_not_hide_it(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
     ("value", "redacted"),
     [
         (iban("NO", "86011117947"), True),  # 15 characters: the shortest (Norway)
