@@ -45,6 +45,38 @@ def test_chain_ref_keys() -> None:
     assert ChainRef("resp_1", None).conversation_key is None
 
 
+@pytest.mark.parametrize(
+    ("ref", "conversation"),
+    [
+        (
+            ChainRef("resp_67ccd2bed1ec8190b14f964abc05", None),
+            "resp:resp_67ccd2bed1ec8190b14f964abc05",
+        ),
+        (ChainRef("resp_1", "conv_1"), "conv:conv_1"),
+        (ChainRef(None, "conv_1"), "conv:conv_1"),
+    ],
+)
+def test_an_unknown_chain_s_conversation_is_named_for_its_id(
+    ref: ChainRef, conversation: str
+) -> None:
+    assert ref.guessed_conversation == conversation
+
+
+@pytest.mark.parametrize(
+    "sent",
+    ["resp_jane.doe@example.com_555-123-4567", "resp_" + "x" * 200_000, "conv_\n1", "résp"],
+)
+def test_an_id_no_api_mints_is_not_kept_verbatim_in_the_conversation(sent: str) -> None:
+    for ref, prefix in ((ChainRef(sent, None), "resp:h"), (ChainRef(None, sent), "conv:h")):
+        key = ref.guessed_conversation
+        assert key.startswith(prefix)
+        assert len(key) == len(prefix) + 24
+        assert sent not in key
+    assert (
+        ChainRef(sent + "2", None).guessed_conversation != ChainRef(sent, None).guessed_conversation
+    )
+
+
 @pytest.mark.parametrize("percent", [0, 50, 100])
 @pytest.mark.parametrize("backend", ["hosted", "vllm"])
 def test_a_chain_goes_where_it_is_stored_whatever_the_split_says(

@@ -9,6 +9,8 @@ without the history. Pure functions over plain data, like the rest of `policies`
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,7 +39,26 @@ class ChainRef:
     @property
     def conversation_key(self) -> str | None:
         """A Conversations API id is a conversation key of its own."""
-        return None if self.conversation is None else "conv:" + self.conversation
+        return None if self.conversation is None else id_key("conv:", self.conversation)
+
+    @property
+    def guessed_conversation(self) -> str:
+        """The conversation of a request that continues a response no proxy remembers: its
+        Conversations API id's, else one named for the response it continues."""
+        return self.conversation_key or id_key("resp:", self.previous or "")
+
+
+# An id as the APIs mint them (`resp_...`, `conv_...`); anything else a client sent in its
+# place (a megabyte, an email address) names its conversation by a digest, not verbatim:
+# the key is stored with every record of the conversation, whatever `record.content` says.
+_API_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def id_key(prefix: str, value: str) -> str:
+    if _API_ID.fullmatch(value):
+        return prefix + value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=12)
+    return prefix + "h" + digest.hexdigest()
 
 
 def chain_ref(body: Mapping[str, Any]) -> ChainRef | None:

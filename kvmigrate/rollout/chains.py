@@ -101,8 +101,7 @@ class ChainMap:
                 "kvmigrate_chain_misses_total counts these",
                 printable(ref.previous, 64),  # the client's: no forged lines, no megabytes
             )
-        conversation = ref.conversation_key or "resp:" + ref.previous
-        return Identity(conversation, 2, "guess"), None
+        return Identity(ref.guessed_conversation, 2, "guess"), None
 
     async def find(self, key: str) -> ChainEntry | None:
         """The entry of `key`: this process's first, else the store's (then kept here)."""
