@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.policies.outcome import ttft_counts
 from kvmigrate.wire import anthropic_stream
 from kvmigrate.wire.assemble import assemble
 from kvmigrate.wire.chunk_log import ChunkLog
@@ -74,8 +75,10 @@ class Exchange:
     @property
     def ttft(self) -> float | None:
         """Time to the first streamed byte. A non-streamed answer arrives whole, so its
-        first byte is its last: that is latency, not TTFT, and is not reported as one."""
-        if not self.stream or self.first_byte is None:
+        first byte is its last: that is latency, not TTFT, and is not reported as one. An
+        error status is no first token either: a candidate failing in 2 ms would pull its
+        TTFT percentiles down, and pass the TTFT gate, by failing."""
+        if not self.stream or self.first_byte is None or not ttft_counts(self.status):
             return None
         return self.first_byte - self.started
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pickle
 from dataclasses import fields
 
+import pytest
+
 from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
 from kvmigrate.proxy import exchange as proxy_exchange
+from kvmigrate.recorder.convert import to_record
 from kvmigrate.recorder.worker import pack, unpack
 
 
@@ -68,3 +71,22 @@ def test_a_streamed_answer_is_reassembled() -> None:
     assert answer is not None
     assert answer["choices"][0]["message"]["content"] == "hi"
     assert x.answer() is answer
+
+
+@pytest.mark.parametrize(
+    ("stream", "status", "ttft"),
+    [
+        (True, 200, 0.25),
+        (True, 500, None),  # an error's first byte is no first token
+        (True, 400, None),
+        (True, None, None),
+        (False, 200, None),  # a whole answer's first byte is its latency
+    ],
+)
+def test_ttft_is_a_streamed_answer_s_first_byte(
+    stream: bool, status: int | None, ttft: float | None
+) -> None:
+    x = Exchange("r", "chat/completions", "vllm", "serve", "m", "m", "c", 1, stream, 10.0)
+    x.status, x.first_byte = status, 10.25
+    assert x.ttft == ttft
+    assert to_record(x, 0.0, "none", "test").ttft_ms == (None if ttft is None else ttft * 1000)

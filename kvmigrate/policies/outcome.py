@@ -30,6 +30,11 @@ class ErrorKind(StrEnum):
     # A candidate's answer with a status no model route answers with (1xx, 3xx, a 2xx
     # other than 200): a redirect or an empty answer is not an answer, whatever it says.
     UNEXPECTED_STATUS = "unexpected_status"
+    # A candidate's 4xx to a request its primary answered: the request was fine (vLLM's
+    # context window smaller than the hosted one, a parameter it does not take), so the
+    # refusal counts against the candidate. Only a shadow copy, beside its primary's
+    # answer, can tell this from a client's bad request.
+    REJECTED = "rejected"
 
 
 NOT_BACKEND_ERRORS = frozenset({ErrorKind.CLIENT_DISCONNECTED})
@@ -50,3 +55,8 @@ def worth_mirroring(status: int | None, error: str | None) -> bool:
     if error is not None and error not in NOT_BACKEND_ERRORS:
         return False
     return status is not None and status != 429 and status < 500
+
+
+def ttft_counts(status: int | None) -> bool:
+    """Whether an answer's first byte is a first token: not an error status's."""
+    return status is not None and status < 400

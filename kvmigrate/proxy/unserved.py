@@ -52,4 +52,7 @@ class UnservedRoutes:
             return malformed_kind(copy.body(), event_stream)
         if primary_status is None or primary_status >= 400:
             return None
-        return self.kind(copy.backend, copy.route, copy.status)
+        unserved = self.kind(copy.backend, copy.route, copy.status)
+        if unserved is None and copy.status is not None and 400 <= copy.status < 500:
+            return ErrorKind.REJECTED  # a 429 is the backend's by its status already
+        return unserved

@@ -140,8 +140,7 @@ def to_record(
         stream=x.stream,
         status=x.status,
         error=error,
-        # A non-streamed answer arrives whole: its "first byte" is latency, not TTFT.
-        ttft_ms=None if x.first_byte is None or not x.stream else (x.first_byte - x.started) * 1000,
+        ttft_ms=None if (ttft := x.ttft) is None else ttft * 1000,
         latency_ms=None if x.finished is None else (x.finished - x.started) * 1000,
         prompt_tokens=tokens.get("prompt"),
         cached_tokens=tokens.get("cached"),

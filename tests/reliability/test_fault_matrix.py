@@ -377,6 +377,34 @@ def test_shadow_mode_candidate_fault_changes_nothing_for_the_client(
     assert tuple(shadow_errors) == fault.shadow
 
 
+@pytest.mark.parametrize(
+    ("fault", "client_error", "copy_error"),
+    [
+        # vLLM's context window smaller than the hosted one: the primary answered, so the
+        # refusal is the candidate's, and the gates must see it.
+        ("vllm:400", None, "rejected"),
+        ("vllm:422", None, "rejected"),
+        # The request itself was bad: the candidate refusing it too is no evidence.
+        ("hosted:400,vllm:400", "BadRequestError 400", "http_400"),
+    ],
+)
+def test_a_shadow_copy_refused_with_a_4xx_counts_against_the_candidate_only_if_the_primary_answered(
+    fault: str,
+    client_error: str | None,
+    copy_error: str,
+    emulators: Emulators,
+    start_proxy: Any,
+    tmp_path: Path,
+) -> None:
+    proxy = start_proxy(config_yaml(tmp_path, emulators.hosted.url, emulators.vllm.url, "shadow"))
+    for stream in (False, True):
+        session = f"refused-{fault}-{stream}"
+        hit = ask(proxy.client, session, stream, fault)
+        assert hit.error == client_error, hit
+        shadow = by_role(wait_rows(proxy.db, session, 2, proxy.url), "shadow")
+        assert [(r.backend, r.error) for r in shadow] == [("vllm", copy_error)]
+
+
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name.replace(" ", "-") for f in FAULTS])
 def test_split_mode_candidate_fault_falls_back_or_ends_the_stream_cleanly(
     fault: Fault, emulators: Emulators, start_proxy: Any, tmp_path: Path
