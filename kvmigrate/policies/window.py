@@ -27,9 +27,10 @@ class BackendWindow:
 
     `requests` counts upstream calls that reached a verdict (any status, or a transport
     error); `errors` counts what `policies.outcome.is_backend_error` says: transport errors,
-    5xx and 429 answers, and clients that gave up before the first byte (any other 4xx is
-    the client's fault, and counted neither way for gates). TTFT figures are in seconds and
-    None when no request of the window had one. `parity` is the noise-adjusted agreement in
+    5xx and 429 answers, clients that gave up before the first byte, and a candidate's
+    copy refused with a 4xx its primary did not give (`rejected`); any other 4xx is the
+    client's fault, and counted neither way for gates. TTFT figures are in seconds, of
+    answers that did not fail with an error status, and None when none had one. `parity` is the noise-adjusted agreement in
     [0, 1] once the parity engine scores pairs, else None. `tool_calls` /
     `invalid_tool_calls`: calls in the backend's answers, and those naming an unoffered tool
     or with broken arguments.

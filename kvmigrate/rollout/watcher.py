@@ -49,15 +49,25 @@ class RollingWindow:
             maxlen=MAX_SAMPLES
         )
         self.tools: deque[tuple[float, int, int]] = deque(maxlen=MAX_SAMPLES)
+        # Calls started before the last clear ran under the state it cleared: a request
+        # sent before a rollback that fails after it is no evidence against the new state
+        # (it rolled one cohort back twice for one breach).
+        self.since = float("-inf")
 
     def add(
         self, at: float, failed: bool, ttft: float | None, duration: float | None = None
     ) -> None:
-        self.samples.append((at, failed, ttft, duration))
+        if at >= self.since:
+            self.samples.append((at, failed, ttft, duration))
+
+    def add_tools(self, at: float, total: int, invalid: int) -> None:
+        if at >= self.since:
+            self.tools.append((at, total, invalid))
 
     def clear(self) -> None:
         self.samples.clear()
         self.tools.clear()
+        self.since = time.perf_counter()
 
     def summary(self, since: float) -> BackendWindow:
         for samples in (self.samples, self.tools):
@@ -161,7 +171,7 @@ class RollbackWatcher:
             if window is not None and response is not None and isinstance(request, dict):
                 total, invalid = invalid_tool_calls(request, response)
                 if total:
-                    window.tools.append((exchange.started, total, invalid))
+                    window.add_tools(exchange.started, total, invalid)
 
     def check(self) -> list[tuple[str, str]]:
         """(cohort, reason) of every cohort in split whose candidate breaches the limits."""
