@@ -30,10 +30,10 @@ class BackendWindow:
     5xx and 429 answers, clients that gave up before the first byte, and a candidate's
     copy refused with a 4xx its primary did not give (`rejected`); any other 4xx is the
     client's fault, and counted neither way for gates. TTFT figures are in seconds, of
-    answers that did not fail with an error status, and None when none had one. `parity` is the noise-adjusted agreement in
-    [0, 1] once the parity engine scores pairs, else None. `tool_calls` /
-    `invalid_tool_calls`: calls in the backend's answers, and those naming an unoffered tool
-    or with broken arguments.
+    answers that did not fail with an error status, and None when none had one. `parity`
+    is the noise-adjusted agreement in [0, 1] once the parity engine scores pairs, else
+    None. `tool_calls` / `invalid_tool_calls`: calls in the backend's answers, and those
+    naming an unoffered tool or with broken arguments.
     `latency_p95`: total latency, what the TTFT gate compares when nothing was streamed (a
     non-streamed answer has no observable TTFT).
     `noise_pairs` / `noise_needed`: primary-vs-primary pairs in the window, and how many a
