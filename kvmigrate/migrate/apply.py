@@ -19,13 +19,14 @@ from typing import Any
 
 from kvmigrate.migrate.gitstate import dirty_paths
 from kvmigrate.migrate.plan import FileChange, Plan
+from kvmigrate.migrate.walk import BACKUP_GITIGNORE
 
 STATE_DIR = ".kvmigrate"
 BACKUP_DIR = f"{STATE_DIR}/backups"
 MANIFEST = "manifest.json"
 # Backups hold the files as they were, `.env` secrets included: one `git add -A` must not
 # commit them, so our folder ignores itself, and only the owner may enter it.
-GITIGNORE = "# kvmigrate's backups hold your files as they were, secrets included.\n*\n"
+GITIGNORE = BACKUP_GITIGNORE  # also how a later scan recognises a backup folder
 DIR_MODE = 0o700
 # Injected seam: os.replace in production; tests pass one that fails or dies mid-apply.
 Replace = Callable[[Path, Path], None]
@@ -82,10 +83,19 @@ def apply_plan(
     if not allow_dirty and (dirty := dirty_paths(plan.root)):
         raise DirtyTree(dirty)
     for change in plan.changes:
-        if _read(plan.root / change.path) != change.old:
+        try:
+            current: bytes | None = _read(plan.root / change.path)
+        except OSError:  # deleted (or made unreadable) since the scan
+            current = None
+        if current != change.old:
             raise ApplyError(f"{change.path} changed since it was scanned; run again")
-    backup_id, where = _new_backup_dir(plan.root, backup_dir)
-    manifest = _write_backups(plan, backup_id, where)
+    try:
+        backup_id, where = _new_backup_dir(plan.root, backup_dir)
+        manifest = _write_backups(plan, backup_id, where)
+    except OSError as exc:
+        base = backup_base(plan.root, backup_dir)
+        raise ApplyError(f"could not write the backup under {base} ({exc}); nothing was "
+                         "rewritten: pass a writable --backup-dir") from exc  # fmt: skip
     written: list[str] = []
     try:
         for change, entry in zip(plan.changes, manifest["files"], strict=True):
@@ -132,6 +142,10 @@ def _new_backup_dir(root: Path, backup_dir: Path | None) -> tuple[str, Path]:
         if not ignore.exists():
             _write_synced(ignore, GITIGNORE.encode(), 0o644)
     _private_dir(base)
+    inside = backup_dir is not None and backup_dir.resolve().is_relative_to(root.resolve())
+    if inside and not (base / ".gitignore").exists():
+        # A --backup-dir inside the tree must not be committed, nor rescanned (walk.py).
+        _write_synced(base / ".gitignore", GITIGNORE.encode(), 0o644)
     path = base / backup_id
     path.mkdir(mode=DIR_MODE, exist_ok=False)
     os.chmod(path, DIR_MODE)  # mkdir's mode is filtered by the umask

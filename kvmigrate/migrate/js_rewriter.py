@@ -18,7 +18,7 @@ from kvmigrate.migrate.findings import Action, Edit, Finding, ParseFailure, Scan
 from kvmigrate.migrate.js_tokens import Tok, Token, TokenizeError, tokenize
 from kvmigrate.migrate.python_rules import AZURE, BEDROCK
 from kvmigrate.migrate.text import LineIndex
-from kvmigrate.migrate.values import RewriteOptions, Verdict, judge_url
+from kvmigrate.migrate.values import RewriteOptions, Verdict, is_azure_url, judge_url
 
 _URL_PROPS = frozenset({"baseURL", "basePath"})
 
@@ -278,6 +278,10 @@ class _Scanner:
             return
         if verdict is not Verdict.REWRITE:
             self._human(at, client, f"{prop}: {old!r} is not a URL")
+            return
+        if is_azure_url(old):
+            msg = f"{prop}: {old!r} is Azure OpenAI: not rewritten"
+            self._add(at, client.framework, Action.FLAGGED, msg, AZURE.flag, old)
             return
         quote = tok.text[0]
         self.result.edits.append(Edit(tok.start, tok.end, f"{quote}{proxy}{quote}"))

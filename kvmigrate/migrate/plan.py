@@ -16,7 +16,7 @@ from kvmigrate.migrate.env_rewriter import scan_env
 from kvmigrate.migrate.findings import Action, Finding, ParseFailure, Problem, ScanResult, Severity
 from kvmigrate.migrate.js_rewriter import scan_js
 from kvmigrate.migrate.python_rewriter import scan_python
-from kvmigrate.migrate.text import NotUtf8, decode, splice
+from kvmigrate.migrate.text import NotUtf8, OverlappingEdits, decode, splice
 from kvmigrate.migrate.values import ANTHROPIC_URL_VARS, OPENAI_URL_VARS, RewriteOptions
 from kvmigrate.migrate.walk import Candidate, walk
 
@@ -117,13 +117,20 @@ def _scan_file(plan: Plan, candidate: Candidate) -> ScanResult | None:
             return fail("self-check", "the rewritten file would be rewritten again; untouched")
     except ParseFailure as exc:
         return fail("parse", str(exc))
-    except (RecursionError, ValueError) as exc:
+    except (RecursionError, MemoryError):
+        # One file nested too deep for the parser must not lose the report on the others.
+        return fail("too-deep", "nested too deeply to parse safely; check this file by hand")
+    except OverlappingEdits as exc:
+        return fail("shared-value", str(exc))
+    except ValueError as exc:
         return fail("parse", f"{type(exc).__name__}: {exc}")
     plan.findings.extend(dict.fromkeys(result.findings))  # a YAML alias reports a node twice
     new = decoded.encode(new_text)
     if new != raw:
         edits = len(set(result.edits))
-        plan.changes.append(FileChange(candidate.rel, raw, new, edits, frozenset(result.secrets)))
+        # The proxy key is a secret too: masked on the `+` lines that write it.
+        secrets = result.secrets | ({plan.options.proxy_key} if plan.options.proxy_key else set())
+        plan.changes.append(FileChange(candidate.rel, raw, new, edits, frozenset(secrets)))
     return result
 
 

@@ -10,6 +10,7 @@ import libcst as cst
 from libcst.metadata import ByteSpanPositionProvider, MetadataWrapper, PositionProvider
 
 from kvmigrate.migrate.findings import Action, Edit, Finding, ParseFailure, ScanResult
+from kvmigrate.migrate.providers import UNSERVED_FLAG, Route, provider_of, route
 from kvmigrate.migrate.python_rules import (
     AZURE,
     BEDROCK,
@@ -21,16 +22,32 @@ from kvmigrate.migrate.python_rules import (
 )
 from kvmigrate.migrate.values import (
     ANTHROPIC_URL_VARS,
+    KEY_VARS,
     URL_VARS,
     RewriteOptions,
     Verdict,
+    is_azure_url,
     judge_url,
 )
 
 _ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
+_MAX_BRACKET_DEPTH = 200
+# Keyword arguments (and module attributes) that carry an API key.
+_KEY_KWARGS = frozenset({"api_key", "openai_api_key", "anthropic_api_key"})
+# What each provider a URL change cannot move is told instead (the proposed change).
+_FLAGGED_ROUTES = {
+    Route.AZURE: AZURE.flag or "",
+    Route.BEDROCK: BEDROCK.flag or "",
+    Route.UNSERVED: UNSERVED_FLAG,
+}
 
 
 def scan_python(text: str, rel: str, options: RewriteOptions) -> ScanResult:
+    # libcst's native parser overflows the C stack (a segfault that loses the whole report)
+    # on brackets nested a few thousand deep; CPython itself refuses more than 200.
+    depth = _bracket_depth(text)
+    if depth > _MAX_BRACKET_DEPTH:
+        raise ParseFailure(f"brackets nested {depth} deep (Python allows {_MAX_BRACKET_DEPTH})")
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -41,6 +58,19 @@ def scan_python(text: str, rel: str, options: RewriteOptions) -> ScanResult:
     scanner = _Scanner(rel, text, module, imports.names, options)
     wrapper.visit(scanner)
     return scanner.result
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest bracket nesting, counted roughly (brackets in strings count too): a
+    cheap guard, run before any parser sees the text."""
+    depth = deepest = 0
+    for char in text:
+        if char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 class _Imports(cst.CSTVisitor):
@@ -129,6 +159,10 @@ class _Scanner(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             t = target.target
+            if isinstance(t, cst.Attribute) and t.attr.value in _KEY_KWARGS:
+                self._secret(node.value)  # `openai.api_key = "sk-..."`
+            elif isinstance(t, cst.Subscript) and _string_key(_subscript_index(t)) in KEY_VARS:
+                self._secret(node.value)
             if isinstance(t, cst.Attribute) and t.attr.value in MODULE_URL_ATTRS:
                 if self._qualify(t.value) == "openai":
                     self._url_value(node.value, "openai", f"openai.{t.attr.value}")
@@ -148,18 +182,25 @@ class _Scanner(cst.CSTVisitor):
 
     def _client_call(self, node: cst.Call, rule: CallRule) -> None:
         callee = self._module.code_for_node(node.func)
+        for arg in node.args:
+            if arg.keyword and arg.keyword.value in _KEY_KWARGS:
+                self._secret(arg.value)
         framework = rule.framework
         if framework == "openai" and (self._wrappers or self._uses_instructor):
             framework = self._wrappers[-1][1] if self._wrappers else "instructor"
         if rule.flag is not None:
             self._flag(node, rule, f"{callee}()")
             return
-        if framework == "litellm" and self._litellm_provider(node) in ("azure", "bedrock"):
-            provider = self._litellm_provider(node)
-            self._flag(node, AZURE if provider == "azure" else BEDROCK, f"{callee}({provider}/...)")
+        provider = self._model_provider(node) if rule.prefixed else ""
+        where = route(provider)
+        if where in _FLAGGED_ROUTES:
+            label = f"{callee}({provider}/...)"
+            self._add(node, framework, Action.FLAGGED, f"{label}: not rewritten",
+                      new=_FLAGGED_ROUTES[where].format(provider=provider))  # fmt: skip
             return
         url_args = [a for a in node.args if a.keyword and a.keyword.value in rule.url_kwargs]
-        proxy = self._options.url_for(rule.env_var)
+        anthropic = where is Route.ANTHROPIC
+        proxy = self._options.anthropic_url if anthropic else self._options.url_for(rule.env_var)
         for arg in url_args:
             assert arg.keyword is not None
             self._url_value(arg.value, framework, f"{callee}({arg.keyword.value}=...)", proxy)
@@ -176,16 +217,22 @@ class _Scanner(cst.CSTVisitor):
             f"(unset, it goes to {_default_host(rule.env_var)})",
         )
 
+    def _secret(self, expr: cst.BaseExpression) -> None:
+        """A literal key in the code: a diff shown in a terminal or a CI log masks it."""
+        key = _string_key(expr)
+        if key:
+            self.result.secrets.add(key)
+
     def _flag(self, node: cst.Call, rule: CallRule, label: str) -> None:
         assert rule.flag is not None
         self._add(node, rule.framework, Action.FLAGGED, f"{label}: not rewritten", new=rule.flag)
 
-    def _litellm_provider(self, node: cst.Call) -> str:
-        for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value == "model":
-                model = _string_key(arg.value) or ""
-                return model.split("/")[0] if "/" in model else ""
-        return ""
+    def _model_provider(self, node: cst.Call) -> str:
+        """The `provider/` prefix of the model: keyword `model`, else the first positional."""
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        model = next((a for a in node.args if a.keyword and a.keyword.value == "model"), None)
+        chosen = model or (positional[0] if positional else None)
+        return provider_of(_string_key(chosen.value) or "") if chosen else ""
 
     def _is_bedrock_client(self, node: cst.Call) -> bool:
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "client"):
@@ -253,6 +300,10 @@ class _Scanner(cst.CSTVisitor):
         proxy = proxy or self._options.proxy_url
         verdict = judge_url(value, proxy)
         if verdict is Verdict.SAME:
+            return
+        if verdict is Verdict.REWRITE and is_azure_url(value):
+            msg = f"{label}: {value!r} is Azure OpenAI: not rewritten"
+            self._add(node, framework, Action.FLAGGED, msg, value, AZURE.flag)
             return
         if verdict is not Verdict.REWRITE:
             why = "a reference" if verdict is Verdict.REFERENCE else "not a URL"

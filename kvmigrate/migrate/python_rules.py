@@ -18,6 +18,9 @@ class CallRule:
     url_kwargs: tuple[str, ...]  # keyword arguments that carry the base URL
     env_var: str  # what the client reads when no URL is passed
     flag: str | None = None  # set for clients a URL change cannot move: the proposed change
+    # LiteLLM-style: the model's `provider/` prefix (keyword `model` or the first positional
+    # argument) picks the API spoken at the URL (providers.py).
+    prefixed: bool = False
 
 
 _AZURE = (
@@ -42,7 +45,7 @@ _LANGCHAIN_ANTHROPIC = CallRule(
 )
 _LANGCHAIN = CallRule("langchain", ("base_url", "openai_api_base"), "OPENAI_API_BASE")
 _LLAMAINDEX = CallRule("llamaindex", ("api_base",), "OPENAI_API_BASE")
-_LITELLM = CallRule("litellm", ("api_base", "base_url"), "OPENAI_API_BASE")
+_LITELLM = CallRule("litellm", ("api_base", "base_url"), "OPENAI_API_BASE", prefixed=True)
 
 CALL_RULES: Mapping[tuple[str, str], CallRule] = MappingProxyType(
     {
@@ -78,8 +81,12 @@ CALL_RULES: Mapping[tuple[str, str], CallRule] = MappingProxyType(
         ("litellm", "acompletion"): _LITELLM,
         ("litellm", "embedding"): _LITELLM,
         ("litellm", "aembedding"): _LITELLM,
-        ("dspy", "LM"): CallRule("dspy", ("api_base", "base_url"), "OPENAI_API_BASE"),
-        ("crewai", "LLM"): CallRule("crewai", ("base_url", "api_base"), "OPENAI_API_BASE"),
+        ("dspy", "LM"): CallRule(
+            "dspy", ("api_base", "base_url"), "OPENAI_API_BASE", prefixed=True
+        ),
+        ("crewai", "LLM"): CallRule(
+            "crewai", ("base_url", "api_base"), "OPENAI_API_BASE", prefixed=True
+        ),
         ("autogen_ext", "OpenAIChatCompletionClient"): CallRule(
             "autogen", ("base_url",), "OPENAI_BASE_URL"
         ),

@@ -40,6 +40,11 @@ def decode(raw: bytes) -> Decoded:
     return Decoded(text, bom)
 
 
+class OverlappingEdits(ValueError):
+    """Two rewrites want different text in one place: a YAML anchor shared by variables that
+    need different values (OPENAI_BASE_URL ends in /v1, ANTHROPIC_BASE_URL does not)."""
+
+
 def splice(text: str, edits: Iterable[Edit]) -> str:
     """Apply non-overlapping edits; identical duplicates (a YAML alias) collapse into one."""
     ordered = sorted(set(edits), key=lambda e: (e.start, e.end))
@@ -47,7 +52,12 @@ def splice(text: str, edits: Iterable[Edit]) -> str:
     pos = 0
     for edit in ordered:
         if edit.start < pos:
-            raise ValueError(f"overlapping edits at offset {edit.start}")
+            line = LineIndex(text).line(edit.start)
+            raise OverlappingEdits(
+                f"line {line}: one value is shared (a YAML anchor and alias) by settings that "
+                "need different proxy URLs, such as OPENAI_BASE_URL (with /v1) and "
+                "ANTHROPIC_BASE_URL (without); give each its own value, then run again"
+            )
         out.append(text[pos : edit.start])
         out.append(edit.new)
         pos = edit.end

@@ -25,7 +25,11 @@ KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 # Characters that would need escaping in some file kind. Refusing them up front lets every
 # rewriter keep the original quote style with no escaping logic at all.
 _UNSAFE = re.compile(r"[\s'\"`\\#$]")
-_REFERENCE = re.compile(r"\$\{|\$\(|\{\{|^\$\w|^os\.environ/")
+# `$VAR` anywhere, not only leading: `https://$LLM_HOST/v1` is expanded by the shell or compose.
+_REFERENCE = re.compile(r"\$\{|\$\(|\$[A-Za-z_]|\{\{|^\$\w|^os\.environ/")
+# Azure OpenAI resource hosts: clients build deployment URLs under them, so pointing one at
+# the proxy breaks it whatever the variable or framework that holds it.
+_AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,12 @@ def validate_proxy_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"proxy URL must be http(s)://host[:port]/path, got {url!r}")
+    try:
+        port = parts.port  # urlsplit checks the port only when it is read
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"proxy URL has an invalid port (1-65535): {url!r}")
     if _UNSAFE.search(url):
         raise ValueError(f"proxy URL must not contain spaces, quotes, '#', '$' or '\\': {url!r}")
     return url
@@ -83,6 +93,15 @@ def proxy_url_for_server(host: str, port: int) -> str:
 
 def is_reference(value: str) -> bool:
     return bool(_REFERENCE.search(value.strip()))
+
+
+def is_azure_url(value: str) -> bool:
+    """A URL on an Azure OpenAI resource: listed, never rewritten."""
+    try:
+        host = urlsplit(value.strip()).hostname or ""
+    except ValueError:
+        return False
+    return host.endswith(_AZURE_HOSTS)
 
 
 def same_url(a: str, b: str) -> bool:

@@ -19,11 +19,14 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kvmigrate.migrate.findings import Action, Edit, Finding, ParseFailure, ScanResult
+from kvmigrate.migrate.providers import UNSERVED_FLAG, Route, provider_of, route
+from kvmigrate.migrate.python_rules import AZURE, BEDROCK
 from kvmigrate.migrate.values import (
     KEY_VARS,
     URL_VARS,
     RewriteOptions,
     Verdict,
+    is_azure_url,
     judge_key,
     judge_url,
 )
@@ -31,9 +34,17 @@ from kvmigrate.migrate.values import (
 _NULL_TAG = "tag:yaml.org,2002:null"
 _PLAIN_UNSAFE = re.compile(r"[-+]?[\d._]+|true|false|yes|no|on|off|null|~|[^A-Za-z0-9].*", re.I)
 _MAX_DEPTH = 64
+# Deployment configs expand to thousands of nodes; past this, aliases are multiplying.
+_MAX_EXPANDED = 100_000
 _PROPERTY = re.compile(r"[&!]\S*\s+")
 _DEPLOY_KINDS = frozenset({"docker-compose", "kubernetes", "helm", "github-actions"})
 Path = tuple[int | str, ...]
+# What a model_list entry whose provider a URL change cannot move is told instead.
+_FLAGGED_ROUTES = {
+    Route.AZURE: AZURE.flag or "",
+    Route.BEDROCK: BEDROCK.flag or "",
+    Route.UNSERVED: UNSERVED_FLAG,
+}
 
 
 @dataclass
@@ -52,6 +63,10 @@ def scan_yaml(text: str, rel: str, options: RewriteOptions) -> ScanResult:
         roots = list(YAML(typ="rt").compose_all(text))
     except YAMLError as exc:
         raise ParseFailure(f"YAML error: {_one_line(exc)}") from None
+    expanded = _expanded_size(roots)
+    if expanded > _MAX_EXPANDED:
+        raise ParseFailure(f"YAML aliases expand to more than {_MAX_EXPANDED} nodes (an alias "
+                           "bomb?): not scanned; check this file by hand")  # fmt: skip
     result = ScanResult()
     changed: dict[Path, str] = {}
     for index, root in enumerate(roots):
@@ -67,6 +82,38 @@ def scan_yaml(text: str, rel: str, options: RewriteOptions) -> ScanResult:
         _verify(text, result.edits, changed)
     result.findings = list(dict.fromkeys(result.findings))  # an alias revisits its node
     return result
+
+
+def _expanded_size(roots: list[Node | None]) -> int:
+    """How many nodes the documents hold with every alias expanded, counted in one pass
+    over the distinct nodes (an alias is the same node object, so its size is memoised):
+    a few hundred bytes of nested aliases expand exponentially, and so would our walk."""
+    sizes: dict[int, int] = {}
+    opened: set[int] = set()
+    for top in roots:
+        stack: list[tuple[Node, bool]] = [(top, False)] if top is not None else []
+        while stack:  # post-order without recursion: the nesting depth is the file's choice
+            node, children_done = stack.pop()
+            if id(node) in sizes:
+                continue
+            if not children_done and id(node) in opened:
+                return _MAX_EXPANDED + 1  # an alias inside its own anchor: endless
+            opened.add(id(node))
+            kids = _children(node)
+            if children_done or not kids:
+                sizes[id(node)] = min(_MAX_EXPANDED + 1, 1 + sum(sizes[id(k)] for k in kids))
+            else:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sum(sizes[id(top)] for top in roots if top is not None)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _classify(rel: str, root: Node) -> tuple[str, str]:
@@ -111,6 +158,9 @@ def _walk(doc: _Doc, node: Node, path: Path, depth: int) -> None:
 def _mapping(doc: _Doc, node: MappingNode, path: Path) -> None:
     fields = {k.value: v for k, v in _pairs(node)}
     name = fields.get("name")
+    value = fields.get("value")
+    if isinstance(name, ScalarNode) and name.value in KEY_VARS and isinstance(value, ScalarNode):
+        doc.result.secrets.add(str(value.value))  # `- name: OPENAI_API_KEY` + `value: sk-...`
     if isinstance(name, ScalarNode) and _wanted(name.value, doc.options):
         # Kubernetes container env: `- name: OPENAI_BASE_URL` + `value:` or `valueFrom:`.
         if isinstance(fields.get("value"), ScalarNode):
@@ -132,16 +182,19 @@ def _mapping(doc: _Doc, node: MappingNode, path: Path) -> None:
 
 def _litellm_params(doc: _Doc, node: MappingNode, fields: dict[str, Node], path: Path) -> None:
     model = fields.get("model")
-    provider = model.value.split("/")[0] if isinstance(model, ScalarNode) else ""
-    if provider in ("azure", "bedrock", "azure_ai"):
-        _add(doc, node, Action.FLAGGED, f"model_list entry for {model.value if model else '?'}: "
-             "not rewritten", new=f"{provider} is not reached through an OpenAI base URL: "
-             "route it as a kvmigrate backend instead")  # fmt: skip
+    name = str(model.value) if isinstance(model, ScalarNode) else ""
+    provider = provider_of(name)
+    where = route(provider)
+    if where in _FLAGGED_ROUTES:
+        _add(doc, node, Action.FLAGGED, f"model_list entry for {name or '?'}: not rewritten",
+             new=_FLAGGED_ROUTES[where].format(provider=provider))  # fmt: skip
         return
     urls = [k for k in ("api_base", "base_url") if isinstance(fields.get(k), ScalarNode)]
+    # LiteLLM's anthropic/ models take the API's root, as Anthropic's SDK does.
+    root = doc.options.anthropic_url if where is Route.ANTHROPIC else None
     for key in urls:
-        _scalar(doc, f"litellm_params.{key}", fields[key], (*path, key), url=True)
-    if not urls and provider in ("openai", ""):
+        _scalar(doc, f"litellm_params.{key}", fields[key], (*path, key), url=True, proxy=root)
+    if not urls and where is Route.OPENAI:
         _add(doc, node, Action.ENV_SWITCH, "model_list entry sets no api_base, so "
              "OPENAI_API_BASE is the switch")  # fmt: skip
 
@@ -164,7 +217,9 @@ def _scalar(
     prefix: str = "",
     value: str | None = None,
     url: bool = False,
+    proxy: str | None = None,
 ) -> None:
+    """`proxy`: the URL to write, when the label does not say (an anthropic/ model)."""
     if not isinstance(node, ScalarNode):
         return
     if node.tag == _NULL_TAG and value is None:
@@ -172,7 +227,7 @@ def _scalar(
         return
     old = str(node.value) if value is None else value
     is_key = not url and label in KEY_VARS
-    proxy = doc.options.url_for(label)
+    proxy = proxy or doc.options.url_for(label)
     if is_key:
         assert doc.options.proxy_key is not None
         proxy = doc.options.proxy_key
@@ -187,6 +242,10 @@ def _scalar(
         return
     if node.style in ("|", ">"):
         _add(doc, node, Action.NEEDS_HUMAN, f"{label} is a block scalar", old)
+        return
+    if not is_key and is_azure_url(old):
+        _add(doc, node, Action.FLAGGED, f"{label}: {shown} is Azure OpenAI: not rewritten", old,
+             AZURE.flag)  # fmt: skip
         return
     start = _value_start(doc.text, node.start_mark.index, node.end_mark.index)
     doc.result.edits.append(Edit(start, node.end_mark.index, _render(prefix + proxy, node.style)))

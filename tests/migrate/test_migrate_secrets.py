@@ -1,0 +1,51 @@
+"""No key value reaches a diff or the JSON report: old keys, hardcoded keys, the proxy key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from migrate_support import PROXY, invoke
+
+OLD_ENV_KEY = "sk-old-key-123456"
+K8S_KEY = "sk-k8s-LITERAL-abcdef123"
+CODE_KEY = "sk-proj-HARDCODED1234567890"
+PROXY_KEY = "sk-NEWPROXYKEY-999"
+
+
+def _tree(root: Path) -> Path:
+    root.mkdir()
+    (root / ".env").write_text(
+        f"OPENAI_API_KEY={OLD_ENV_KEY}\nOPENAI_BASE_URL=https://api.openai.com/v1\n"
+    )
+    (root / "deploy.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  template:\n"
+        "    spec:\n      containers:\n        - name: app\n          env:\n"
+        f"            - name: OPENAI_API_KEY\n              value: {K8S_KEY}\n"
+        "            - name: OPENAI_BASE_URL\n              value: https://api.openai.com/v1\n"
+    )
+    (root / "app.py").write_text(
+        "from openai import OpenAI\n"
+        f'client = OpenAI(api_key="{CODE_KEY}", base_url="https://api.openai.com/v1")\n'
+    )
+    return root
+
+
+def test_keys_are_masked_in_every_diff(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "tree")
+    out = invoke(str(tree), "--proxy-url", PROXY, cwd=tmp_path).stdout
+    assert '+client = OpenAI(api_key="********"' in out  # the diff is still shown
+    for key in (OLD_ENV_KEY, K8S_KEY, CODE_KEY):
+        assert key not in out
+
+
+def test_the_proxy_key_is_masked_in_text_and_json(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "tree")
+    for extra in ((), ("--json",)):
+        out = invoke(str(tree), "--proxy-url", PROXY, "--proxy-key", PROXY_KEY, *extra,
+                     cwd=tmp_path).stdout  # fmt: skip
+        assert "+OPENAI_API_KEY=********" in out.replace("\\n", "\n")
+        for key in (OLD_ENV_KEY, K8S_KEY, CODE_KEY, PROXY_KEY):
+            assert key not in out
+    report = json.loads(out)
+    assert report["summary"]["files_changed"] == 3
