@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +20,19 @@ from kvmigrate.recorder.store import RecordStore, StoreError, open_store
 from kvmigrate.report import RENDERERS, Prices, build_report
 from kvmigrate.report.timeline import rollout_timeline
 
+
+class FiniteRange(click.FloatRange):
+    """A FloatRange that refuses NaN too (it compares false to both bounds, so a plain
+    FloatRange lets it through) and infinity."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+PRICE = FiniteRange(min=0)  # $ per unit: 0 or more
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 
 
@@ -64,24 +79,44 @@ def open_records(url: str) -> RecordStore | None:
     type=click.Path(dir_okay=False),
     help="Also write the recorded request bodies as OpenAI Batch-style JSONL (for replay).",
 )
-@click.option("--max-turn", default=10, show_default=True, help="Turns beyond share one row.")
-@click.option("--input-price", default=2.50, show_default=True, help="Hosted $ per 1M input.")
-@click.option("--cached-input-price", default=1.25, show_default=True, help="$ per 1M cached.")
+@click.option(
+    "--max-turn",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Turns beyond share one row.",
+)
+@click.option(
+    "--input-price", type=PRICE, default=2.50, show_default=True, help="Hosted $ per 1M input."
+)
+@click.option(
+    "--cached-input-price", type=PRICE, default=1.25, show_default=True, help="$ per 1M cached."
+)
 @click.option(
     "--cache-write-price",
-    type=float,
+    type=PRICE,
     default=None,
     help="$ per 1M tokens written to the prompt cache (Anthropic); default 1.25 x input.",
 )
-@click.option("--output-price", default=10.00, show_default=True, help="$ per 1M output.")
-@click.option("--gpu-hour-price", default=3.50, show_default=True, help="$ per GPU-hour.")
+@click.option(
+    "--output-price", type=PRICE, default=10.00, show_default=True, help="$ per 1M output."
+)
+@click.option(
+    "--gpu-hour-price", type=PRICE, default=3.50, show_default=True, help="$ per GPU-hour."
+)
 @click.option(
     "--gpu-tokens-per-s",
-    type=float,
+    type=FiniteRange(min=0, min_open=True),
     default=None,
     help="Output tokens/s one GPU sustains (from `kvmigrate bench`); default: the observed peak.",
 )
-@click.option("--min-gpus", default=1, show_default=True, help="GPUs kept running at least.")
+@click.option(
+    "--min-gpus",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="GPUs kept running at least.",
+)
 def report(
     config_path: str,
     since: str,

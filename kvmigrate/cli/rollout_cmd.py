@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from typing import Any
 
 import click
 import msgspec
+from click.core import ParameterSource
 
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.policies import Mode
@@ -108,15 +110,48 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return config_option(wrapped)
 
 
+def _finite_percent(
+    _ctx: click.Context, _param: click.Parameter, value: float | None
+) -> float | None:
+    """FloatRange lets NaN through (it compares false to both bounds), and JSON would carry
+    it to a proxy as null; -0 would be recorded as "-0%"."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number between 0 and 100")
+    return 0.0 if value == 0 else value
+
+
+def _refuse_options_before(ctx: click.Context) -> None:
+    """The group's own options given before a subcommand: each subcommand takes its own
+    (`rollout status --config X`), so these would be dropped unseen (a `rollout --config
+    prod.yaml auto` walked ./config.yaml)."""
+    given = [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)} before `{ctx.invoked_subcommand}` would be ignored: give "
+            f"options after the subcommand (kvmigrate rollout {ctx.invoked_subcommand} "
+            f"{given[0]} ...)"
+        )
+
+
 @click.group("rollout", invoke_without_command=True)
 @click.option(
     "--percent",
     type=click.FloatRange(0, 100),
+    callback=_finite_percent,
     help="Give the candidate N% of conversations (split mode).",
 )
 @click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
 @click.option("--reason", default="", help="Why: kept in the rollout history.")
-@click.option("--force", is_flag=True, help="Promote even when gates refuse (recorded).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Promote even when gates refuse (recorded); a split of a share kept in shadow mode "
+    "is a promotion too.",
+)
 @click.option(
     "--candidate",
     metavar="BACKEND",
@@ -136,22 +171,27 @@ def rollout(
     """Change the rollout: `kvmigrate rollout --percent 50`. Raising the percent is a
     promotion, checked by the gates over recorded traffic. Running proxies apply any change
     within a second. A config of several cohorts needs `--model gpt-4o-mini` or
-    `--cohort NAME`."""
+    `--cohort NAME`. The subcommands take their options after their name."""
     if ctx.invoked_subcommand is not None:
+        _refuse_options_before(ctx)
         return
     if percent is None and mode is None:
         raise click.UsageError("give --percent N or --mode shadow|split, or a subcommand")
     if candidate is not None and percent is None:
         raise click.UsageError("--candidate goes with --percent N")
     with target.client(candidate) as client:
-        outcome = client.set_mode(Mode(mode), reason) if mode else None
-        if percent is not None:
-            outcome = client.set_percent(percent, reason, force)
-    assert outcome is not None  # one of the two was given
+        outcome = client.change(percent, Mode(mode) if mode else None, reason, force)
     if target.as_json:
         _echo_json(outcome)
         return
     event = outcome.event
+    if not outcome.changed:
+        click.echo(
+            (f"rollout of {event.cohort}: " if event.cohort else "rollout: ")
+            + f"already {event.to_mode} {event.to_percent:g}% (version {event.version}); "
+            "nothing changed"
+        )
+        return
     click.echo(
         (f"rollout of {event.cohort}: " if event.cohort else "rollout: ")
         + f"{event.from_mode} {event.from_percent:g}% -> "

@@ -6,7 +6,8 @@
     GET  /admin/rollout/cohorts      every cohort's status
     GET  /admin/rollout/history      the audit trail (?limit=N, ?cohort=NAME)
     POST /admin/rollout              {"percent": 50, "reason": "...", "force": false}
-                                     or {"mode": "split"}; "cohort": NAME selects one
+                                     and/or {"mode": "split"}, one change; "cohort": NAME
+                                     selects one
     POST /admin/rollback             {"reason": "...", "cohort": NAME}
 
 The bodies are the types of `kvmigrate.rollout.api`: one that does not fit gets a 400 naming
@@ -128,23 +129,21 @@ async def _change(
     request: web.Request, controller: RolloutController, *, server: ServerConfig
 ) -> web.Response:
     change = await _body(request, server, RolloutChange)
-    actor = change.actor or "admin-api"
-    if change.percent is not None:
-        outcome = await asyncio.to_thread(
-            controller.set_percent,
-            change.percent,
-            change.reason,
-            actor,
-            change.force,
-            change.cohort,
-            change.candidate,
-        )
-    elif change.mode is not None:
-        outcome = await asyncio.to_thread(
-            controller.set_mode, change.mode, change.reason, actor, change.cohort
-        )
-    else:
-        raise bad_request('send {"percent": N} or {"mode": "shadow"|"split"}')
+    if change.percent is None and change.mode is None:
+        raise bad_request('send {"percent": N} and/or {"mode": "shadow"|"split"}')
+    # One change however many fields it names: a mode and a percent written apart would
+    # leave half a change behind when the second is refused.
+    outcome = await asyncio.to_thread(
+        controller.change,
+        change.percent,
+        change.mode,
+        change.reason,
+        change.actor or "admin-api",
+        change.force,
+        change.cohort,
+        change.candidate,
+        change.expected_version,
+    )
     return _json(outcome)
 
 

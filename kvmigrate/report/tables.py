@@ -319,7 +319,13 @@ def cache_busters(report: Report) -> Table:
     b = report.cache_busters
     title = "Cache busters (what broke prefix reuse in the recorded prompts)"
     if not b.checked:
-        note = "No recorded request bodies to check (record.content: none)."
+        note = (
+            "No recorded requests in this window to check."
+            if not report.records
+            # records without bodies: written under record.content none
+            else "No recorded request bodies to check: the requests in this window were "
+            "recorded without them (record.content: none)."
+        )
         return Table("cache_busters", title, (), [], note)
     rows = [
         (

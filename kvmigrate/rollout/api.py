@@ -23,7 +23,8 @@ T = TypeVar("T")
 
 
 class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """POST /admin/rollout: `percent` (a promotion when it rises) or else `mode`."""
+    """POST /admin/rollout: `percent` and/or `mode`, applied as one change (a promotion
+    when the share the candidate serves rises)."""
 
     percent: Annotated[float, Meta(ge=0.0, le=100.0)] | None = None
     mode: Mode | None = None
@@ -34,6 +35,8 @@ class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
     cohort: str | None = None
     # With `percent`: which of the cohort's candidates gets the share.
     candidate: str | None = None
+    # Refuse unless the cohort's state is still at this version (`rollout auto`).
+    expected_version: int | None = None
 
 
 class RollbackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

@@ -2,10 +2,12 @@
 
 At each step the gates must pass on the evidence gathered at the current one. While the
 evidence is still too thin (Inconclusive), it waits, looking again every poll; a Failed
-gate rolls back and stops; a change made by someone else during a bake (an auto-rollback in
-a proxy) stops the walk. Looking every few seconds is safe: the gates decide on
-always-valid intervals (`policies.sequential`), which hold at every look at once, so the
-number of polls does not raise the chance of a false pass or a false alarm.
+gate rolls back and stops; a change made by someone else during a bake or a wait (an
+auto-rollback in a proxy) stops the walk: every promotion is conditional on the state
+version the walk last saw, so it never overrides such a change. Looking every few seconds
+is safe: the gates decide on always-valid intervals (`policies.sequential`), which hold at
+every look at once, so the number of polls does not raise the chance of a false pass or a
+false alarm.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import GateResult, Verdict
 from kvmigrate.rollout.client import RolloutClient
-from kvmigrate.rollout.controller import GatesRefused, RolloutStatus
+from kvmigrate.rollout.controller import GatesRefused, RolloutError, RolloutStatus, effective_share
 
 
 @dataclass
@@ -52,14 +53,16 @@ def auto_rollout(
 ) -> AutoResult:
     status = client.status()
     result = AutoResult(False, _percent(status), "")
+    seen = status.state.version
     for step in [s for s in status.steps if s > _percent(status)]:
-        outcome = _promote(client, step, settings, echo, sleep, result)
-        if outcome is not None:
-            result.message = outcome
+        promoted = _promote(client, step, seen, settings, echo, sleep, result)
+        if isinstance(promoted, str):
+            result.message = promoted
             return result
+        seen = promoted
         result.reached = step
         echo(f"at {step:g}%: baking for {settings.bake_seconds:g}s")
-        interrupted = _bake(client, settings, sleep)
+        interrupted = _bake(client, seen, settings, sleep)
         if interrupted is not None:
             result.message = interrupted
             return result
@@ -71,16 +74,18 @@ def auto_rollout(
 def _promote(
     client: RolloutClient,
     step: float,
+    seen: int,
     settings: AutoSettings,
     echo: Callable[[str], None],
     sleep: Callable[[float], None],
     result: AutoResult,
-) -> str | None:
-    """Promote to `step` once the gates allow it; the reason it stopped otherwise."""
+) -> int | str:
+    """Promote to `step`, from the state at version `seen`, once the gates allow it: the
+    new version, or the reason it stopped."""
     deadline = time.monotonic() + settings.step_timeout
     while True:
         try:
-            change = client.set_percent(step, f"rollout auto: step {step:g}%", False)
+            change = client.set_percent(step, f"rollout auto: step {step:g}%", False, seen)
         except GatesRefused as refused:
             failed = [g for g in refused.results if g.verdict == Verdict.FAILED]
             if failed:
@@ -101,9 +106,15 @@ def _promote(
             )
             sleep(settings.poll_seconds)
             continue
+        except RolloutError:
+            # Refused: the state moved on? (through a proxy's API that is only said in words)
+            stopped = _changed_since(client, seen, f"while waiting to promote to {step:g}%")
+            if stopped is None:
+                raise
+            return stopped
         result.steps.append({"step": step, "gates": [g.to_dict() for g in change.gates]})
         echo(f"promoted to {step:g}% (version {change.state.version})")
-        return None
+        return change.state.version
 
 
 def _asked(results: list[GateResult]) -> str:
@@ -116,18 +127,26 @@ def _asked(results: list[GateResult]) -> str:
 
 
 def _bake(
-    client: RolloutClient, settings: AutoSettings, sleep: Callable[[float], None]
+    client: RolloutClient, seen: int, settings: AutoSettings, sleep: Callable[[float], None]
 ) -> str | None:
-    version = client.status().state.version
+    """Wait out the bake at the state of version `seen`; the reason it stopped, if it did."""
     end = time.monotonic() + settings.bake_seconds
-    while time.monotonic() < end:
+    while True:
+        stopped = _changed_since(client, seen, "during the bake")
+        if stopped is not None or time.monotonic() >= end:
+            return stopped
         sleep(min(settings.poll_seconds, max(0.0, end - time.monotonic())))
-        if client.status().state.version != version:
-            history = client.history(1)
-            action, reason = (history[-1].action, history[-1].reason) if history else ("?", "")
-            return f"stopped: the rollout changed during the bake ({action}: {reason})"
-    return None
+
+
+def _changed_since(client: RolloutClient, seen: int, when: str) -> str | None:
+    """Why the walk stops when the state is no longer version `seen`: someone else's change
+    (a rollback by hand or by a proxy) stands over the walk's plan."""
+    if client.status().state.version == seen:
+        return None
+    history = client.history(1)
+    action, reason = (history[-1].action, history[-1].reason) if history else ("?", "")
+    return f"stopped: the rollout changed {when} ({action}: {reason})"
 
 
 def _percent(status: RolloutStatus) -> float:
-    return status.state.percent if status.state.mode == Mode.SPLIT else 0.0
+    return effective_share(status.state.mode, status.state.percent)

@@ -8,6 +8,7 @@ running proxy's /admin/rollout API and decodes its answers into the same types
 from __future__ import annotations
 
 import getpass
+import math
 import socket
 import urllib.error
 import urllib.parse
@@ -48,8 +49,13 @@ class RolloutClient(Protocol):
     def status(self) -> RolloutStatus: ...
     def statuses(self) -> list[RolloutStatus]: ...
     def history(self, limit: int = 100) -> list[RolloutEvent]: ...
-    def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome: ...
+    def set_percent(
+        self, percent: float, reason: str, force: bool, expected_version: int | None = None
+    ) -> ChangeOutcome: ...
     def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome: ...
+    def change(
+        self, percent: float | None, mode: Mode | None, reason: str, force: bool
+    ) -> ChangeOutcome: ...
     def rollback(self, reason: str) -> ChangeOutcome: ...
 
 
@@ -83,13 +89,22 @@ class LocalRollout:
     def history(self, limit: int = 100) -> list[RolloutEvent]:
         return self.controller.history(limit, self.cohort)
 
-    def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
+    def set_percent(
+        self, percent: float, reason: str, force: bool, expected_version: int | None = None
+    ) -> ChangeOutcome:
         return self.controller.set_percent(
-            percent, reason, self.actor, force, self.cohort, self.candidate
+            percent, reason, self.actor, force, self.cohort, self.candidate, expected_version
         )
 
     def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome:
         return self.controller.set_mode(mode, reason, self.actor, self.cohort)
+
+    def change(
+        self, percent: float | None, mode: Mode | None, reason: str, force: bool
+    ) -> ChangeOutcome:
+        return self.controller.change(
+            percent, mode, reason, self.actor, force, self.cohort, self.candidate
+        )
 
     def rollback(self, reason: str) -> ChangeOutcome:
         return self.controller.rollback(reason, self.actor, cohort=self.cohort)
@@ -127,19 +142,40 @@ class RemoteRollout:
         path = "/admin/rollout/history" + self._query(limit=limit)
         return self._call("GET", path, RolloutHistory).events
 
-    def set_percent(self, percent: float, reason: str, force: bool) -> ChangeOutcome:
+    def set_percent(
+        self, percent: float, reason: str, force: bool, expected_version: int | None = None
+    ) -> ChangeOutcome:
+        return self._change(percent, None, reason, force, expected_version)
+
+    def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome:
+        return self._change(None, mode, reason, False, None)
+
+    def change(
+        self, percent: float | None, mode: Mode | None, reason: str, force: bool
+    ) -> ChangeOutcome:
+        return self._change(percent, mode, reason, force, None)
+
+    def _change(
+        self,
+        percent: float | None,
+        mode: Mode | None,
+        reason: str,
+        force: bool,
+        expected_version: int | None,
+    ) -> ChangeOutcome:
+        if percent is not None and not math.isfinite(percent):
+            # JSON has no NaN: it would travel as null, and the proxy read "no percent"
+            raise RolloutError(f"percent must be a number between 0 and 100, got {percent}")
         change = RolloutChange(
             percent=percent,
+            mode=mode,
             reason=reason,
             force=force,
             actor=self.actor,
             cohort=self.cohort,
-            candidate=self.candidate,
+            candidate=self.candidate if percent is not None else None,
+            expected_version=expected_version,
         )
-        return self._call("POST", "/admin/rollout", ChangeOutcome, change)
-
-    def set_mode(self, mode: Mode, reason: str) -> ChangeOutcome:
-        change = RolloutChange(mode=mode, reason=reason, actor=self.actor, cohort=self.cohort)
         return self._call("POST", "/admin/rollout", ChangeOutcome, change)
 
     def rollback(self, reason: str) -> ChangeOutcome:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvmigrate.config import Config, safe_url
 from kvmigrate.policies import Mode
@@ -25,6 +25,19 @@ WindowSource = Callable[[float, str], dict[str, BackendWindow]]
 
 class RolloutError(Exception):
     """A change that was refused before anything was written."""
+
+
+class StateChanged(RolloutError):
+    """The state is no longer the one the caller saw (`expected_version`)."""
+
+
+class _Unchanged(Exception):
+    """A change to where the rollout already is: raised inside the store's transaction so
+    that nothing is written."""
+
+    def __init__(self, state: RolloutState) -> None:
+        super().__init__("unchanged")
+        self.state = state
 
 
 class GatesRefused(RolloutError):
@@ -44,6 +57,9 @@ class ChangeOutcome:
     state: RolloutState
     event: RolloutEvent
     gates: list[GateResult] = field(default_factory=list)
+    # False: the rollout already was where the change asked; nothing was written, and
+    # `event` (its version the current one) only describes the state.
+    changed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,52 +180,81 @@ class RolloutController:
         force: bool = False,
         cohort: str | None = None,
         candidate: str | None = None,
+        expected_version: int | None = None,
     ) -> ChangeOutcome:
         """Move the candidate's share. Raising it is a promotion: the gates must pass.
         `candidate`: which of the cohort's candidates the share goes to."""
-        if not 0 <= percent <= 100:
-            raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
+        return self.change(percent, None, reason, actor, force, cohort, candidate, expected_version)
+
+    def set_mode(
+        self,
+        mode: str,
+        reason: str = "",
+        actor: str = "cli",
+        cohort: str | None = None,
+        force: bool = False,
+    ) -> ChangeOutcome:
+        """Switch the mode; a split of a share kept in shadow mode is a promotion."""
+        return self.change(None, mode, reason, actor, force, cohort)
+
+    def change(
+        self,
+        percent: float | None = None,
+        mode: str | None = None,
+        reason: str = "",
+        actor: str = "cli",
+        force: bool = False,
+        cohort: str | None = None,
+        candidate: str | None = None,
+        expected_version: int | None = None,
+    ) -> ChangeOutcome:
+        """Move the share and/or switch the mode, as one change written at once. Whatever
+        raises the share the candidate serves is a promotion, judged by the gates on the
+        evidence gathered before it. A change to where the rollout already is writes
+        nothing: an event would restart the gates' evidence window for no reason.
+        `expected_version`: refuse unless the state is still the one the caller saw (what
+        `rollout auto` last looked at), so a rollback made meanwhile is never overridden."""
+        percent, target = _checked(percent, mode)
         name = self.cohort_of(cohort)
         current = self.store.read(name)
+        _expect(current, expected_version)
         chosen = self._choose(candidate, current, name)
-        promoting = percent > current.percent or (percent > 0 and current.mode != Mode.SPLIT)
+        promoting = _raises_share(current, *_target(current, target, percent))
         results = self.evaluate(current, name, chosen) if promoting else []
         passed = all_passed(results)
         if promoting and not passed and not force:
-            raise GatesRefused(percent, results)
+            raise GatesRefused(effective_share(*_target(current, target, percent)), results)
 
         def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
-            if promoting and not force and state.version != current.version:
+            _expect(state, expected_version)
+            new_mode, new_percent = _target(state, target, percent)
+            raising = _raises_share(state, new_mode, new_percent)
+            if raising and not force and state.version != current.version:
                 raise RolloutError("the rollout changed while the gates were evaluated; retry")
             switched = self._choose(candidate, state, name) != self.serving(state, name)
+            if (new_mode, new_percent) == (state.mode, state.percent) and not switched:
+                raise _Unchanged(state)
+            # the gates passed on this very state (not one a forced change raced past)
+            vouched = promoting and passed and state.version == current.version
             good = 0.0 if switched else state.last_good_percent
-            if promoting and passed and state.mode == Mode.SPLIT and not switched:
+            if raising and vouched and state.mode == Mode.SPLIT and not switched:
                 good = max(good, state.percent)  # the evidence came from this step
-            mode = Mode.SPLIT if percent > 0 else state.mode
             picked = chosen if candidate is not None else state.candidate
             new = state.next(
-                actor, mode=mode, percent=percent, last_good_percent=good, candidate=picked
+                actor, mode=new_mode, percent=new_percent, last_good_percent=good, candidate=picked
             )
-            action = Action.PROMOTE if promoting else Action.SET
-            return new, _event(state, new, action, actor, reason, force and not passed, results)
+            action = (
+                Action.PROMOTE if raising else Action.SET if percent is not None else Action.MODE
+            )
+            forced = raising and not vouched
+            return new, _event(state, new, action, actor, reason, forced, results)
 
-        state, event = self.store.apply(change, name)
+        try:
+            state, event = self.store.apply(change, name)
+        except _Unchanged as unchanged:
+            action = Action.SET if percent is not None else Action.MODE
+            return _unchanged(unchanged.state, action, actor, reason, name)
         return ChangeOutcome(state, event, results)
-
-    def set_mode(
-        self, mode: str, reason: str = "", actor: str = "cli", cohort: str | None = None
-    ) -> ChangeOutcome:
-        name = self.cohort_of(cohort)
-        if mode not in tuple(Mode):
-            raise RolloutError(f"mode must be shadow or split, got {mode!r}")
-        target = Mode(mode)
-
-        def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
-            new = state.next(actor, mode=target)
-            return new, _event(state, new, Action.MODE, actor, reason, False, [])
-
-        state, event = self.store.apply(change, name)
-        return ChangeOutcome(state, event)
 
     def rollback(
         self,
@@ -254,7 +299,7 @@ class RolloutController:
         return self._next(state or self.store.read(name), name)
 
     def _next(self, state: RolloutState, cohort: str) -> float | None:
-        current = state.percent if state.mode == Mode.SPLIT else 0.0
+        current = effective_share(state.mode, state.percent)
         return next((s for s in self.config.steps_of(cohort) if s > current), None)
 
     def status(self, cohort: str | None = None) -> RolloutStatus:
@@ -293,6 +338,56 @@ class RolloutController:
             candidates=candidates,
             comparisons=compare_candidates(windows, self.config.rollout.gates),
         )
+
+
+def effective_share(mode: Mode, percent: float) -> float:
+    """The share of conversations the candidate serves: none in shadow mode, whatever
+    percent the state keeps for a later split."""
+    return percent if mode == Mode.SPLIT else 0.0
+
+
+def _checked(percent: float | None, mode: str | None) -> tuple[float | None, Mode | None]:
+    """The change's percent and mode, refused before anything is read when out of range."""
+    if percent is None and mode is None:
+        raise RolloutError("give a percent or a mode")
+    if percent is not None and not 0 <= percent <= 100:  # NaN fails both comparisons
+        raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
+    if mode is not None and mode not in tuple(Mode):
+        raise RolloutError(f"mode must be shadow or split, got {mode!r}")
+    # -0 would be stored and shown as "-0%"
+    return (0.0 if percent == 0 else percent), (None if mode is None else Mode(mode))
+
+
+def _target(state: RolloutState, mode: Mode | None, percent: float | None) -> tuple[Mode, float]:
+    """Where a change leaves the rollout. A percent alone above 0 means a split (as
+    `--percent 10` always has); a mode alone keeps the percent."""
+    new_percent = state.percent if percent is None else percent
+    if mode is not None:
+        return mode, new_percent
+    return (Mode.SPLIT if new_percent > 0 else state.mode), new_percent
+
+
+def _raises_share(state: RolloutState, mode: Mode, percent: float) -> bool:
+    """A promotion: the candidate would serve more than it does (a split of a share kept
+    in shadow mode is one, as much as a larger percent)."""
+    return effective_share(mode, percent) > effective_share(state.mode, state.percent)
+
+
+def _expect(state: RolloutState, expected_version: int | None) -> None:
+    if expected_version is not None and state.version != expected_version:
+        raise StateChanged(
+            f"the rollout changed since version {expected_version} "
+            f"(now version {state.version}: {state.mode} {state.percent:g}%)"
+        )
+
+
+def _unchanged(
+    state: RolloutState, action: Action, actor: str, reason: str, cohort: str
+) -> ChangeOutcome:
+    """What a change to where the rollout already is answers: the state as it stands,
+    described by an event that was not written."""
+    event = _event(state, state, action, actor, reason, False, [])
+    return ChangeOutcome(state, replace(event, cohort=cohort), changed=False)
 
 
 def _event(

@@ -65,7 +65,7 @@ def post(proxy: BackgroundServer, path: str, body: bytes) -> tuple[int, dict[str
     [
         ("/admin/rollout", b"{not json", "the body is not valid JSON", None),
         ("/admin/rollout", b"[50]", "the body must be a JSON object", None),
-        ("/admin/rollout", b"{}", 'send {"percent": N} or {"mode": "shadow"|"split"}', None),
+        ("/admin/rollout", b"{}", 'send {"percent": N} and/or {"mode": "shadow"|"split"}', None),
         (
             "/admin/rollout",
             b'{"percent": "50"}',

@@ -171,8 +171,12 @@ WRITER = textwrap.dedent("""
     url, count, who = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     config = parse_config(sys.stdin.read(), env={})
     ctl = RolloutController(config, open_store(url, initial_state(config)))
+    # Writer n's k-th percent differs from every other writer's (4 x 25 writes): a
+    # change to where the rollout already is writes nothing, and each of these must write.
+    offset = int(who[1:]) * 25
     for i in range(count):
-        ctl.set_percent(float((i * 7) % 100), reason=f"{who}-{i}", actor=who, force=True)
+        percent = float(1 + (offset + i) % 100)
+        ctl.set_percent(percent, reason=f"{who}-{i}", actor=who, force=True)
 """)
 
 
