@@ -179,9 +179,7 @@ async def relay_stream(
         async for chunk in response.iter_any():
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
-                exchange.error = ErrorKind.MALFORMED_STREAM
-                message = error_event("The backend sent a malformed stream event.", exchange.error)
-                await _write_quietly(client, _taken(held) + message)
+                await _end_malformed(client, exchange, _taken(held))
                 break
             data = rewrite(chunk) if rewrite else chunk
             if held is not None:
@@ -192,9 +190,7 @@ async def relay_stream(
                 await client.write(data)
         else:
             if check is not None and not check.end():  # a last line no line end closed
-                exchange.error = ErrorKind.MALFORMED_STREAM
-                message = error_event("The backend sent a malformed stream event.", exchange.error)
-                await _write_quietly(client, _taken(held) + message)
+                await _end_malformed(client, exchange, _taken(held))
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = ErrorKind.CLIENT_DISCONNECTED
     except TRANSPORT_ERRORS as exc:
@@ -216,6 +212,14 @@ async def relay_stream(
         await before_eof()
     await _finish(client, exchange, last)
     return client
+
+
+async def _end_malformed(client: ClientAnswer, exchange: Exchange, held: bytes) -> None:
+    """End a candidate's stream at its first malformed line with an SSE error event."""
+    exchange.error = ErrorKind.MALFORMED_STREAM
+    error_event = envelope_for(exchange.route).stream_event
+    message = error_event("The backend sent a malformed stream event.", exchange.error)
+    await _write_quietly(client, held + message)
 
 
 async def _begin(client: ClientAnswer, response: Response, first: bytes) -> _HeldEnd | None:
