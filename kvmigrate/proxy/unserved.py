@@ -53,6 +53,7 @@ class UnservedRoutes:
         if primary_status is None or primary_status >= 400:
             return None
         unserved = self.kind(copy.backend, copy.route, copy.status)
-        if unserved is None and copy.status is not None and 400 <= copy.status < 500:
+        status = copy.status
+        if unserved is None and status is not None and 400 <= status < 500 and status != 429:
             return ErrorKind.REJECTED  # a 429 is the backend's by its status already
         return unserved
