@@ -129,3 +129,22 @@ def test_first_readme_command_serves_the_emulated_setup(emulated_proxy: str) -> 
             urllib.request.urlopen(emulated_proxy.removesuffix("/v1") + "/metrics").read().decode()
         )
     assert 'kvmigrate_requests_total{backend="vllm",cohort="gpt-4o-mini",role="shadow"' in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["parity", "--min-score", "nan"],
+        ["plan", "--gpu-hour-price", "nan"],
+        ["plan", "--weights-gb", "inf"],
+        ["report", "--input-price", "nan"],
+        ["rollout", "--percent", "nan"],
+    ],
+)
+def test_every_float_option_refuses_nan_and_infinity(args: list[str]) -> None:
+    """NaN compares false to both of click.FloatRange's bounds: it passed every range."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvmigrate", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "is not a finite number" in proc.stderr

@@ -25,7 +25,7 @@ from kvmigrate.bench import (
 )
 from kvmigrate.bench.chart import html_report
 from kvmigrate.bench.render import report_json, table
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.progress import progress
 
 _POSITIVE = click.IntRange(min=1)
@@ -83,7 +83,7 @@ def _run_all(
               help="JSONL of conversations (OpenAI messages or ShareGPT) instead of "
               "synthetic ones.")  # fmt: skip
 @click.option("--seed", type=int, help="Seed for the synthetic text (same shapes every run).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, help="Seconds per turn.")
+@click.option("--timeout", type=FiniteRange(min=1), default=120.0, help="Seconds per turn.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML chart to this file.")  # fmt: skip

@@ -9,6 +9,7 @@ import click
 from kvmigrate.cachecheck import CostModel, DatasetError, Summary, check_all, load_dataset
 from kvmigrate.cachecheck.text import render_json, render_text
 from kvmigrate.cachecheck.waste import DEFAULT_PREFILL_TOKENS_PER_S
+from kvmigrate.cli.options import FiniteRange
 
 EXIT_CLEAN, EXIT_ERROR, EXIT_BUSTERS = 0, 1, 2
 
@@ -37,14 +38,14 @@ class _Command(click.Command):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--prefill-rate",
-    type=click.FloatRange(min=1.0),
+    type=FiniteRange(min=1.0),
     default=DEFAULT_PREFILL_TOKENS_PER_S,
     show_default=True,
     help="Prefill tokens/s of the serving engine (from `kvmigrate bench`).",
 )
 @click.option(
     "--price-per-mtok",
-    type=click.FloatRange(min=0.0),
+    type=FiniteRange(min=0.0),
     default=None,
     help="$ per 1M input tokens that should have been cached (uncached minus cached price).",
 )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from kvmigrate.cli.options import FiniteRange
 from kvmigrate.demo import DemoSettings, run_demo
 
 
@@ -16,7 +17,7 @@ from kvmigrate.demo import DemoSettings, run_demo
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option(
     "--time-scale",
-    type=click.FloatRange(0, 10),
+    type=FiniteRange(0, 10),
     default=1.0,
     show_default=True,
     help="Multiply the emulators' latencies (1: real time; TTFT figures scale).",

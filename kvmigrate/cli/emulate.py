@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kvmigrate.cli.options import FiniteRange
 from kvmigrate.emulator import (
     PROFILES,
     EmulatorSettings,
@@ -13,8 +14,8 @@ from kvmigrate.emulator import (
     serve,
 )
 
-_RATE = click.FloatRange(0.0, 1.0)
-_SECONDS = click.FloatRange(min=0.0)
+_RATE = FiniteRange(0.0, 1.0)
+_SECONDS = FiniteRange(min=0.0)
 
 
 @click.command(context_settings={"show_default": True})
@@ -72,7 +73,7 @@ _SECONDS = click.FloatRange(min=0.0)
 )
 @click.option(
     "--prefill-rate",
-    type=click.FloatRange(min=1.0),
+    type=FiniteRange(min=1.0),
     help="Prefill tokens per second for uncached tokens [default: 12000 hosted, 32500 vllm].",
 )
 @click.option(
@@ -83,7 +84,7 @@ _SECONDS = click.FloatRange(min=0.0)
 )
 @click.option(
     "--decode-rate",
-    type=click.FloatRange(min=0.1),
+    type=FiniteRange(min=0.1),
     help="Decode tokens per second of one stream [default: 75 hosted, 150 vllm].",
 )
 @click.option(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -10,6 +11,18 @@ import click
 from kvmigrate.config import Config, ConfigError, default_config_path, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FiniteRange(click.FloatRange):
+    """click's FloatRange that refuses NaN and infinity too: NaN compares false to both
+    bounds, so a plain FloatRange let `--gpu-hour-price nan` (or a percent of NaN) through.
+    Every float option of the CLI takes this one."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def config_option(func: F) -> F:

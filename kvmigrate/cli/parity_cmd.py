@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.parity.dataset import DatasetError, load_dataset
 from kvmigrate.parity.details import (
     BaselineError,
@@ -47,12 +47,12 @@ def _semantic(enabled: bool) -> SemanticScorer | None:
               help="Extra primary calls per request, for the noise floor.")  # fmt: skip
 @click.option("--concurrency", type=click.IntRange(min=1), default=8,
               help="Requests in flight at once.")  # fmt: skip
-@click.option("--min-score", type=click.FloatRange(0.0, 1.0), default=None,
+@click.option("--min-score", type=FiniteRange(0.0, 1.0), default=None,
               help="Fail (exit 1) when the noise-adjusted parity, or any comparator's, is "
               "below this; exit 3 when too few noise samples to tell.")  # fmt: skip
 @click.option("--min-noise-samples", type=click.IntRange(min=1), default=20,
               help="Primary-vs-primary pairs a comparator needs for a verdict.")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0,
+@click.option("--timeout", type=FiniteRange(min=0.1), default=120.0,
               help="Seconds per backend call.")  # fmt: skip
 @click.option("--semantic/--no-semantic", default=False,
               help="Add embedding similarity (needs the [semantic] extra).")  # fmt: skip

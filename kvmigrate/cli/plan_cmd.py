@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.cli.report_cmd import open_records, parse_since
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Model, Replica, lookup
@@ -24,7 +24,7 @@ from kvmigrate.plan.workload import Workload, WorkloadError, from_jsonl, from_st
 from kvmigrate.report.model import Prices
 
 _POSITIVE = click.IntRange(min=1)
-_SCALE = click.FloatRange(min=0.01)
+_SCALE = FiniteRange(min=0.01)
 
 
 def _workload(
@@ -149,7 +149,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 )
 @click.option(
     "--think-time",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=5.0,
     help="Seconds between an answer and the next turn, for a --dataset.",
 )
@@ -157,11 +157,11 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 @click.option("--gpu", default="h200", help=f"GPU: {', '.join(GPUS)}.")
 @click.option("--model", "model_name", default="llama-3.1-8b", help=f"Model: {', '.join(MODELS)}.")
 @click.option("--gpus-per-replica", type=_POSITIVE, default=1, help="Tensor-parallel GPUs.")
-@click.option("--weights-gb", type=click.FloatRange(min=0), help="Override the model's weights.")
+@click.option("--weights-gb", type=FiniteRange(min=0), help="Override the model's weights.")
 @click.option("--kv-bytes-per-token", type=_POSITIVE, help="Override the model's KV bytes/token.")
 @click.option(
     "--gpu-memory-utilization",
-    type=click.FloatRange(0.05, 1.0),
+    type=FiniteRange(0.05, 1.0),
     default=0.9,
     help="vLLM's --gpu-memory-utilization.",
 )
@@ -185,13 +185,11 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 )
 @click.option(
     "--ttft-p95-slo",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=1000.0,
     help="TTFT p95 target in ms; exit 1 when no fleet size meets it.",
 )
-@click.option(
-    "--gpu-hour-price", type=click.FloatRange(min=0), default=3.50, help="$ per GPU-hour."
-)
+@click.option("--gpu-hour-price", type=FiniteRange(min=0), default=3.50, help="$ per GPU-hour.")
 @click.option("--input-price", default=2.50, help="Hosted $ per 1M input tokens.")
 @click.option("--cached-input-price", default=1.25, help="Hosted $ per 1M cached input tokens.")
 @click.option("--output-price", default=10.00, help="Hosted $ per 1M output tokens.")

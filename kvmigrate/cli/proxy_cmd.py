@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import click
 
 from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled, litellm_problem
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.config import Config
 from kvmigrate.embedded import (
     EMBEDDED_ADMIN_KEY,
@@ -42,7 +42,7 @@ from kvmigrate.serving import DRAIN_S, run_app_forever
 )
 @click.option(
     "--drain-seconds",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=DRAIN_S,
     show_default=True,
     help="On SIGTERM or Ctrl-C: how long requests and streams in flight may take to finish "

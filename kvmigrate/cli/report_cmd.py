@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.config import Config
 from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, open_store
 from kvmigrate.report import RENDERERS, Prices, build_report
 from kvmigrate.report.timeline import rollout_timeline
-
-
-class FiniteRange(click.FloatRange):
-    """A FloatRange that refuses NaN too (it compares false to both bounds, so a plain
-    FloatRange lets it through) and infinity."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
-
 
 PRICE = FiniteRange(min=0)  # $ per unit: 0 or more
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}

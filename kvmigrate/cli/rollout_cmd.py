@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ import click
 import msgspec
 from click.core import ParameterSource
 
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import gate_summary, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
@@ -110,13 +109,11 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return config_option(wrapped)
 
 
-def _finite_percent(
+def _no_minus_zero(
     _ctx: click.Context, _param: click.Parameter, value: float | None
 ) -> float | None:
-    """FloatRange lets NaN through (it compares false to both bounds), and JSON would carry
-    it to a proxy as null; -0 would be recorded as "-0%"."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value} is not a number between 0 and 100")
+    """-0 would be recorded as "-0%" (FiniteRange refuses NaN, which JSON would carry to a
+    proxy as null)."""
     return 0.0 if value == 0 else value
 
 
@@ -140,8 +137,8 @@ def _refuse_options_before(ctx: click.Context) -> None:
 @click.group("rollout", invoke_without_command=True)
 @click.option(
     "--percent",
-    type=click.FloatRange(0, 100),
-    callback=_finite_percent,
+    type=FiniteRange(0, 100),
+    callback=_no_minus_zero,
     help="Give the candidate N% of conversations (split mode).",
 )
 @click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
