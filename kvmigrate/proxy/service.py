@@ -57,7 +57,7 @@ from kvmigrate.proxy.paths import passthrough_suffix
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.stream_check import SseCheck, framing_error, json_ok
-from kvmigrate.proxy.unserved import UnservedRoutes
+from kvmigrate.proxy.unserved import REFUSALS, UnservedRoutes, blame
 from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.rollout.chains import ChainMap
 from kvmigrate.rollout.continuity import ContinuityResolver
@@ -231,12 +231,15 @@ class ProxyService:
             try:
                 response, first, check = await self._open(request, routed, exchange, early)
             except UpstreamFailure as failure:
-                exchange = self._fall_back(routed, exchange, failure)
+                failed, exchange = exchange, self._fall_back(routed, exchange, failure)
                 try:
                     response, first, check = await self._open(request, routed, exchange)
                 except UpstreamFailure as second:
                     self._finish(routed, exchange, second.kind)
                     raise
+                finally:
+                    if failure.kind in REFUSALS:  # whose refusal, the primary's answer says
+                        self._finish(routed, failed, blame(failure.kind, exchange.status))
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 # The client left before the first byte (aiohttp cancels the handler, and
@@ -259,10 +262,12 @@ class ProxyService:
             self._relays.discard(relay)
 
     def _fall_back(self, routed: Routed, failed: Exchange, failure: UpstreamFailure) -> Exchange:
-        """Record the failed first attempt; the exchange with the fallback backend, or the
-        failure itself when the route has no fallback."""
-        self._finish(routed, failed, failure.kind)
+        """Record the failed first attempt (a refusal once the fallback has answered); the
+        exchange with the fallback backend, or the failure itself when there is none."""
         fallback = routed.route.fallback
+        if fallback is None or failure.kind not in REFUSALS:
+            self._finish(routed, failed, failure.kind)
+        failed.finished = failed.finished or time.perf_counter()
         if fallback is None:
             if routed.chain is not None:
                 raise chain_stranded(failure.error, failed.backend) from None
@@ -375,10 +380,10 @@ class ProxyService:
             response.close()
             raise candidate_failure(exchange.backend, f"http_{response.status}")
         if can_fall_back and checked:
-            unserved = self.unserved.kind(exchange.backend, routed.path, response.status)
-            if unserved is not None:
+            refusal = self.unserved.refusal(exchange.backend, routed.path, response.status)
+            if refusal is not None:
                 response.close()
-                raise candidate_failure(exchange.backend, unserved)
+                raise candidate_failure(exchange.backend, refusal)
         if checked and (
             framing := framing_error(response.status, routed.body.stream, is_event_stream(response))
         ):

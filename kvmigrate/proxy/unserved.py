@@ -1,9 +1,10 @@
-"""A candidate that does not serve a route at all: an older vLLM without /v1/responses, a
-server without Anthropic's /v1/messages. It answers 404 (or 405) for a route every request
-on it will take, which is no answer to the client's question: in split mode the request
-falls back to the primary like a 5xx, and in shadow mode the copy counts as the candidate's
-error, not as a client error (unless the primary did not serve that request either: then
-the 404 is the request's). Logged once per backend and route, counted always."""
+"""A candidate's refusals: a route it does not serve at all (an older vLLM without
+/v1/responses, a server without Anthropic's /v1/messages: 404 or 405 for every request on
+it, logged once per backend and route), and a request it refuses (any other 4xx but 429:
+vLLM's context window smaller than the hosted one, a parameter it does not take). Neither
+answers the client's question: in split mode the request falls back to the primary like a
+5xx, and in shadow mode the copy counts as the candidate's error. Either way, a refusal the
+primary gave as well is the request's, not the candidate's (`blame`)."""
 
 from __future__ import annotations
 
@@ -40,20 +41,34 @@ class UnservedRoutes:
             )
         return ErrorKind.ROUTE_NOT_SERVED
 
+    def refusal(self, backend: str, route: str, status: int | None) -> ErrorKind | None:
+        """The error a candidate's 4xx is, if its primary serves the same request."""
+        unserved = self.kind(backend, route, status)
+        if unserved is None and status is not None and 400 <= status < 500 and status != 429:
+            return ErrorKind.REJECTED  # a 429 is the backend's by its status already
+        return unserved
+
     def copy_error(
         self, copy: Exchange, event_stream: bool, primary_status: int | None
     ) -> str | None:
         """A candidate's shadow copy judged as split mode judges its answer, so shadow
         evidence counts a candidate that answers garbage, or serves no such route, as
-        failing. A 404 the primary gave as well is the request's, not the candidate's."""
+        failing. A 4xx the primary gave as well is the request's, not the candidate's."""
         if framing := framing_error(copy.status, copy.stream, event_stream):
             return framing
         if copy.status == 200:
             return malformed_kind(copy.body(), event_stream)
-        if primary_status is None or primary_status >= 400:
-            return None
-        unserved = self.kind(copy.backend, copy.route, copy.status)
-        status = copy.status
-        if unserved is None and status is not None and 400 <= status < 500 and status != 429:
-            return ErrorKind.REJECTED  # a 429 is the backend's by its status already
-        return unserved
+        if blame(ErrorKind.REJECTED, primary_status) is None:
+            return None  # asked before `refusal`, which logs a route it thinks not served
+        return self.refusal(copy.backend, copy.route, copy.status)
+
+
+REFUSALS = frozenset({ErrorKind.ROUTE_NOT_SERVED, ErrorKind.REJECTED})
+
+
+def blame(error: str | None, primary_status: int | None) -> str | None:
+    """A candidate's refusal is its error only where the primary answered the same request:
+    one the primary refused too (or could not answer) is the request's, not evidence."""
+    if error in REFUSALS and (primary_status is None or primary_status >= 400):
+        return None
+    return error

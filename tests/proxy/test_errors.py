@@ -174,8 +174,10 @@ def test_the_candidates_context_length_error_reads_like_the_primarys(
     make_proxy: ProxyFactory, percent: int
 ) -> None:
     """An agent that summarises its history on `context_length_exceeded` must keep doing so
-    when vLLM answers: the same SDK exception, code and param from either backend."""
-    proxy = make_proxy(rollout=f"{{mode: split, percent: {percent}, shadow_sample: 0}}")
+    when vLLM answers: the same SDK exception, code and param from either backend. (With a
+    fallback, the primary would be asked instead: see the fault matrix's refusal cells.)"""
+    rollout = f"{{mode: split, percent: {percent}, shadow_sample: 0, fallback: false}}"
+    proxy = make_proxy(rollout=rollout)
     client = proxy.client()
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.with_raw_response.create(

@@ -405,6 +405,40 @@ def test_a_shadow_copy_refused_with_a_4xx_counts_against_the_candidate_only_if_t
         assert [(r.backend, r.error) for r in shadow] == [("vllm", copy_error)]
 
 
+@pytest.mark.parametrize(
+    ("fault", "client_error", "candidate_error"),
+    [
+        # vLLM's context window smaller than the hosted one: the client must not notice.
+        ("vllm:400", None, "rejected"),
+        ("vllm:422", None, "rejected"),
+        # The candidate's own key refused: the client's key never goes there, so never its fault.
+        ("vllm:401", None, "rejected"),
+        # The request itself was bad: the primary's own error, and no evidence against vLLM.
+        ("hosted:400,vllm:400", "BadRequestError 400", "http_400"),
+    ],
+)
+def test_split_mode_a_candidates_refusal_falls_back_and_counts_only_if_the_primary_answered(
+    fault: str,
+    client_error: str | None,
+    candidate_error: str,
+    emulators: Emulators,
+    start_proxy: Any,
+    tmp_path: Path,
+) -> None:
+    proxy = start_proxy(config_yaml(tmp_path, emulators.hosted.url, emulators.vllm.url, "split"))
+    for stream in (False, True):
+        session = f"split-refused-{fault}-{stream}"
+        hit = ask(proxy.client, session, stream, fault)
+        assert hit.error == client_error, hit
+        if client_error is None:
+            assert (hit.backend, bool(hit.content)) == ("hosted", True), hit
+        rows = wait_rows(proxy.db, session, 2, proxy.url)
+        assert [(r.role, r.backend, r.error, r.fallback_from) for r in rows] == [
+            ("serve", "vllm", candidate_error, None),
+            ("serve", "hosted", client_error and "http_400", "vllm"),
+        ], rows
+
+
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name.replace(" ", "-") for f in FAULTS])
 def test_split_mode_candidate_fault_falls_back_or_ends_the_stream_cleanly(
     fault: Fault, emulators: Emulators, start_proxy: Any, tmp_path: Path
