@@ -127,6 +127,27 @@ async def read_first_chunk(upstream: Upstream, response: Response, exchange: Exc
     return chunk
 
 
+# A refused answer's body: why the candidate refused (its context window, a parameter).
+REFUSAL_BODY_LIMIT = 64 * 1024
+REFUSAL_WAIT_S = 0.25
+
+
+async def keep_refusal(response: Response, exchange: Exchange) -> None:
+    """Keep a refused answer's reason for the record before the primary is asked: up to
+    64 KiB, waiting at most a quarter second for it (an error body comes with its head
+    from any working server), and never failing the fallback that follows."""
+    kept = 0
+    try:
+        async with asyncio.timeout(REFUSAL_WAIT_S):
+            while kept < REFUSAL_BODY_LIMIT and (chunk := await response.readany()):
+                exchange.chunks.append(chunk)
+                kept += len(chunk)
+    except (TimeoutError, UpstreamError):
+        pass
+    finally:
+        response.close()
+
+
 async def read_whole(upstream: Upstream, response: Response, exchange: Exchange) -> bytes:
     try:
         with upstream_errors(upstream):

@@ -37,6 +37,7 @@ from kvmigrate.proxy.forward import (
     answer_of,
     candidate_failure,
     is_event_stream,
+    keep_refusal,
     open_response,
     read_first_chunk,
     read_whole,
@@ -382,7 +383,7 @@ class ProxyService:
         if can_fall_back and checked:
             refusal = self.unserved.refusal(exchange.backend, routed.path, response.status)
             if refusal is not None:
-                response.close()
+                await keep_refusal(response, exchange)
                 raise candidate_failure(exchange.backend, refusal)
         if checked and (
             framing := framing_error(response.status, routed.body.stream, is_event_stream(response))

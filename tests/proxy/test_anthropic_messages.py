@@ -266,16 +266,23 @@ def test_candidate_failure_before_the_first_byte_falls_back(
     assert raw.parse().id.startswith("msg_")
 
 
+@pytest.mark.parametrize("fallback", [False, True])
 def test_candidate_errors_reach_the_client_in_anthropics_envelope(
-    make_proxy: MessagesProxyFactory,
+    make_proxy: MessagesProxyFactory, fallback: bool
 ) -> None:
-    """vLLM names its error type after its exception class; the client gets Anthropic's."""
-    proxy = make_proxy(rollout="{mode: split, percent: 100, noise_sample: 0}")
+    """vLLM names its error type after its exception class; the client gets Anthropic's.
+    With a fallback the primary is asked too, and refuses as well: its own error."""
+    rollout = f"{{mode: split, percent: 100, noise_sample: 0, fallback: {str(fallback).lower()}}}"
+    proxy = make_proxy(rollout=rollout)
     with pytest.raises(anthropic.BadRequestError) as caught:
         proxy.client().messages.create(**ask("x", extra_body={"temperature": 1.5}))
     assert caught.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
-    serve = next(e for e in proxy.exchanges.wait(1) if e.role == "serve")
-    assert b"BadRequestError" in serve.body()  # the record keeps vLLM's own bytes
+    serves = [e for e in proxy.exchanges.wait(1 + fallback) if e.role == "serve"]
+    assert [(e.backend, e.status, e.error) for e in serves] == [
+        ("vllm", 400, None),  # refused by both: the request's fault, not the candidate's
+        *([("hosted", 400, None)] if fallback else []),
+    ]
+    assert b"BadRequestError" in serves[0].body()  # the record keeps vLLM's own bytes
 
 
 def test_the_clients_anthropic_key_never_reaches_the_candidate(
