@@ -27,6 +27,12 @@ from kvmigrate.emulator.wire import JSON, Dialect, Step
 _ECHOED = ("instructions", "metadata", "previous_response_id", "tool_choice", "user")
 
 
+# Input items that carry nothing the emulated model reads: a reasoning model's reasoning
+# (which stateless agents send back each turn, its content encrypted) is accepted, as the
+# hosted API and vLLM accept it, and left out of the prompt.
+_SILENT_ITEMS = frozenset({"reasoning"})
+
+
 def _item_message(item: JSON) -> JSON:
     kind = item.get("type", "message")
     if kind == "message":
@@ -50,7 +56,7 @@ def to_messages(body: JSON, previous: Sequence[JSON] = ()) -> list[JSON]:
     if isinstance(raw, str):
         messages.append({"role": "user", "content": raw})
     elif isinstance(raw, list) and all(isinstance(i, dict) for i in raw):
-        messages.extend(_item_message(item) for item in raw)
+        messages.extend(_item_message(i) for i in raw if i.get("type") not in _SILENT_ITEMS)
     else:
         raise bad_request("Invalid 'input': expected a string or an array of items.", "input")
     if not messages:
@@ -73,7 +79,11 @@ def parse_responses(
     body = require_object(raw)
     model = require_model(body)
     previous = body.get("previous_response_id")
-    history = stored(previous) if stored is not None and isinstance(previous, str) else []
+    if previous is not None and not isinstance(previous, str):
+        # Ignoring it would answer without the history the client meant to continue.
+        message = "Invalid type for 'previous_response_id': expected a string."
+        raise bad_request(message, "previous_response_id", "invalid_type")
+    history = stored(previous) if stored is not None and previous is not None else []
     messages = to_messages(body, history)
     tools = parse_tools(body.get("tools"), flat=True)
     text = body.get("text")

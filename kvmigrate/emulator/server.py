@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from kvmigrate.emulator.backend import Backend
@@ -72,11 +73,26 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return response
     except EmulatorError as error:
         return await send_json(request, dialect.error_body(error), error.status, error.headers)
-    except web.HTTPNotFound:
-        if request.app[BACKEND].settings.profile == "vllm":
-            return web.json_response({"detail": "Not Found"}, status=404)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as unrouted:
+        return await _unrouted(request, unrouted.status)
+
+
+async def _unrouted(request: web.Request, status: int) -> web.StreamResponse:
+    """A path no route serves (404), or a method its route does not take (405), as each
+    server words it: aiohttp's own answer is plain text, which no SDK reads as an error."""
+    backend = request.app[BACKEND]
+    phrase = HTTPStatus(status).phrase
+    if backend.settings.profile == "vllm":  # FastAPI's default
+        return web.json_response({"detail": phrase}, status=status)
+    if backend.settings.profile == "anthropic":
+        message = phrase
+    elif status == 404:
         message = f"Invalid URL ({request.method} {request.path})"
-        return await send_json(request, dialect.error_body(EmulatorError(404, message)), 404)
+    else:
+        message = f"Invalid method for URL ({request.method} {request.path})"
+    return await send_json(
+        request, backend.dialect.error_body(EmulatorError(status, message)), status
+    )
 
 
 @web.middleware
@@ -152,6 +168,18 @@ async def _read_json(request: web.Request) -> Any:
         # Azure OpenAI: the deployment in the URL names the model; `model` is ignored.
         body["model"] = deployment
     return body
+
+
+async def _read_messages_json(request: web.Request) -> Any:
+    """A Messages request's body. Anthropic's API parses it strictly (an escaped lone
+    surrogate is refused) and words the refusal its own way, the parser's reason included;
+    vLLM's Messages route reads it as its OpenAI routes do."""
+    if request.app[BACKEND].settings.profile != "anthropic":
+        return await _read_json(request)
+    try:
+        return orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}") from None
 
 
 async def _deliver(
@@ -243,7 +271,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     """Anthropic's Messages API: the anthropic profile's one route, and vLLM's too."""
     backend = request.app[BACKEND]
     try:
-        req, breakpoints = parse_messages(await _read_json(request))
+        req, breakpoints = parse_messages(await _read_messages_json(request))
         gen = backend.generate(req, chat=True, breakpoints=breakpoints)
     except EmulatorError as error:
         return await _messages_error(request, error)
@@ -256,7 +284,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 async def count_message_tokens(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
     try:
-        req, _ = parse_messages(await _read_json(request), count_only=True)
+        req, _ = parse_messages(await _read_messages_json(request), count_only=True)
         backend.check_model(req.model)
     except EmulatorError as error:
         return await _messages_error(request, error)
