@@ -8,6 +8,7 @@ import click
 
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.cli.report_cmd import open_records
+from kvmigrate.recorder.store import database_errors
 
 DAY_S = 86_400.0
 
@@ -34,5 +35,11 @@ def prune(config_path: str, older_than_days: int | None) -> None:
         click.echo(f"no records database at {config.record.db}: nothing to prune")
         return
     with store:
-        removed = store.prune(time.time() - days * DAY_S)
+        try:
+            removed = store.prune(time.time() - days * DAY_S)
+        except database_errors() as exc:
+            # A full disk, a lock held too long: the delete is one transaction, so nothing
+            # was removed, and a traceback would say neither.
+            detail = " ".join(str(exc).split())
+            raise click.ClickException(f"pruning failed, nothing was deleted: {detail}") from None
     click.echo(f"pruned {removed} records older than {days} days")

@@ -14,7 +14,7 @@ from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.config import Config
 from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
-from kvmigrate.recorder.store import RecordStore, StoreError, open_store
+from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
 from kvmigrate.report import RENDERERS, Prices, build_report
 from kvmigrate.report.timeline import rollout_timeline
 
@@ -39,6 +39,10 @@ def parse_since(value: str, now: float) -> float:
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=datetime.now().astimezone().tzinfo).timestamp()
     return parsed.timestamp()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def open_records(url: str) -> RecordStore | None:
@@ -135,9 +139,17 @@ def report(
         store = open_records(config.record.db)
         if store is not None:
             stack.enter_context(store)
-        text = _render(config, store, start, now, prices, fmt, max_turn)
+        # A database that fails mid-read (malformed pages, a lock, PostgreSQL gone) gets
+        # one line, as one that does not open does.
+        try:
+            text = _render(config, store, start, now, prices, fmt, max_turn)
+        except database_errors() as exc:
+            raise click.ClickException(f"reading the records failed: {_one_line(exc)}") from None
         if export_requests:
-            _export(store, start, now, export_requests, config)
+            try:
+                _export(store, start, now, export_requests, config)
+            except database_errors() as exc:
+                raise click.ClickException(f"exporting requests failed: {_one_line(exc)}") from None
     if out:
         Path(out).write_text(text, encoding="utf-8")
         click.echo(f"wrote {out}", err=True)

@@ -22,7 +22,7 @@ from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollou
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import GatesRefused, RolloutError, RolloutStatus
 from kvmigrate.rollout.status_table import render_status_table
-from kvmigrate.rollout.store import StoreError
+from kvmigrate.rollout.store import StoreError, UnreadableState
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class Target:
         except GatesRefused as refused:
             click.echo(render_gates([g.to_dict() for g in refused.results]), err=True)
             raise click.ClickException(str(refused)) from None
-        except (RolloutError, StoreError) as exc:
+        except (RolloutError, StoreError, UnreadableState) as exc:
             raise click.ClickException(str(exc)) from None
 
 

@@ -103,12 +103,19 @@ def _pids(pool: list[WorkerProcess]) -> str:
 
 
 def _wait_ready(worker: WorkerProcess) -> None:
+    """Until the worker says it serves. Its pipe's end is no such word: a worker that died
+    at start was counted ready, the banner printed, and the pool restarted it forever."""
+    failed = f"proxy worker {worker.name} failed to start"
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not worker.poll(0.1):
         if not worker.running or time.monotonic() > deadline:
-            raise SystemExit(f"proxy worker {worker.name} failed to start (see its log above)")
-    with contextlib.suppress(WorkerGone):
-        worker.receive()
+            raise SystemExit(f"{failed} (see its log above)")
+    try:
+        message = worker.receive()
+    except WorkerGone:
+        raise SystemExit(f"{failed} (see its log above)") from None
+    if message != _READY:
+        raise SystemExit(f"{failed}: {message}")
 
 
 def _replace(worker: WorkerProcess, directory: str) -> None:
@@ -153,7 +160,9 @@ def serve_worker(
 async def _serve_worker(
     conn: Connection, config: Config, host: str, port: int, drain_s: float
 ) -> None:
+    from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled
     from kvmigrate.proxy.app import SERVICE_KEY
+    from kvmigrate.rollout.store import StoreError
     from kvmigrate.runtime import build_app
 
     loop = asyncio.get_running_loop()
@@ -165,7 +174,13 @@ async def _serve_worker(
         stop.set()
 
     loop.add_reader(conn.fileno(), parent_spoke)
-    app = build_app(config)
+    try:
+        app = build_app(config)
+    except (StoreError, LiteLLMNotInstalled) as exc:
+        # A reason the operator must act on (a store that cannot be opened): the parent
+        # says it once and stops, rather than each worker dying with a traceback.
+        conn.send(str(exc))
+        return
     directory = os.environ[MULTIPROC_ENV]
     live = app[SERVICE_KEY].metrics.registry.live
     snapshots: list[asyncio.Task[None]] = []

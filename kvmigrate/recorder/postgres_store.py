@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 
-from kvmigrate.recorder.store import Cursor, RecordStore
+from kvmigrate.config import safe_url
+from kvmigrate.recorder.store import Cursor, RecordStore, StoreError
 
 # An arbitrary constant: the advisory lock key that serialises migrations across replicas.
 _MIGRATION_LOCK = 0x6B766D6967726174
+
+
+def hide_password(text: str, url: str) -> str:
+    """`text` with the URL's password, as written or percent-decoded, replaced by ***."""
+    password = None
+    with contextlib.suppress(ValueError):  # a URL urlsplit cannot read has none to hide
+        password = urlsplit(url).password
+    forms = {password, unquote(password)} if password else set()
+    for form in sorted(forms, key=len, reverse=True):  # the longer first: no half-hidden one
+        text = text.replace(form, "***")
+    return text
 
 
 class PostgresStore(RecordStore):
@@ -27,12 +41,20 @@ class PostgresStore(RecordStore):
             if self._conn is not None:
                 self._conn.close()
             # Autocommit, with explicit transaction blocks: nothing stays open between batches.
-            self._conn = psycopg.connect(
-                self.url.replace("postgres://", "postgresql://", 1),
-                autocommit=True,
-                connect_timeout=10,
-                application_name="kvmigrate-recorder",
-            )
+            try:
+                self._conn = psycopg.connect(
+                    self.url.replace("postgres://", "postgresql://", 1),
+                    autocommit=True,
+                    connect_timeout=10,
+                    application_name="kvmigrate-recorder",
+                )
+            except psycopg.Error as exc:
+                # libpq quotes the part of the URL it could not read, which may be the
+                # password (one with a space): the message goes to logs and the CLI.
+                detail = " ".join(hide_password(str(exc), self.url).split())
+                raise StoreError(
+                    f"PostgreSQL records database {safe_url(self.url)}: {detail}"
+                ) from None
         return self._conn
 
     def sql(self, text: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -20,6 +22,17 @@ log = logging.getLogger("kvmigrate.recorder")
 
 class StoreError(Exception):
     """A records database URL that cannot be opened."""
+
+
+def database_errors() -> tuple[type[Exception], ...]:
+    """What a records database raises when it is down, full, locked or not a database at
+    all: what a caller turns into a one-line error. psycopg's only once a PostgreSQL URL
+    has loaded it (a SQLite user never imports it)."""
+    errors: list[type[Exception]] = [StoreError, sqlite3.Error, OSError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        errors.append(psycopg.Error)
+    return tuple(errors)
 
 
 class Cursor(Protocol):

@@ -194,9 +194,7 @@ class RecordWriter:
         """Write converted records in one transaction, now. A worker process converts each
         message as it arrives and writes in batches (kvmigrate.recorder.worker_main)."""
         try:
-            store = self._store = self._store or self._open_store()
-            with self._write_lock():
-                store.insert(records)
+            self._insert(records)
         except Exception as exc:
             # A full disk or a database that is down must never reach the proxy: count,
             # drop this batch, and say so once (a log line per batch would flood).
@@ -209,6 +207,32 @@ class RecordWriter:
             return
         self.stats.written += len(records)
         self.stats.batches += 1
+        if self._logged_error:
+            # The outage is over: say so, and let the next one be logged at error level
+            # again (it was debug only, so a second outage dropped records in silence).
+            self._logged_error = False
+            log.info("recorder: writing records again")
+
+    def _insert(self, records: list[Record]) -> None:
+        """One insert; a store kept open since an earlier batch gets a second try on a new
+        connection: its server may have ended the idle one (a restart, a failover, a
+        pooler's idle timeout), which each writer learnt only by losing a batch after the
+        server was back. Retrying is safe: a batch lands whole or not at all, and a
+        request id already stored is skipped."""
+        reused = self._store is not None
+        try:
+            self._insert_once(records)
+        except Exception:
+            if not reused:
+                raise
+            log.debug("recorder: a batch failed on a kept connection; retrying on a new one")
+            self._reset_store()
+            self._insert_once(records)
+
+    def _insert_once(self, records: list[Record]) -> None:
+        store = self._store = self._store or self._open_store()
+        with self._write_lock():
+            store.insert(records)
 
     def _log_error(self, exc: Exception) -> None:
         if self._logged_error:

@@ -7,10 +7,10 @@ loads neither the proxy nor aiohttp.
 
 from __future__ import annotations
 
-from kvmigrate.config import Config
+from kvmigrate.config import Config, safe_url
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.controller import RolloutController, WindowSource, initial_state
-from kvmigrate.rollout.store import open_store
+from kvmigrate.rollout.store import StoreError, open_store
 
 
 def records_window_source(config: Config) -> WindowSource:
@@ -19,9 +19,19 @@ def records_window_source(config: Config) -> WindowSource:
     def windows(since: float, cohort: str) -> dict[str, BackendWindow]:
         """The cohort's own traffic ("": all of it)."""
         from kvmigrate.recorder.queries import window_stats
+        from kvmigrate.recorder.store import StoreError as RecordsError
+        from kvmigrate.recorder.store import database_errors
 
         db = config.record.db
-        return window_stats(db, since, cohort=cohort, model=config.own_model(cohort))
+        try:
+            return window_stats(db, since, cohort=cohort, model=config.own_model(cohort))
+        except database_errors() as exc:
+            # As the rollout store's own error: the CLI says it in one line and the admin
+            # API answers 503, where a driver's exception was a traceback or a bare 500.
+            detail = " ".join(str(exc).split())
+            if not isinstance(exc, RecordsError):  # those already name the database
+                detail = f"records database {safe_url(db)}: {detail}"
+            raise StoreError(f"the gates' evidence: {detail}") from None
 
     return windows
 

@@ -23,7 +23,7 @@ from kvmigrate.policies.pinning import PinView
 from kvmigrate.policies.route import Route, route
 from kvmigrate.rollout.keys import random_keys
 from kvmigrate.rollout.state import CohortStates, Pin, RolloutState
-from kvmigrate.rollout.store import RolloutStore, StoreError
+from kvmigrate.rollout.store import RolloutStore, StoreError, UnreadableState
 from kvmigrate.supervisor import Supervisor
 
 log = logging.getLogger("kvmigrate.rollout")
@@ -72,6 +72,7 @@ class LiveRollout:
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[str, RolloutState], None]] = []
         self.store_errors = 0
+        self._last_error_log = float("-inf")  # when a store outage was last logged
         self._gauges: tuple[Gauge, Gauge, Gauge] | None = None
         # The store's keys, read at start; until then (a store down at start) pins are
         # kept under a secret of this process's own, which no other proxy shares.
@@ -196,8 +197,11 @@ class LiveRollout:
             if not self.shared_pins:
                 for pin in await asyncio.to_thread(self.store.load_pins):
                     self._pins[pin.conversation] = PinView(pin.backend, pin.epoch, pin.expires_at)
-        except StoreError as exc:
+        except (StoreError, UnreadableState) as exc:
+            # An unreadable state too: raised from here, it stopped the watcher from ever
+            # starting, so the proxy never followed the store again once it was fixed.
             self.store_errors += 1
+            self._last_error_log = time.monotonic()  # this outage is said: not again at once
             log.error("rollout store unavailable at start, serving the config's rollout: %s", exc)
             self._swap(CohortStates(_from_config(self.config)), 0)
         self._task = self.supervisor.start("rollout-watch", self._watch)
@@ -208,7 +212,6 @@ class LiveRollout:
             await self._flush_pins()
 
     async def _watch(self) -> None:
-        last_error = 0.0
         while True:
             await asyncio.sleep(self.poll_interval)
             try:
@@ -221,8 +224,8 @@ class LiveRollout:
                 await self._flush_pins()
             except StoreError as exc:
                 self.store_errors += 1
-                if time.monotonic() - last_error > 30:  # one line per outage, not per poll
-                    last_error = time.monotonic()
+                if time.monotonic() - self._last_error_log > 30:  # a line an outage, not a poll
+                    self._last_error_log = time.monotonic()
                     log.error("rollout store unavailable, keeping the last state: %s", exc)
 
     async def _read_keys(self) -> None:

@@ -29,7 +29,7 @@ import redis
 from kvmigrate.config import safe_url
 from kvmigrate.rollout.keys import StoreKeys, is_hashed, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
-from kvmigrate.rollout.store import Change, StoreError
+from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_state
 
 PREFIX = "kvmigrate:rollout"
 MAX_RETRIES = 50
@@ -45,7 +45,16 @@ class RedisRolloutStore:
                 url, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True
             )
         except ValueError as exc:
+            # The parser's reason quotes what it misread, and in a URL with a password
+            # that is the password or a piece of it (a `#` or `/` in it, not
+            # percent-encoded, ends the host part early): name neither then.
+            if "@" in url:
+                raise StoreError(
+                    "bad Redis URL in rollout.state: it does not parse (percent-encode "
+                    "any of / # ? @ : % in its password)"
+                ) from None
             raise StoreError(f"bad Redis URL {url!r}: {exc}") from None
+        self._where = f"Redis rollout store {safe_url(url)}"
         self._keys: StoreKeys | None = None
         # Read (and keys in the clear hashed) at open; a store opened while Redis is down
         # still opens, reads them at first use, and its first call raises StoreError.
@@ -98,17 +107,15 @@ class RedisRolloutStore:
     def read(self, cohort: str = "") -> RolloutState:
         own = self._call(self._redis.hget, self._key("cohorts"), cohort) if cohort else None
         raw = own or self._call(self._redis.get, self._key("state"))
-        return RolloutState.from_dict(json.loads(raw)) if raw else self._initial
+        return decode_state(raw, self._where) if raw else self._initial
 
     def read_all(self) -> CohortStates:
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.get(self._key("state"))
             pipe.hgetall(self._key("cohorts"))
             raw, own = self._call(pipe.execute)
-        default = RolloutState.from_dict(json.loads(raw)) if raw else self._initial
-        return CohortStates(
-            default, {c: RolloutState.from_dict(json.loads(d)) for c, d in own.items()}
-        )
+        default = decode_state(raw, self._where) if raw else self._initial
+        return CohortStates(default, {c: decode_state(d, self._where) for c, d in own.items()})
 
     def version(self) -> int:
         version, generation = self._call(
@@ -126,7 +133,7 @@ class RedisRolloutStore:
                     pipe.watch(state_key, cohorts_key)  # type: ignore[no-untyped-call]
                     own = pipe.hget(cohorts_key, cohort) if cohort else None
                     raw = own or pipe.get(state_key)
-                    current = RolloutState.from_dict(json.loads(raw)) if raw else self._initial
+                    current = decode_state(raw, self._where) if raw else self._initial
                     state, event = change(current)
                     event = replace(event, cohort=cohort)
                     pipe.multi()
@@ -153,9 +160,9 @@ class RedisRolloutStore:
         # history is hundreds of changes, not millions).
         start = -limit if cohort is None else 0
         cohorts = self._call(self._redis.lrange, self._key("events"), start, -1)
-        events = [RolloutEvent.from_dict(json.loads(r)) for r in default]
+        events = [decode_event(r, self._where) for r in default]
         for raw in cohorts:
-            event = RolloutEvent.from_dict(json.loads(raw))
+            event = decode_event(raw, self._where)
             if cohort is None or event.cohort == cohort:
                 events.append(event)
         events.sort(key=lambda e: e.at)  # stable: each list is already in order

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvmigrate.rollout.keys import StoreKeys, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
-from kvmigrate.rollout.store import Change, StoreError
+from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_state
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollout_state (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL,
@@ -76,6 +76,7 @@ class SqliteRolloutStore:
     def __init__(self, url: str, initial: RolloutState) -> None:
         self.url = url
         self.path = sqlite_path(url)
+        self._where = f"rollout store {self.path}"
         self._initial = initial
         # One connection, used from the CLI's thread or the proxy's worker threads in turn.
         self._lock = threading.RLock()
@@ -133,7 +134,7 @@ class SqliteRolloutStore:
 
     def read_all(self) -> CohortStates:
         rows = self._query_all("SELECT cohort, data FROM rollout_cohort_state")
-        own = {str(c): RolloutState.from_dict(json.loads(d)) for c, d in rows}
+        own = {str(c): decode_state(d, self._where) for c, d in rows}
         return CohortStates(self.read(), own)
 
     def version(self) -> int:
@@ -152,7 +153,7 @@ class SqliteRolloutStore:
                 row = self._db.execute("SELECT data FROM rollout_state WHERE id = 1").fetchone()
         except sqlite3.Error as exc:
             raise StoreError(f"rollout store {self.path}: {exc}") from None
-        return RolloutState.from_dict(json.loads(row[0])) if row else self._initial
+        return decode_state(row[0], self._where) if row else self._initial
 
     def apply(self, change: Change, cohort: str = "") -> tuple[RolloutState, RolloutEvent]:
         with self._transaction():
@@ -217,7 +218,7 @@ class SqliteRolloutStore:
             "ORDER BY at DESC, seq DESC, version DESC LIMIT ?) ORDER BY at, seq, version",
             (*args, limit),
         )
-        return [RolloutEvent.from_dict(json.loads(r[0])) for r in rows]
+        return [decode_event(r[0], self._where) for r in rows]
 
     def save_pins(self, pins: Sequence[Pin]) -> None:
         if not pins:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, Protocol
@@ -17,6 +18,30 @@ Change = Callable[[RolloutState], tuple[RolloutState, RolloutEvent]]
 
 class StoreError(Exception):
     """The store cannot be reached or used; the message says which and why."""
+
+
+class UnreadableState(ValueError):
+    """The store answered with a state or change this version cannot read (a newer
+    version's mode, a row that is not JSON); the message names the store. A ValueError,
+    not a StoreError: a running proxy's watcher meets it as an unexpected failure, logged
+    with its traceback and retried with backoff (kvmigrate.supervisor), while the CLI
+    says it in one line."""
+
+
+def decode_state(raw: str | bytes, where: str) -> RolloutState:
+    """A stored state, or UnreadableState."""
+    try:
+        return RolloutState.from_dict(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UnreadableState(f"{where}: cannot read a stored rollout state ({exc})") from None
+
+
+def decode_event(raw: str | bytes, where: str) -> RolloutEvent:
+    """A history entry, or UnreadableState."""
+    try:
+        return RolloutEvent.from_dict(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UnreadableState(f"{where}: cannot read a stored rollout change ({exc})") from None
 
 
 class RolloutStore(Protocol):

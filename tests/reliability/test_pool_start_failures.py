@@ -1,0 +1,49 @@
+"""`kvmigrate proxy --workers 2` whose workers cannot start (the rollout store cannot be
+opened) must stop with a one-line reason and a non-zero exit: not claim to serve while it
+restarts crashing workers forever, each with a traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from reliability_support import refused_port
+
+from kvmigrate.serving import free_port
+
+
+def test_pool_whose_workers_cannot_open_the_rollout_store_exits_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    # A SQLite store under a regular file: its folder can never be made (this works as
+    # root too, where a read-only folder would not stop SQLite).
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    port = free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""
+server: {{host: 127.0.0.1, port: {port}}}
+backends:
+  hosted: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: "meta-llama/Llama-3.1-8B-Instruct"}}
+rollout: {{mode: shadow, state: "sqlite:///{blocker}/state.db"}}
+record: {{db: "sqlite:///{tmp_path}/records.db"}}
+"""
+    )
+    command = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
+    try:
+        done = subprocess.run(
+            [*command, "--workers", "2"], capture_output=True, text=True, timeout=90
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the pool kept running: {exc.stdout!r} {exc.stderr!r}") from None
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "Traceback" not in out, out
+    assert "kvmigrate proxy on" not in done.stdout, "the banner says it serves"
+    assert "cannot open rollout store" in done.stderr, out
