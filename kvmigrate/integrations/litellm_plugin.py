@@ -32,7 +32,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,17 +41,21 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from kvmigrate.config import Config, load_config
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
 from kvmigrate.integrations.litellm_request import (
+    answered_group,
     call_id,
     client_body,
+    forwarded_body,
     model_group,
     request_headers,
     route_of,
 )
 from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
 from kvmigrate.policies import Route
+from kvmigrate.policies.outcome import worth_mirroring
 from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.shadow import RateBudget
+from kvmigrate.proxy.unserved import UnservedRoutes, blame
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.controller import initial_state
@@ -75,6 +79,9 @@ BACKEND_HEADER = "x-kvmigrate-backend"
 # store's generation after the change.
 GENERATION_HEADER = "x-kvmigrate-rollout-generation"
 METADATA_KEY = "kvmigrate_backend"
+# Beside it: the backend of each model group of the request's model, so the response header
+# names the backend that answered when LiteLLM fell back to another group.
+GROUPS_KEY = "kvmigrate_groups"
 # Requests routed but not yet finished; beyond this the oldest are forgotten (a client
 # that disconnects mid-stream may never produce a success or failure event).
 MAX_PENDING = 20_000
@@ -94,6 +101,12 @@ class Routed:
     body: dict[str, Any]
     identity: Identity
     cohort: str = ""
+    # LiteLLM logs each attempt (its retries, its fallback) under the one call id: each
+    # failed attempt is a record of its own, numbered; the answer keeps the call's id.
+    attempts: int = 0
+    mirrored: bool = False  # copies go out once per request, whatever LiteLLM retried
+    # Candidate refusals (4xx) held until the fallback's outcome says whose they are.
+    refused: list[Exchange] = field(default_factory=list)
 
 
 class KvmigrateRouter(_CustomLogger):
@@ -119,6 +132,7 @@ class KvmigrateRouter(_CustomLogger):
             self._llm_router, self._record, config.rollout.shadow_max_concurrency, timeout
         )
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
+        self.unserved = UnservedRoutes()
         self._pending: OrderedDict[str, Routed] = OrderedDict()
         self._start: asyncio.Task[None] | None = None
         self.hook_errors = 0
@@ -171,12 +185,30 @@ class KvmigrateRouter(_CustomLogger):
             for key in ("metadata", "litellm_metadata"):
                 meta = data.get(key)
                 if isinstance(meta, Mapping) and isinstance(meta.get(METADATA_KEY), str):
-                    headers[BACKEND_HEADER] = meta[METADATA_KEY]
+                    headers[BACKEND_HEADER] = _answered_by(meta, response)
                     break
             return headers
         except Exception:
             self.hook_errors += 1
         return None
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        """The request failed for good (LiteLLM awaits every attempt's failure event before
+        this): forget it, and record the candidate refusals no primary answer followed."""
+        try:
+            key = call_id(request_data)
+            routed = self._pending.pop(key, None) if key is not None else None
+            for refused in routed.refused if routed is not None else ():
+                self._answered(refused)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("kvmigrate: ending a failed LiteLLM call failed")
 
     # -- routing ----------------------------------------------------------------------------
 
@@ -208,11 +240,14 @@ class KvmigrateRouter(_CustomLogger):
             meta = data.get(name)
             if isinstance(meta, dict):
                 meta[METADATA_KEY] = chosen.serve
+                meta[GROUPS_KEY] = {group: backend for backend, group in served.items()}
         key = call_id(data)
         if key is not None:
             stream = bool(body.get("stream"))
+            # Copies and records carry OpenAI's fields only (see forwarded_body).
+            sent = forwarded_body(body, route)
             self._pending[key] = Routed(
-                route, model, conversation, turn, stream, chosen, served, body, identity, cohort
+                route, model, conversation, turn, stream, chosen, served, sent, identity, cohort
             )
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
@@ -228,24 +263,54 @@ class KvmigrateRouter(_CustomLogger):
         start_time: Any,
         end_time: Any,
     ) -> Exchange | None:
-        """Record a finished primary call, then start its copies."""
+        """Record one finished attempt of a routed call, then start its copies. LiteLLM logs
+        every attempt (its retries, its fallback) under the call's id: a failure keeps the
+        entry for the attempts that may follow, until the answer or the post-call failure
+        hook ends it."""
         key = kwargs.get("litellm_call_id")
         routed = self._pending.get(key) if isinstance(key, str) else None
         if routed is None or not isinstance(key, str):
             return None  # not routed by us: a copy, a health check, another route
-        chosen = routed.route
-        group = model_group(kwargs)
-        backend = chosen.serve
-        fallback_from: str | None = None
-        if chosen.fallback and group == routed.served.get(chosen.fallback):
-            backend, fallback_from = chosen.fallback, chosen.serve
-        # A candidate failure that LiteLLM may still fall back from: keep the entry for the
-        # fallback's own event.
-        if exc is None or fallback_from is not None or chosen.fallback is None:
+        if exc is None:
             self._pending.pop(key, None)
+        exchange = self._attempt(routed, key, kwargs, response_obj, exc, start_time, end_time)
+        self._settle_refusals(routed, exchange)
+        exchange.mirrored = self._mirrors(routed, exchange)
+        if self._is_refusal(routed, exchange):
+            routed.refused.append(exchange)  # whose refusal, the primary's outcome says
+        else:
+            self._answered(exchange)
+        if exchange.mirrored:
+            routed.mirrored = True
+            chosen = routed.route
+            assert chosen.shadow is not None
+            self._copy(routed, chosen.shadow, SHADOW, exchange)
+            if chosen.noise and self.noise_budget.take():
+                self._copy(routed, exchange.backend, NOISE, exchange)
+        return exchange
+
+    def _attempt(
+        self,
+        routed: Routed,
+        key: str,
+        kwargs: Mapping[str, Any],
+        response_obj: Any,
+        exc: BaseException | None,
+        start_time: Any,
+        end_time: Any,
+    ) -> Exchange:
+        chosen = routed.route
+        backend, fallback_from = chosen.serve, None
+        if chosen.fallback and model_group(kwargs) == routed.served.get(chosen.fallback):
+            backend, fallback_from = chosen.fallback, chosen.serve
+        # Record ids are unique: the answer keeps the call's, each failed attempt is numbered.
+        request_id = "llm_" + key
+        if exc is not None:
+            routed.attempts += 1
+            request_id += f"-{routed.attempts}"
         now_wall, now_perf = time.time(), time.perf_counter()
         started = perf_time(kwargs.get("api_call_start_time") or start_time, now_wall, now_perf)
-        exchange = self._exchange(routed, backend, SERVE, "llm_" + key)
+        exchange = self._exchange(routed, backend, SERVE, request_id)
         exchange.started = now_perf if started is None else started
         exchange.finished = perf_time(end_time, now_wall, now_perf) or now_perf
         exchange.fallback_from = fallback_from
@@ -259,14 +324,43 @@ class KvmigrateRouter(_CustomLogger):
         else:
             exchange.status = error_status(exc)
             exchange.error = error_kind(exc)
-        exchange.mirrored = chosen.shadow is not None
+        return exchange
+
+    def _mirrors(self, routed: Routed, exchange: Exchange) -> bool:
+        """As kvmigrate's proxy decides: the primary's answer earns copies, once per
+        request; a failure LiteLLM may retry (5xx, 429, transport) does not, unless
+        `rollout.shadow_primary_failures` says so."""
+        chosen = routed.route
+        if chosen.shadow is None or routed.mirrored or exchange.backend != chosen.serve:
+            return False
+        return exchange.error is None or (
+            self.config.rollout.shadow_primary_failures or worth_mirroring(exchange.status, None)
+        )
+
+    def _is_refusal(self, routed: Routed, exchange: Exchange) -> bool:
+        """A candidate's 4xx but 429, which LiteLLM falls back from to the primary."""
+        chosen = routed.route
+        return (
+            exchange.error is not None
+            and exchange.fallback_from is None
+            and chosen.fallback is not None
+            and self.unserved.refusal(exchange.backend, exchange.route, exchange.status) is not None
+        )
+
+    def _settle_refusals(self, routed: Routed, primary: Exchange) -> None:
+        """Record the candidate's held refusals once the primary's attempt ended: they are
+        the candidate's error (`rejected`) where the primary answered the same request."""
+        if primary.fallback_from is None:
+            return
+        for refused in routed.refused:
+            kind = self.unserved.refusal(refused.backend, refused.route, refused.status)
+            refused.error = blame(kind, primary.status) or refused.error
+            self._answered(refused)
+        routed.refused.clear()
+
+    def _answered(self, exchange: Exchange) -> None:
         self.identity.exchange_done(exchange)
         self._record(exchange)
-        if chosen.shadow is not None:
-            self._copy(routed, chosen.shadow, SHADOW, exchange)
-            if chosen.noise and self.noise_budget.take():
-                self._copy(routed, backend, NOISE, exchange)
-        return exchange
 
     def _copy(self, routed: Routed, backend: str, role: Role, primary: Exchange) -> None:
         group = routed.served.get(backend)
@@ -346,6 +440,15 @@ class KvmigrateRouter(_CustomLogger):
             self.recorder.close(timeout=10.0)
         with contextlib.suppress(Exception):
             self.store.close()
+
+
+def _answered_by(meta: Mapping[str, Any], response: object) -> str:
+    """The backend whose model group gave `response`; the routed one when LiteLLM did not
+    say (or the group is none of the model's)."""
+    groups = meta.get(GROUPS_KEY)
+    group = answered_group(response)
+    backend = groups.get(group) if isinstance(groups, Mapping) and group is not None else None
+    return backend if isinstance(backend, str) else str(meta[METADATA_KEY])
 
 
 def from_env(env: Mapping[str, str] | None = None) -> KvmigrateRouter:

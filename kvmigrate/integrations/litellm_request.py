@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvmigrate.adapters.litellm_wire import CHAT_PARAMS, RESPONSES_PARAMS
+
 # LiteLLM call types (`CallTypes` in litellm.types.utils) -> kvmigrate's route names.
 ROUTES: dict[str, str] = {
     "acompletion": "chat/completions",
@@ -67,9 +69,34 @@ def client_body(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# What a copy to another model group carries, by route: OpenAI's request fields only.
+# LiteLLM reads other keywords as its settings (`extra_headers`, `api_key`, `api_base`, ...),
+# and honours some of them from a client's body: passed on, a key the client meant for the
+# hosted API would reach the candidate, and land in the records.
+_FORWARDED = {
+    "chat/completions": CHAT_PARAMS | {"model"},
+    "responses": RESPONSES_PARAMS | {"model", "conversation"},
+}
+
+
+def forwarded_body(body: Mapping[str, Any], route: str) -> dict[str, Any]:
+    """The client's body as a copy sends it and a record keeps it."""
+    allowed = _FORWARDED.get(route, frozenset({"model"}))
+    return {key: value for key, value in body.items() if key in allowed}
+
+
 def call_id(data: Mapping[str, Any]) -> str | None:
     value = data.get("litellm_call_id")
     return value if isinstance(value, str) and value else None
+
+
+def answered_group(response: object) -> str | None:
+    """The model group whose deployment gave `response` (after LiteLLM's fallbacks), as
+    LiteLLM's router stamps it on the answer; None when it did not."""
+    hidden = getattr(response, "_hidden_params", None)
+    extra = hidden.get("additional_headers") if isinstance(hidden, Mapping) else None
+    group = extra.get("x-litellm-model-group") if isinstance(extra, Mapping) else None
+    return group if isinstance(group, str) and group else None
 
 
 def model_group(kwargs: Mapping[str, Any]) -> str | None:
