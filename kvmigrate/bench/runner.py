@@ -10,11 +10,13 @@ in order, because each needs the previous answer.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -22,6 +24,35 @@ from kvmigrate.bench.conversations import Conversation
 from kvmigrate.config import Config
 
 SESSION_HEADER = "X-Session-ID"  # vLLM's multi-turn benchmark and vllm-router use this key
+
+# The most of one answer the bench reads: a 32-token answer streams a few KiB, and a server
+# that sends an endless body would otherwise fill this machine's memory.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise httpx2.ReadError(f"the answer passed {self._limit:,} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedTransport(httpx2.AsyncHTTPTransport):
+    """Every answer's body ends in an error past MAX_ANSWER_BYTES."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        response.stream = _CappedStream(response.stream, MAX_ANSWER_BYTES)
+        return response
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +110,18 @@ ProgressCallback = Callable[[TurnRecord], None]
 async def resolve_model(client: openai.AsyncOpenAI, model: str | None) -> str:
     if model:
         return model
-    page = await client.models.list()
-    if not page.data:
-        raise RuntimeError("the endpoint lists no models; pass --model")
-    return page.data[0].id
+    # Read raw and parse here: the SDK's own parsing of an answer that is no model list
+    # (an HTML page) raises an AttributeError from deep inside it.
+    raw = await client.models.with_raw_response.list()
+    try:
+        cards = json.loads(raw.text).get("data")
+        first = cards[0]["id"]
+    except (ValueError, AttributeError, TypeError, LookupError):
+        raise RuntimeError(
+            f"GET {client.base_url}models answered no OpenAI model list; pass --model, "
+            "or check that the URL is an OpenAI-compatible endpoint ending in /v1"
+        ) from None
+    return str(first)
 
 
 async def run_bench(
@@ -97,9 +136,19 @@ async def run_bench(
         api_key=target.api_key,
         max_retries=0,
         timeout=settings.timeout_s,
+        http_client=openai.DefaultAsyncHttpxClient(transport=_CappedTransport()),
     )
     try:
-        run = BenchRun(target, await resolve_model(client, target.model))
+        try:
+            # The client's timeout bounds each read, not the whole answer: a server that
+            # trickles bytes would never time out without this one.
+            async with asyncio.timeout(settings.timeout_s):
+                model = await resolve_model(client, target.model)
+        except TimeoutError:
+            raise RuntimeError(
+                f"GET {client.base_url}models did not answer within {settings.timeout_s:g} s"
+            ) from None
+        run = BenchRun(target, model)
         slots = asyncio.Semaphore(max(1, settings.concurrency))
 
         def record(item: TurnRecord) -> None:
@@ -141,6 +190,45 @@ async def _converse(
         messages.append({"role": "assistant", "content": reply})
 
 
+@dataclass(slots=True)
+class _Streamed:
+    first: float | None = None  # when the first chunk with a choice came
+    chunks: int = 0
+    parts: list[str] = field(default_factory=list)
+    usage: Any = None
+
+
+async def _stream(
+    client: openai.AsyncOpenAI,
+    model: str,
+    messages: list[ChatCompletionMessageParam],
+    conversation: str,
+    settings: RunSettings,
+    extra: dict[str, Any],
+) -> _Streamed:
+    got = _Streamed()
+    stream = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=settings.max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={SESSION_HEADER: conversation},
+        **extra,
+    )
+    async for chunk in stream:
+        got.chunks += 1
+        if chunk.usage is not None:
+            got.usage = chunk.usage
+        if chunk.choices and got.first is None:
+            # vLLM's benchmark definition: the first chunk with a choice. Servers send it
+            # once the first token exists; its text may be empty (a role, or a token the
+            # detokenizer holds back), which must not count as a slow first token.
+            got.first = time.perf_counter()
+        got.parts.extend(c.delta.content for c in chunk.choices if c.delta.content)
+    return got
+
+
 async def _turn(
     client: openai.AsyncOpenAI,
     model: str,
@@ -153,43 +241,36 @@ async def _turn(
     if settings.temperature is not None:
         extra["temperature"] = settings.temperature
     started = time.perf_counter()
-    first: float | None = None
-    parts: list[str] = []
-    usage: Any = None
+    error = None
     try:
-        stream = await client.chat.completions.create(
-            model=model,
-            messages=messages,
-            max_tokens=settings.max_tokens,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_headers={SESSION_HEADER: conversation},
-            **extra,
-        )
-        async for chunk in stream:
-            if chunk.usage is not None:
-                usage = chunk.usage
-            if chunk.choices and first is None:
-                # vLLM's benchmark definition: the first chunk with a choice. Servers send it
-                # once the first token exists; its text may be empty (a role, or a token the
-                # detokenizer holds back), which must not count as a slow first token.
-                first = time.perf_counter()
-            parts.extend(c.delta.content for c in chunk.choices if c.delta.content)
+        # --timeout is per turn: the client's own bounds each read, and a server that
+        # trickles its answer would never reach it.
+        async with asyncio.timeout(settings.timeout_s):
+            got = await _stream(client, model, messages, conversation, settings, extra)
     except openai.APIError as exc:
-        return TurnRecord(conversation, turn, error=_describe(exc)), ""
+        error = _describe(exc)
+    except TimeoutError:
+        error = f"timeout: no whole answer within {settings.timeout_s:g} s"
+    except httpx2.HTTPError as exc:  # raised while reading the stream, past the SDK
+        error = f"{type(exc).__name__}: {exc}"
+    else:
+        if got.chunks == 0:
+            error = "no stream chunks in the answer: not an OpenAI-compatible endpoint?"
+    if error is not None:
+        return TurnRecord(conversation, turn, error=error), ""
     finished = time.perf_counter()
-    details = getattr(usage, "prompt_tokens_details", None)
+    details = getattr(got.usage, "prompt_tokens_details", None)
     record = TurnRecord(
         conversation,
         turn,
-        ttft_s=None if first is None else first - started,
+        ttft_s=None if got.first is None else got.first - started,
         latency_s=finished - started,
-        prompt_tokens=getattr(usage, "prompt_tokens", None),
-        completion_tokens=getattr(usage, "completion_tokens", None),
+        prompt_tokens=getattr(got.usage, "prompt_tokens", None),
+        completion_tokens=getattr(got.usage, "completion_tokens", None),
         cached_tokens=getattr(details, "cached_tokens", None),
     )
     # Servers may answer with nothing (EOS first); a placeholder keeps the history valid.
-    return record, "".join(parts) or "."
+    return record, "".join(got.parts) or "."
 
 
 def _describe(exc: openai.APIError) -> str:

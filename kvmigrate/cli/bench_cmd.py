@@ -25,7 +25,14 @@ from kvmigrate.bench import (
 )
 from kvmigrate.bench.chart import html_report
 from kvmigrate.bench.render import report_json, table
-from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
+from kvmigrate.cli.options import (
+    BaseURL,
+    FiniteRange,
+    OutputPath,
+    config_option,
+    load_or_exit,
+    write_output,
+)
 from kvmigrate.progress import progress
 
 _POSITIVE = click.IntRange(min=1)
@@ -62,9 +69,14 @@ def _run_all(
 
 
 @click.command(context_settings={"show_default": True})
-@click.option("--base-url", help="The endpoint to measure, e.g. http://127.0.0.1:8000/v1 "
-              "[default: the config's candidate backend].")  # fmt: skip
-@click.option("--vs", "vs_url", help="A second endpoint to compare against (e.g. the hosted API).")
+@click.option("--base-url", type=BaseURL(), help="The endpoint to measure, e.g. "
+              "http://127.0.0.1:8000/v1 [default: the config's candidate backend].")  # fmt: skip
+@click.option(
+    "--vs",
+    "vs_url",
+    type=BaseURL(),
+    help="A second endpoint to compare against (e.g. the hosted API).",
+)
 @click.option("--model", help="Model to request [default: the first one the endpoint lists].")
 @click.option("--vs-model", help="Model for --vs [default: --model, else its first listed].")
 @click.option("--api-key", envvar="KVMIGRATE_BENCH_API_KEY", help="Bearer key for --base-url "
@@ -85,7 +97,7 @@ def _run_all(
 @click.option("--seed", type=int, help="Seed for the synthetic text (same shapes every run).")
 @click.option("--timeout", type=FiniteRange(min=1), default=120.0, help="Seconds per turn.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--html", "html_path", type=OutputPath(),
               help="Also write a self-contained HTML chart to this file.")  # fmt: skip
 @config_option
 @click.pass_context
@@ -140,7 +152,7 @@ def bench(
         raise click.ClickException(f"could not start the benchmark: {exc}") from None
     main_run, vs = summaries[0], (summaries[1] if len(summaries) > 1 else None)
     if html_path is not None:
-        html_path.write_text(html_report(main_run, vs), encoding="utf-8")
+        write_output(html_path, html_report(main_run, vs))
     if as_json:
         click.echo(json.dumps(report_json(main_run, vs), indent=2))
     else:

@@ -71,10 +71,10 @@ def _unset_secrets(path: str) -> list[tuple[str, str]]:
     file that does not parse is left to the loader, which says why."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return []
     found = []
-    for key_path, value in _strings(data, ""):
+    for key_path, value in _strings(data, "", set()):
         name = value[len(ENV_PREFIX) :]
         if not value.startswith(ENV_PREFIX) or not name:
             continue
@@ -86,12 +86,19 @@ def _unset_secrets(path: str) -> list[tuple[str, str]]:
     return found
 
 
-def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
+def _strings(node: Any, path: str, seen: set[int]) -> Iterator[tuple[str, str]]:
+    """Every string under `node` with its key path. YAML aliases make one node reachable by
+    many paths (a billion-laughs file: 9^25 of them) or by itself (`a: &x [*x]`): each
+    container is walked once."""
+    if isinstance(node, dict | list):
+        if id(node) in seen:
+            return
+        seen.add(id(node))
     if isinstance(node, dict):
         for key, value in node.items():
-            yield from _strings(value, f"{path}.{key}" if path else str(key))
+            yield from _strings(value, f"{path}.{key}" if path else str(key), seen)
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            yield from _strings(value, f"{path}[{i}]")
+            yield from _strings(value, f"{path}[{i}]", seen)
     elif isinstance(node, str):
         yield path, node

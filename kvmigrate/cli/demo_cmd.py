@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import FiniteRange
+from kvmigrate.cli.options import FiniteRange, OutputPath
 from kvmigrate.demo import DemoSettings, run_demo
 
 
@@ -44,7 +44,7 @@ from kvmigrate.demo import DemoSettings, run_demo
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     default=Path("report.html"),
     show_default=True,
     help="The HTML report.",

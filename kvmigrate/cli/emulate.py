@@ -27,7 +27,7 @@ _SECONDS = FiniteRange(min=0.0)
     "block prefix cache and Prometheus metrics.",
 )
 @click.option("--host", default="127.0.0.1", help="Interface to listen on.")
-@click.option("--port", type=int, default=8000, help="Port to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, help="Port to listen on.")
 @click.option(
     "--name",
     default="",
@@ -280,4 +280,9 @@ def emulate(
         faults=faults,
         fault_seed=seed,
     )
-    serve(settings, host, port)
+    try:
+        serve(settings, host, port)
+    except OSError as exc:  # the port taken, the host unknown or not this machine's
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None

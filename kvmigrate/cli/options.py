@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -45,3 +49,56 @@ def load_or_exit(path: str, secrets_required: bool = True) -> Config:
         return load_config(path, secrets_required=secrets_required)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+class OutputPath(click.Path):
+    """A file the command writes, checked before any work: its folder must exist and be
+    writable, so a typo fails at once instead of with a traceback after a long run."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, writable=True, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        folder = path.parent
+        if not folder.is_dir():
+            self.fail(f"{str(value)!r}: folder {str(folder)!r} does not exist", param, ctx)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            self.fail(f"{str(value)!r}: folder {str(folder)!r} is not writable", param, ctx)
+        return path
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over
+    it, so a full disk or a Ctrl-C never leaves a truncated file that looks complete."""
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class BaseURL(click.ParamType[str]):
+    """An http(s) URL with a host and a valid port, checked before any request: the HTTP
+    clients raise their own exception types (or a traceback) for a malformed one."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value).strip()
+        try:
+            parts = urlsplit(text)
+            port = parts.port  # raises ValueError for a port out of range or not a number
+        except ValueError as exc:
+            self.fail(f"{text!r} is not a valid URL: {exc}", param, ctx)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            self.fail(f"{text!r} is not an http(s) URL, e.g. http://127.0.0.1:8000/v1", param, ctx)
+        if port == 0:
+            self.fail(f"{text!r}: port 0 is not a port to connect to", param, ctx)
+        return text

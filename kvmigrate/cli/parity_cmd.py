@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, OutputPath, config_option, load_or_exit, write_output
 from kvmigrate.parity.dataset import DatasetError, load_dataset
 from kvmigrate.parity.details import (
     BaselineError,
     compare_runs,
+    details_jsonl,
     read_baseline,
     request_verdicts,
-    write_details,
 )
 from kvmigrate.parity.noise import NoiseSettings
 from kvmigrate.parity.offline import summarise
@@ -56,7 +57,7 @@ def _semantic(enabled: bool) -> SemanticScorer | None:
               help="Seconds per backend call.")  # fmt: skip
 @click.option("--semantic/--no-semantic", default=False,
               help="Add embedding similarity (needs the [semantic] extra).")  # fmt: skip
-@click.option("--details", type=click.Path(dir_okay=False, writable=True), default=None,
+@click.option("--details", type=OutputPath(), default=None,
               help="Write one JSONL line per request: its verdict, the comparators it diverged "
               "on beyond its own noise, the scores and both answers (redacted).")  # fmt: skip
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -72,7 +73,7 @@ def parity(
     min_noise_samples: int,
     timeout: float,
     semantic: bool,
-    details: str | None,
+    details: Path | None,
     baseline: str | None,
     as_json: bool,
 ) -> None:
@@ -106,7 +107,7 @@ def parity(
     requests = list(request_verdicts(results))
     changes = compare_runs(earlier, requests) if earlier is not None else None
     if details:
-        write_details(details, results)
+        write_output(details, details_jsonl(results))
     if as_json:
         extra = {"per_request": requests, "changes": changes.to_dict() if changes else None}
         click.echo(render_json(report, result, min_score, extra))

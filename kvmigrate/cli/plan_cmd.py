@@ -11,7 +11,14 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
+from kvmigrate.cli.options import (
+    BaseURL,
+    FiniteRange,
+    OutputPath,
+    config_option,
+    load_or_exit,
+    write_output,
+)
 from kvmigrate.cli.report_cmd import open_records, parse_since
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Model, Replica, lookup
@@ -25,6 +32,7 @@ from kvmigrate.report.model import Prices
 
 _POSITIVE = click.IntRange(min=1)
 _SCALE = FiniteRange(min=0.01)
+_PRICE = FiniteRange(min=0)
 
 
 def _workload(
@@ -95,7 +103,7 @@ def _cost_model(
     if cost_model is not None:
         try:
             return CostModel.load(cost_model)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: deep nesting
             raise click.ClickException(f"{cost_model}: {exc}") from None
     return CostModel()
 
@@ -122,7 +130,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     if html_path is not None:
         from kvmigrate.plan.html import render_html
 
-        html_path.write_text(render_html(plan), encoding="utf-8")
+        write_output(html_path, render_html(plan))
     if as_json:
         click.echo(json.dumps(plan_json(plan), indent=2))
     else:
@@ -190,9 +198,10 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     help="TTFT p95 target in ms; exit 1 when no fleet size meets it.",
 )
 @click.option("--gpu-hour-price", type=FiniteRange(min=0), default=3.50, help="$ per GPU-hour.")
-@click.option("--input-price", default=2.50, help="Hosted $ per 1M input tokens.")
-@click.option("--cached-input-price", default=1.25, help="Hosted $ per 1M cached input tokens.")
-@click.option("--output-price", default=10.00, help="Hosted $ per 1M output tokens.")
+@click.option("--input-price", type=_PRICE, default=2.50, help="Hosted $ per 1M input tokens.")
+@click.option("--cached-input-price", type=_PRICE, default=1.25,
+              help="Hosted $ per 1M cached input tokens.")  # fmt: skip
+@click.option("--output-price", type=_PRICE, default=10.00, help="Hosted $ per 1M output tokens.")
 @click.option(
     "--cost-model",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -201,6 +210,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 @click.option(
     "--calibrate",
     "calibrate_url",
+    type=BaseURL(),
     metavar="URL",
     help="Fit the cost model against this OpenAI-compatible endpoint first.",
 )
@@ -213,7 +223,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 )
 @click.option(
     "--save-cost-model",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     help="Write the cost model used as JSON; with --calibrate and no traffic, only calibrate.",
 )
 @click.option("--refine-replicas", type=_POSITIVE, metavar="N",
@@ -223,7 +233,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(),
     help="Also write a self-contained HTML page with charts to this file.",
 )
 def plan(**options: object) -> None:
@@ -323,12 +333,12 @@ def _run(o: _Options) -> None:
     cost = _cost_model(o.cost_model, o.calibrate_url, o.api_key, o.calibrate_model,
                        o.calibrate_lengths)  # fmt: skip
     if o.calibrate_url and o.save_cost_model and o.dataset is None and o.records is None:
-        o.save_cost_model.write_text(json.dumps(cost.to_json(), indent=2) + "\n", encoding="utf-8")
+        write_output(o.save_cost_model, json.dumps(cost.to_json(), indent=2) + "\n")
         click.echo(json.dumps(cost.to_json(), indent=2))
         return
     fleet, refined = _refined(o, _fleet(o, cost))
     if o.save_cost_model is not None:
-        o.save_cost_model.write_text(json.dumps(fleet.cost.to_json(), indent=2) + "\n")
+        write_output(o.save_cost_model, json.dumps(fleet.cost.to_json(), indent=2) + "\n")
     pacing = (o.conversation_rate, o.think_time)
     workload = _workload(o.dataset, o.records, o.config_path, o.since, pacing)
     workload = scaled(workload, o.rate_scale, o.context_scale)

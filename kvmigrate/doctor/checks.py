@@ -108,12 +108,14 @@ async def check_models(endpoint: Endpoint, want: Expectations, facts: _Facts) ->
             "pass --api-key (the key given to `vllm serve --api-key`)",
         )  # fmt: skip
     cards = reply.body.get("data") if isinstance(reply.body, dict) else None
-    if not reply.ok or not isinstance(cards, list) or not cards:
+    # Only model cards (objects) count: `{"data": [1, 2]}` is no model list.
+    cards = [c for c in cards if isinstance(c, dict)] if isinstance(cards, list) else None
+    if not reply.ok or not cards:
         return CheckResult(
             "reachable", "fail", True, f"GET /models answered {reply.status}: {reply.text[:200]}",
             "point --base-url at an OpenAI-compatible server (vLLM: .../v1)",
         )  # fmt: skip
-    served = {str(c.get("id")): c for c in cards if isinstance(c, dict)}
+    served = {str(c.get("id")): c for c in cards}
     model = want.model or next(iter(served))
     if model not in served:
         return CheckResult(
@@ -244,8 +246,7 @@ async def check_json_mode(endpoint: Endpoint, facts: _Facts) -> CheckResult:
     if not reply.ok:
         detail = f"response_format json_object answered {reply.status}: {reply.error_message}"
         return CheckResult("json mode", "fail", False, detail, fix)
-    choice = (reply.body.get("choices") or [{}])[0] if isinstance(reply.body, dict) else {}
-    content = (choice.get("message") or {}).get("content") or ""
+    choice, content = _first_choice(reply.body)
     if choice.get("finish_reason") == "stop":
         try:
             json.loads(content)
@@ -254,6 +255,18 @@ async def check_json_mode(endpoint: Endpoint, facts: _Facts) -> CheckResult:
                 "json mode", "fail", False, f"finished with invalid JSON: {content[:80]!r}", fix
             )
     return CheckResult("json mode", "pass", False, "response_format json_object is accepted")
+
+
+def _first_choice(body: Any) -> tuple[dict[str, Any], str]:
+    """The first choice of a chat answer and its message text; empty for any other shape (a
+    server that is not quite OpenAI-compatible must fail a check, not crash the doctor)."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        return {}, ""
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return choice, content if isinstance(content, str) else ""
 
 
 def check_context(want: Expectations, facts: _Facts) -> CheckResult:

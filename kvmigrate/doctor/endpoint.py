@@ -14,6 +14,8 @@ from typing import Any
 
 import aiohttp
 
+from kvmigrate.capped_body import read_capped
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -64,7 +66,7 @@ class Endpoint:
     async def _request(self, method: str, url: str, body: Any = None) -> Reply:
         assert self._session is not None, "use `async with Endpoint(...)`"
         async with self._session.request(method, url, json=body) as response:
-            text = await response.text(errors="replace")
+            text = (await read_capped(response)).decode("utf-8", errors="replace")
         try:
             parsed = json.loads(text)
         except ValueError:

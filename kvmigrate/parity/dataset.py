@@ -67,6 +67,8 @@ def load_dataset(path: str | Path) -> list[DatasetItem]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise DatasetError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 text: {exc.reason}") from None
     for number, line in enumerate(lines, start=1):
         if line.strip() and not line.lstrip().startswith("#"):
             items.append(parse_line(line, f"{path}:{number}", number))

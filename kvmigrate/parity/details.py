@@ -36,14 +36,9 @@ def detail_lines(results: Sequence[ItemResult]) -> Iterator[dict[str, Any]]:
         yield _line(result, with_answers=True)
 
 
-def write_details(path: str, results: Sequence[ItemResult]) -> int:
-    """Write `detail_lines` as JSONL; the number of requests that diverged."""
-    diverged = 0
-    with open(path, "wb") as out:
-        for line in detail_lines(results):
-            diverged += line["verdict"] == DIVERGED
-            out.write(orjson.dumps(line) + b"\n")
-    return diverged
+def details_jsonl(results: Sequence[ItemResult]) -> str:
+    """`detail_lines` as JSONL text, for the caller to write whole."""
+    return "".join(orjson.dumps(line).decode() + "\n" for line in detail_lines(results))
 
 
 def _line(result: ItemResult, with_answers: bool) -> dict[str, Any]:

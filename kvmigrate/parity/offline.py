@@ -49,6 +49,15 @@ class OfflineReport:
     errors: dict[str, Counter[str]]  # backend role -> error kind -> count
     worst: dict[str, tuple[Example, ...]] = field(default_factory=dict)
     skip_reasons: Counter[str] = field(default_factory=Counter)
+    # backend role -> calls it answered usably (a JSON answer, no error): two backends that
+    # both fail every call agree perfectly, which is no evidence of parity.
+    answered: dict[str, int] = field(default_factory=dict)
+
+    def unanswered_roles(self) -> list[str]:
+        """The roles that answered none of the requests scored."""
+        if self.requests - self.skipped <= 0:
+            return []
+        return [role for role in ("primary", "candidate") if self.answered.get(role, 0) == 0]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +66,7 @@ class OfflineReport:
             "skipped": self.skipped,
             "skip_reasons": dict(self.skip_reasons),
             "errors": {role: dict(kinds) for role, kinds in self.errors.items()},
+            "answered": dict(self.answered),
             "worst": {
                 name: [e.to_dict() for e in examples] for name, examples in self.worst.items()
             },
@@ -118,6 +128,7 @@ def summarise(
     results: Sequence[ItemResult], settings: NoiseSettings | None = None
 ) -> OfflineReport:
     errors: dict[str, Counter[str]] = {"primary": Counter(), "candidate": Counter()}
+    answered = {"primary": 0, "candidate": 0}
     skips: Counter[str] = Counter()
     for result in results:
         if result.skipped:
@@ -130,6 +141,10 @@ def summarise(
             for call in calls:
                 if call is not None and call.error:
                     errors[role][call.error] += 1
+                elif (
+                    call is not None and read_outcome(result.item.route, call.body, call.status).ok
+                ):
+                    answered[role] += 1
     candidate = tally(r.candidate_score for r in results if r.candidate_score is not None)
     noise = tally(s for r in results for s in r.noise_scores)
     return OfflineReport(
@@ -139,4 +154,5 @@ def summarise(
         errors=errors,
         worst=worst_examples(results, WORST_PER_COMPARATOR),
         skip_reasons=skips,
+        answered=answered,
     )

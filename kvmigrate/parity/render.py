@@ -28,6 +28,14 @@ def verdict(report: OfflineReport, min_score: float | None) -> Verdict:
     parity = report.parity
     if min_score is None:
         return Verdict("report_only", PASSED, "no --min-score given: report only")
+    silent = report.unanswered_roles()
+    if silent:
+        return Verdict(
+            "failed",
+            FAILED,
+            f"FAILED: the {' and the '.join(silent)} answered none of the requests usably "
+            "(see the errors; is its api_base an OpenAI-compatible endpoint?)",
+        )
     if parity.status != CONCLUSIVE or parity.parity is None:
         return Verdict("inconclusive", INCONCLUSIVE_EXIT, f"INCONCLUSIVE: {parity.reason}")
     below = [
@@ -73,6 +81,8 @@ def render_text(report: OfflineReport, result: Verdict) -> str:
         if kinds:
             detail = ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
             lines.append(f"{role} errors: {sum(kinds.values())} ({detail})")
+    for role in report.unanswered_roles():
+        lines.append(f"{role}: no usable answer to any request; its agreement means nothing")
     for reason, count in sorted(report.skip_reasons.items()):
         lines.append(f"skipped {count}: {reason}")
     lines += [

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
+from kvmigrate.capped_body import read_capped
 from kvmigrate.config import BackendConfig, Config, Secret
 from kvmigrate.parity.compare import DEFAULT_SETTINGS, score_exchange_pair
 from kvmigrate.parity.dataset import DatasetItem
@@ -128,7 +129,7 @@ async def call_backend(
         async with session.post(
             url, data=orjson.dumps(body), headers=headers, timeout=timeout
         ) as r:
-            raw = await r.read()
+            raw = await read_capped(r)  # an endless body ends as an error, not in memory
             return Call(r.status, raw, f"http_{r.status}" if r.status >= 400 else None)
     except TimeoutError:
         return Call(None, b"", "timeout")

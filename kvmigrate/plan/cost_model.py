@@ -24,11 +24,24 @@ point: `kvmigrate plan --calibrate URL` fits them to a real endpoint.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 DEFAULT_DECODE_SEQ_S = 1.0e-4
+# No term of a step is an hour: a larger figure (or Infinity, which Python's json reads) is
+# a broken file, and it overflowed the simulator's times to a TTFT of 0 ms that met any SLO.
+MAX_COST_S = 3600.0
+
+
+def _valid_seconds(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_COST_S
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,19 +67,24 @@ class CostModel:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> CostModel:
+    def from_json(cls, data: object) -> CostModel:
+        if not isinstance(data, dict):
+            raise ValueError(f"a cost model is a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
+        unknown = set(map(str, data)) - known
         if unknown:
             raise ValueError(f"unknown cost model keys: {', '.join(sorted(unknown))}")
         values: dict[str, float | str] = {}
         for key, value in data.items():
             if key == "source":
                 values[key] = str(value)
-            elif isinstance(value, int | float) and value >= 0:
+            elif _valid_seconds(value):
                 values[key] = float(value)
             else:
-                raise ValueError(f"cost model {key} must be a number >= 0, got {value!r}")
+                raise ValueError(
+                    f"cost model {key} must be a number of seconds from 0 to "
+                    f"{MAX_COST_S:g}, got {value!r}"
+                )
         return cls(**values)  # type: ignore[arg-type]
 
     @classmethod
