@@ -64,3 +64,19 @@ def test_demo_refuses_a_report_in_a_missing_folder_before_it_starts(tmp_path: Pa
     result = CliRunner().invoke(main, ["demo", "--out", str(out)])
     _clean_exit(result, 2)
     assert "does not exist" in result.output
+
+
+def test_demo_refuses_a_workdir_under_a_regular_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = CliRunner().invoke(main, ["demo", "--workdir", str(blocker / "sub")])
+    _clean_exit(result, 1)
+    assert "cannot use --workdir" in result.output
+
+
+def test_cachecheck_refuses_a_negative_show(tmp_path: Path) -> None:
+    records = tmp_path / "r.jsonl"
+    records.write_text("")
+    result = CliRunner().invoke(main, ["cachecheck", "--show", "-1", "--dataset", str(records)])
+    _clean_exit(result, 1)  # cachecheck's usage errors exit 1: 2 means cache busters found
+    assert "-1 is not in the range" in result.output

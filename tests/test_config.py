@@ -161,6 +161,16 @@ def test_structural_errors(text: str, path: str, reason: str) -> None:
     assert reason in caught.value.reason
 
 
+@pytest.mark.parametrize("anchor", ["", "&a "])
+def test_yaml_nested_too_deeply_is_a_config_error_not_a_recursion_error(
+    tmp_path: Path, anchor: str
+) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(f"server: {anchor}" + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config(deep, env={})
+
+
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("server:\n  port: [4000\n")

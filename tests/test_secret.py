@@ -58,6 +58,23 @@ def test_equality_and_hash_follow_the_value() -> None:
         ("redis://u:p@ss@cache:6379/0", "redis://u:***@cache:6379/0"),
         ("redis://u:a:b:c@cache/0", "redis://u:***@cache/0"),
         ("postgresql://app:pw@[::1]:5432/kv", "postgresql://app:***@[::1]:5432/kv"),
+        # redis-py and libpq take the password as a query parameter too
+        ("redis://cache:6379/0?password=hunter2", "redis://cache:6379/0?password=***"),
+        (
+            "postgresql://app@db/kv?sslmode=require&password=hunter2",
+            "postgresql://app@db/kv?sslmode=require&password=***",
+        ),
+        (
+            "postgresql://db/kv?sslpassword=x&connect_timeout=5",
+            "postgresql://db/kv?sslpassword=***&connect_timeout=5",
+        ),
+        (
+            "rediss://u:pw@cache/0?ssl_keyfile_password=k",
+            "rediss://u:***@cache/0?ssl_keyfile_password=***",
+        ),
+        ("sqlite:////var/lib/kv.db?mode=ro", "sqlite:////var/lib/kv.db?mode=ro"),
+        # one urlsplit refuses shows nothing of itself
+        ("redis://:hunter2@[cache/0", "<a URL that does not parse>"),
     ],
 )
 def test_safe_url_hides_only_the_password(url: str, safe: str) -> None:

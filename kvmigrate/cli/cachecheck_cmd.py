@@ -49,7 +49,13 @@ class _Command(click.Command):
     default=None,
     help="$ per 1M input tokens that should have been cached (uncached minus cached price).",
 )
-@click.option("--show", default=20, show_default=True, help="Conversations to list in text.")
+@click.option(
+    "--show",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Conversations to list in text.",
+)
 @click.pass_context
 def cachecheck(
     ctx: click.Context,

@@ -76,7 +76,10 @@ def demo(
     if workdir is None and keep:
         workdir = Path(tempfile.mkdtemp(prefix="kvmigrate-demo-"))
     if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # under a regular file, on a read-only mount
+            raise click.ClickException(f"cannot use --workdir {workdir}: {exc.strerror}") from None
     if api == "anthropic":
         try:
             import anthropic  # noqa: F401

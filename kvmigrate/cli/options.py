@@ -42,7 +42,7 @@ def config_option(func: F) -> F:
 
 
 def load_or_exit(path: str, secrets_required: bool = True) -> Config:
-    """Load the config, turning any problem into a one-line error and exit code 2.
+    """Load the config, turning any problem into a one-line error and exit code 1.
     Commands that call no backend pass `secrets_required=False`: the proxy's master key
     need not be set to read a report."""
     try:

@@ -18,6 +18,7 @@ from kvmigrate.embedded import (
     emulated_backends,
 )
 from kvmigrate.proxy.pool import default_workers, serve_pool
+from kvmigrate.rollout.store import StoreError
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import DRAIN_S, run_app_forever
 
@@ -123,6 +124,6 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool, p
         return
     try:
         app = build_app(config)
-    except LiteLLMNotInstalled as exc:  # installed, but it does not import
-        raise click.ClickException(str(exc)) from None
+    except (LiteLLMNotInstalled, StoreError) as exc:  # LiteLLM that does not import; a
+        raise click.ClickException(str(exc)) from None  # store that cannot be opened
     run_app_forever(app, host, port, banner, pool.drain_s)

@@ -89,8 +89,12 @@ def _yaml(text: str, source: str) -> Any:
             return yaml.load(text, Loader=fast)  # CSafeLoader: safe
         except yaml.YAMLError:
             pass
+        except RecursionError:
+            raise ConfigError(source, "", "not valid YAML: nested too deeply") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:  # thousands of nested brackets: no config is that deep
+        raise ConfigError(source, "", "not valid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

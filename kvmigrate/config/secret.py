@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hmac
-from urllib.parse import urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 
 class Secret:
@@ -41,11 +42,27 @@ class Secret:
         return hash((Secret, self._value))
 
 
+# Query parameters that carry a credential in a store URL: redis-py and libpq both take the
+# password there too (`redis://cache/0?password=...`, `postgresql://db/kv?password=...`).
+_SECRET_PARAM = re.compile(r"pass|secret|token|credential|key", re.IGNORECASE)
+
+
 def safe_url(url: str) -> str:
     """A store URL without its password, fit for logs, errors and reports."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # a URL urlsplit cannot read: nothing of it is shown
+        return "<a URL that does not parse>"
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    secret_params = any(_SECRET_PARAM.search(name) for name, _ in params)
+    if password is None and not secret_params:
+        return url  # as written: urlunsplit would rewrite `sqlite:////abs` to `sqlite:///abs`
+    if secret_params:
+        hidden = [(n, "***" if _SECRET_PARAM.search(n) else v) for n, v in params]
+        parts = parts._replace(query=urlencode(hidden, safe="*"))
+    if password is None:
+        return urlunsplit(parts)
     # As urlsplit reads a netloc: the userinfo ends at the last `@`, the user at its first `:`.
     userinfo, _, host = parts.netloc.rpartition("@")
     user = userinfo.partition(":")[0]

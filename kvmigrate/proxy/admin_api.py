@@ -39,7 +39,7 @@ from kvmigrate.rollout.api import (
     decode_request,
 )
 from kvmigrate.rollout.controller import GatesRefused, RolloutController, RolloutError
-from kvmigrate.rollout.store import StoreError
+from kvmigrate.rollout.store import StoreError, UnreadableState
 
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -77,7 +77,7 @@ def add_admin_routes(
                 raise ProxyError(
                     409, str(exc), "invalid_request_error", "rollout_refused"
                 ) from None
-            except StoreError as exc:
+            except (StoreError, UnreadableState) as exc:  # down, or written by a newer version
                 raise ProxyError(
                     503, f"rollout store unavailable: {exc}", "server_error", "store_unavailable"
                 ) from None

@@ -10,7 +10,7 @@ from kvmigrate.policies.gates import gate_summary
 from kvmigrate.report.model import TimelineEvent
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.sqlite_store import sqlite_path
-from kvmigrate.rollout.store import StoreError, open_store
+from kvmigrate.rollout.store import StoreError, UnreadableState, open_store
 
 log = logging.getLogger("kvmigrate.report")
 
@@ -27,7 +27,7 @@ def rollout_timeline(config: Config, since: float, until: float) -> list[Timelin
             events = store.history(10_000)
         finally:
             store.close()
-    except StoreError as exc:
+    except (StoreError, UnreadableState) as exc:
         log.warning("rollout timeline unavailable: %s", exc)
         return []
     timeline = []

@@ -1,4 +1,4 @@
-"""`kvmigrate proxy --workers 2` whose workers cannot start (the rollout store cannot be
+"""`kvmigrate proxy` (one process, or `--workers 2`) whose workers cannot start (the rollout store cannot be
 opened) must stop with a one-line reason and a non-zero exit: not claim to serve while it
 restarts crashing workers forever, each with a traceback.
 """
@@ -9,13 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from reliability_support import refused_port
 
 from kvmigrate.serving import free_port
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_pool_whose_workers_cannot_open_the_rollout_store_exits_with_the_reason(
-    tmp_path: Path,
+    tmp_path: Path, workers: int
 ) -> None:
     # A SQLite store under a regular file: its folder can never be made (this works as
     # root too, where a read-only folder would not stop SQLite).
@@ -38,7 +41,7 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
     command = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
     try:
         done = subprocess.run(
-            [*command, "--workers", "2"], capture_output=True, text=True, timeout=90
+            [*command, "--workers", str(workers)], capture_output=True, text=True, timeout=90
         )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"the pool kept running: {exc.stdout!r} {exc.stderr!r}") from None

@@ -146,3 +146,41 @@ def test_a_store_down_at_start_is_logged_once_not_again_by_the_first_polls(
     lines = [r.getMessage() for r in caplog.records if r.name == "kvmigrate.rollout"]
     assert len(lines) == 1, lines
     assert "pw-secret-77" not in lines[0]
+
+
+def test_the_admin_api_answers_an_unreadable_state_with_503_in_the_envelope(
+    tmp_path: Path,
+) -> None:
+    """As for a store that is down: a bare 500 told the operator nothing."""
+    import urllib.error
+    import urllib.request
+
+    from kvmigrate.runtime import build_app
+    from kvmigrate.serving import BackgroundServer
+
+    url = f"sqlite:///{tmp_path}/state.db"
+    open_store(url, initial_state(make_config(url))).close()  # the schema, as a proxy makes
+    write_sqlite(tmp_path / "state.db", NEWER)
+    config = parse_config(
+        f"""
+server: {{admin_key: adm}}
+backends:
+  hosted: {{api_base: "http://127.0.0.1:9/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:9/v1"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: served}}
+rollout: {{mode: shadow, percent: 0, state: "{url}"}}
+record: {{enabled: false}}
+""",
+        env={},
+    )
+    with BackgroundServer(lambda: build_app(config, record=False)) as server:
+        request = urllib.request.Request(
+            server.url + "/admin/rollout", headers={"Authorization": "Bearer adm"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)
+        body = json.loads(caught.value.read())
+    assert caught.value.code == 503
+    assert body["error"]["code"] == "store_unavailable"
+    assert "cannot read a stored rollout state" in body["error"]["message"]
