@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from reliability_support import refused_port
 
 from kvmigrate.serving import free_port
