@@ -58,7 +58,7 @@ from kvmigrate.proxy.paths import passthrough_suffix
 from kvmigrate.proxy.rollout_source import RolloutSource, StaticRollout
 from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.stream_check import SseCheck, framing_error, json_ok
-from kvmigrate.proxy.unserved import REFUSALS, UnservedRoutes, blame
+from kvmigrate.proxy.unserved import REFUSALS, UnservedRoutes, blame, is_refusal_status
 from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.rollout.chains import ChainMap
 from kvmigrate.rollout.continuity import ContinuityResolver
@@ -380,11 +380,12 @@ class ProxyService:
         if can_fall_back and (response.status >= 500 or response.status == 429):
             response.close()
             raise candidate_failure(exchange.backend, f"http_{response.status}")
-        if can_fall_back and checked:
-            refusal = self.unserved.refusal(exchange.backend, routed.path, response.status)
-            if refusal is not None:
-                await keep_refusal(response, exchange)
-                raise candidate_failure(exchange.backend, refusal)
+        if can_fall_back and checked and is_refusal_status(response.status):
+            await keep_refusal(response, exchange)  # its reason says which refusal
+            kind = self.unserved.refusal(
+                exchange.backend, routed.path, response.status, exchange.body()
+            )
+            raise candidate_failure(exchange.backend, kind or ErrorKind.REJECTED)
         if checked and (
             framing := framing_error(response.status, routed.body.stream, is_event_stream(response))
         ):

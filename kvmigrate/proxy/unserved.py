@@ -13,6 +13,7 @@ import logging
 from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.proxy.stream_check import framing_error, malformed_kind
+from kvmigrate.wire.errors import read_error
 
 log = logging.getLogger("kvmigrate.proxy")
 
@@ -23,30 +24,34 @@ class UnservedRoutes:
     def __init__(self) -> None:
         self._logged: set[tuple[str, str]] = set()
 
-    def kind(self, backend: str, route: str, status: int | None) -> ErrorKind | None:
-        """The error a candidate's answer on a model route is, if it says the route is not
-        served there (logged the first time for this backend and route)."""
-        if status not in UNSERVED_STATUSES:
+    def refusal(
+        self, backend: str, route: str, status: int | None, body: bytes = b""
+    ) -> ErrorKind | None:
+        """The error a candidate's 4xx is, if its primary serves the same request: the route
+        not served (a 404 or 405 that is no API error: FastAPI's `{"detail": "Not Found"}`,
+        logged the first time for this backend and route), or the request refused."""
+        if status is None or not is_refusal_status(status):
             return None
-        if (backend, route) not in self._logged:
-            self._logged.add((backend, route))
-            log.warning(
-                "candidate %s answers %s on /v1/%s: it does not seem to serve this route "
-                "(an older vLLM?); split requests fall back to the primary, shadow copies "
-                "count as its errors (kvmigrate_fallbacks_total{reason=%r})",
-                backend,
-                status,
-                route,
-                str(ErrorKind.ROUTE_NOT_SERVED),
-            )
-        return ErrorKind.ROUTE_NOT_SERVED
+        if status in UNSERVED_STATUSES and not names_an_api_error(body):
+            self._log_unserved(backend, route, status)
+            return ErrorKind.ROUTE_NOT_SERVED
+        # An API's own error envelope: the route is there and refused this request (a
+        # response id it does not hold, a model it does not serve, a prompt too long).
+        return ErrorKind.REJECTED
 
-    def refusal(self, backend: str, route: str, status: int | None) -> ErrorKind | None:
-        """The error a candidate's 4xx is, if its primary serves the same request."""
-        unserved = self.kind(backend, route, status)
-        if unserved is None and status is not None and 400 <= status < 500 and status != 429:
-            return ErrorKind.REJECTED  # a 429 is the backend's by its status already
-        return unserved
+    def _log_unserved(self, backend: str, route: str, status: int) -> None:
+        if (backend, route) in self._logged:
+            return
+        self._logged.add((backend, route))
+        log.warning(
+            "candidate %s answers %s on /v1/%s: it does not seem to serve this route "
+            "(an older vLLM?); split requests fall back to the primary, shadow copies "
+            "count as its errors (kvmigrate_fallbacks_total{reason=%r})",
+            backend,
+            status,
+            route,
+            str(ErrorKind.ROUTE_NOT_SERVED),
+        )
 
     def copy_error(
         self, copy: Exchange, event_stream: bool, primary_status: int | None
@@ -60,10 +65,22 @@ class UnservedRoutes:
             return malformed_kind(copy.body(), event_stream)
         if blame(ErrorKind.REJECTED, primary_status) is None:
             return None  # asked before `refusal`, which logs a route it thinks not served
-        return self.refusal(copy.backend, copy.route, copy.status)
+        return self.refusal(copy.backend, copy.route, copy.status, copy.body())
 
 
 REFUSALS = frozenset({ErrorKind.ROUTE_NOT_SERVED, ErrorKind.REJECTED})
+
+
+def is_refusal_status(status: int) -> bool:
+    """A 4xx, but 429: that one is the backend's by its status already (its load)."""
+    return 400 <= status < 500 and status != 429
+
+
+def names_an_api_error(body: bytes) -> bool:
+    """An API's error answer (OpenAI's or Anthropic's envelope, vLLM's flat or nested one,
+    all with a message): the route's own. FastAPI's `{"detail": "Not Found"}` is not one."""
+    found = read_error(body) if body else None
+    return found is not None and isinstance(found[2], str)
 
 
 def blame(error: str | None, primary_status: int | None) -> str | None:

@@ -384,6 +384,7 @@ def test_shadow_mode_candidate_fault_changes_nothing_for_the_client(
         # refusal is the candidate's, and the gates must see it.
         ("vllm:400", None, "rejected"),
         ("vllm:422", None, "rejected"),
+        ("vllm:404", None, "rejected"),  # an API's 404: not a route it does not serve
         # The request itself was bad: the candidate refusing it too is no evidence.
         ("hosted:400,vllm:400", "BadRequestError 400", "http_400"),
     ],
@@ -413,6 +414,9 @@ def test_a_shadow_copy_refused_with_a_4xx_counts_against_the_candidate_only_if_t
         ("vllm:422", None, "rejected"),
         # The candidate's own key refused: the client's key never goes there, so never its fault.
         ("vllm:401", None, "rejected"),
+        # A 404 in vLLM's error envelope is the route refusing this request (a model or a
+        # response id it does not hold), not a route it does not serve.
+        ("vllm:404", None, "rejected"),
         # The request itself was bad: the primary's own error, and no evidence against vLLM.
         ("hosted:400,vllm:400", "BadRequestError 400", "http_400"),
     ],
