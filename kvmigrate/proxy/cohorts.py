@@ -13,16 +13,26 @@ from kvmigrate.policies.cohorts import CohortTable, Selector, resolve_cohort
 from kvmigrate.proxy.headers import bearer_token
 
 
+def key_labels(config: Config) -> dict[str, Secret]:
+    """Each distinct client key of the cohorts, labelled by the first cohort that names it.
+    Cohorts that share a key share its label: a request carries one key, so a label per
+    cohort matched only the first of them, and the others never got their traffic."""
+    labels: dict[str, Secret] = {}
+    for c in config.cohorts:
+        key = c.match.client_key
+        if key is not None and key not in labels.values():
+            labels[c.name] = key
+    return labels
+
+
 def cohort_table(config: Config) -> CohortTable:
+    labels = key_labels(config)
     selectors: dict[str, list[Selector]] = {}
     for c in config.cohorts:
+        key = c.match.client_key
+        label = next((n for n, k in labels.items() if k == key), None) if key else None
         selectors.setdefault(c.model, []).append(
-            Selector(
-                c.name,
-                tuple(c.match.header.items()),
-                tuple(c.match.metadata.items()),
-                c.name if c.match.client_key is not None else None,
-            )
+            Selector(c.name, tuple(c.match.header.items()), tuple(c.match.metadata.items()), label)
         )
     return CohortTable(MappingProxyType({m: tuple(s) for m, s in selectors.items()}))
 
@@ -30,10 +40,8 @@ def cohort_table(config: Config) -> CohortTable:
 class CohortResolver:
     def __init__(self, config: Config) -> None:
         self.table = cohort_table(config)
-        # label -> key: the cohort's name labels the key it matches.
-        self._keys: Mapping[str, Secret] = {
-            c.name: c.match.client_key for c in config.cohorts if c.match.client_key is not None
-        }
+        # label -> key: one label per distinct key (see `key_labels`).
+        self._keys: Mapping[str, Secret] = key_labels(config)
 
     def resolve(
         self, model: str, headers: CIMultiDictProxy[str], body: Mapping[str, object]

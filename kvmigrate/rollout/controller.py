@@ -120,7 +120,15 @@ class RolloutController:
         return selector
 
     def read(self, cohort: str | None = None) -> RolloutState:
-        return self.store.read(self.cohort_of(cohort))
+        return self._read(self.cohort_of(cohort))
+
+    def _read(self, name: str) -> RolloutState:
+        return self._as_configured(self.store.read(name), name)
+
+    def _as_configured(self, state: RolloutState, name: str) -> RolloutState:
+        """The stored state under the config's candidates now (`RolloutState.of_candidates`):
+        what the proxies route by, so what the gates and changes start from."""
+        return state.of_candidates(self.config.candidates_of(name))
 
     def evaluate(
         self,
@@ -132,7 +140,7 @@ class RolloutController:
         the window): a cohort is judged on its traffic alone, and on the candidate its
         split serves (or `candidate`) against the primary."""
         name = self.cohort_of(cohort)
-        state = state or self.store.read(name)
+        state = state or self._read(name)
         found = self._evidence(state, name)
         return self._gates(found, candidate or self.serving(state, name))
 
@@ -216,7 +224,7 @@ class RolloutController:
         `rollout auto` last looked at), so a rollback made meanwhile is never overridden."""
         percent, target = _checked(percent, mode)
         name = self.cohort_of(cohort)
-        current = self.store.read(name)
+        current = self._read(name)
         _expect(current, expected_version)
         chosen = self._choose(candidate, current, name)
         promoting = _raises_share(current, *_target(current, target, percent))
@@ -225,7 +233,8 @@ class RolloutController:
         if promoting and not passed and not force:
             raise GatesRefused(effective_share(*_target(current, target, percent)), results)
 
-        def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+        def change(stored: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+            state = self._as_configured(stored, name)
             _expect(state, expected_version)
             new_mode, new_percent = _target(state, target, percent)
             raising = _raises_share(state, new_mode, new_percent)
@@ -270,11 +279,12 @@ class RolloutController:
         roll back once, not once each. Only the cohort's share moves; the others keep theirs.
         """
         name = self.cohort_of(cohort)
-        current = self.store.read(name)
+        current = self._read(name)
         if current.mode != Mode.SPLIT or current.percent == 0:
             raise RolloutError("nothing to roll back: the candidate serves no traffic")
 
-        def change(state: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+        def change(stored: RolloutState) -> tuple[RolloutState, RolloutEvent]:
+            state = self._as_configured(stored, name)
             if expected_version is not None and state.version != expected_version:
                 raise RolloutError("the rollout changed since the breach was seen")
             if state.mode != Mode.SPLIT or state.percent == 0:
@@ -296,7 +306,7 @@ class RolloutController:
         self, state: RolloutState | None = None, cohort: str | None = None
     ) -> float | None:
         name = self.cohort_of(cohort)
-        return self._next(state or self.store.read(name), name)
+        return self._next(state or self._read(name), name)
 
     def _next(self, state: RolloutState, cohort: str) -> float | None:
         current = effective_share(state.mode, state.percent)
@@ -304,13 +314,13 @@ class RolloutController:
 
     def status(self, cohort: str | None = None) -> RolloutStatus:
         name = self.cohort_of(cohort)
-        return self._status(name, self.store.read(name))
+        return self._status(name, self._read(name))
 
     def statuses(self) -> list[RolloutStatus]:
         """Every cohort's status, in the config's order, from one read of the store."""
         states = self.store.read_all()
         names = self.config.cohort_names() or ("",)
-        return [self._status(name, states.of(name)) for name in names]
+        return [self._status(name, self._as_configured(states.of(name), name)) for name in names]
 
     def history(self, limit: int = 100, cohort: str | None = None) -> list[RolloutEvent]:
         """Every cohort's changes when none is named (even on a config of several)."""

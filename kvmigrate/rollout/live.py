@@ -184,7 +184,8 @@ class LiveRollout:
         percent, split, version = self._gauges
         for cohort, state in (self.states or {"": self.state}).items():
             on = state.mode == Mode.SPLIT
-            percent.labels(cohort).set(state.percent if on else 0)
+            # The snapshot's share: a removed candidate's stored one serves no one.
+            percent.labels(cohort).set(self.current(cohort).percent if on else 0)
             split.labels(cohort).set(1 if on else 0)
             version.labels(cohort).set(state.version)
 

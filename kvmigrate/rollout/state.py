@@ -72,17 +72,27 @@ class RolloutState:
             self, version=self.version + 1, updated_at=time.time(), updated_by=actor, **changes
         )
 
+    def of_candidates(self, candidates: tuple[str, ...]) -> RolloutState:
+        """This state as it stands for a cohort whose candidates are now `candidates`. A
+        share given to a candidate the config no longer lists (removed, or its backend
+        renamed) is no one's: handing it to the first candidate would promote a backend no
+        gate judged, so it reads as 0%, with no good step to roll back to."""
+        if not self.candidate or self.candidate in candidates:
+            return self
+        return replace(self, percent=0.0, last_good_percent=0.0, candidate="")
+
     def snapshot(self, rollout: RolloutConfig, candidates: tuple[str, ...] = ()) -> RolloutSnapshot:
         """What the proxy routes by: this state, under the config's fixed rollout settings.
         `candidates`: the cohort's candidate backends; the one not serving get shadow copies."""
         candidates = candidates or (rollout.candidate,)
-        chosen = self.candidate if self.candidate in candidates else candidates[0]
+        state = self.of_candidates(candidates)
+        chosen = state.candidate or candidates[0]
         return RolloutSnapshot(
             primary=rollout.primary,
             candidate=chosen,
             extra_shadows=tuple(c for c in candidates if c != chosen),
-            mode=self.mode,
-            percent=self.percent,
+            mode=state.mode,
+            percent=state.percent,
             shadow_sample=rollout.shadow_sample,
             salt=rollout.salt,
             fallback=rollout.fallback,

@@ -179,10 +179,12 @@ class RollbackWatcher:
         since = time.perf_counter() - config.auto_rollback.window_seconds
         breaches = []
         for cohort in self.live.cohorts or ("",):
-            state = self.live.state_of(cohort)
-            if state.mode != Mode.SPLIT or state.percent == 0:
+            # The snapshot, not the stored state: a share whose candidate the config no
+            # longer lists serves no one (RolloutState.of_candidates), so nothing to judge.
+            snapshot = self.live.current(cohort)
+            if snapshot.mode != Mode.SPLIT or snapshot.percent == 0:
                 continue
-            serving = self.live.current(cohort).candidate  # the one its split serves
+            serving = snapshot.candidate  # the one its split serves
             if (cohort, serving) not in self.windows:
                 continue
             primary = self.windows[cohort, self._primary].summary(since)
