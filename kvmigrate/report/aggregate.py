@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from kvmigrate.exchange import Role
 from kvmigrate.percentile import percentile
-from kvmigrate.policies.outcome import is_backend_error
+from kvmigrate.policies.outcome import is_backend_error, ttft_counts
 from kvmigrate.report.identity import count_conversations
 from kvmigrate.report.model import BackendSummary, CacheRow, Coverage, TurnRow
 from kvmigrate.report.rows import Row
@@ -17,6 +17,13 @@ CDF_POINTS = 100
 
 def answered(row: Row) -> bool:
     return row.status is not None or row.error is not None
+
+
+def succeeded(row: Row) -> bool:
+    """An answer, not a failure. Only an answer's times say how fast a backend answers: a
+    503 in 1 ms would flatter its latency, as an error status's first byte is never a
+    TTFT (records written before the recorder knew that carry one)."""
+    return ttft_counts(row.status) and row.error is None
 
 
 def backend_summaries(rows: Sequence[Row], order: Sequence[str]) -> list[BackendSummary]:
@@ -36,8 +43,9 @@ def _summary(backend: str, rows: list[Row]) -> BackendSummary:
     s.conversations = count_conversations(rows)
     s.errors = sum(is_backend_error(r.status, r.error) for r in rows)
     s.error_rate = s.errors / len(rows) if rows else None
-    ttfts = [r.ttft_ms for r in rows if r.ttft_ms is not None]
-    latencies = [r.latency_ms for r in rows if r.latency_ms is not None]
+    timed = [r for r in rows if succeeded(r)]
+    ttfts = [r.ttft_ms for r in timed if r.ttft_ms is not None]
+    latencies = [r.latency_ms for r in timed if r.latency_ms is not None]
     s.ttft_p50_ms, s.ttft_p95_ms = percentile(ttfts, 50), percentile(ttfts, 95)
     s.latency_p50_ms, s.latency_p95_ms = percentile(latencies, 50), percentile(latencies, 95)
     s.prompt_tokens = sum(r.prompt_tokens or 0 for r in rows)
@@ -84,8 +92,9 @@ def ttft_by_turn(
     buckets = _turn_buckets(rows, max_turn)
     table = []
     for turn in sorted(buckets):
-        p = [r.ttft_ms for r in buckets[turn] if r.backend == primary and r.ttft_ms is not None]
-        c = [r.ttft_ms for r in buckets[turn] if r.backend == candidate and r.ttft_ms is not None]
+        timed = [r for r in buckets[turn] if succeeded(r)]
+        p = [r.ttft_ms for r in timed if r.backend == primary and r.ttft_ms is not None]
+        c = [r.ttft_ms for r in timed if r.backend == candidate and r.ttft_ms is not None]
         p50, p95 = percentile(p, 50), percentile(p, 95)
         c50, c95 = percentile(c, 50), percentile(c, 95)
         label = _label(turn, max_turn, top)
@@ -123,7 +132,9 @@ def latency_cdf(
     out: dict[str, list[tuple[float, float]]] = {}
     for backend in backends:
         values = sorted(
-            r.latency_ms for r in rows if r.backend == backend and r.latency_ms is not None
+            r.latency_ms
+            for r in rows
+            if r.backend == backend and r.latency_ms is not None and succeeded(r)
         )
         if not values:
             continue

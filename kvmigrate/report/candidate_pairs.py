@@ -27,7 +27,7 @@ from kvmigrate.percentile import percentile
 from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report import fmt
-from kvmigrate.report.aggregate import answered
+from kvmigrate.report.aggregate import answered, succeeded
 from kvmigrate.report.model import CandidatePair
 from kvmigrate.report.rows import Row
 
@@ -161,6 +161,8 @@ def _pair(a: str, b: str, found: list[PairedAnswers]) -> CandidatePair:
     interval = wilson(agreed, len(judged), z_for(CONFIDENCE)) if judged else None
     counts = Counter(name for d in judged for name in d)
     side_a, side_b = [p.a for p in found], [p.b for p in found]
+    # Times are of answers only (aggregate.succeeded), as in the headline.
+    timed_a, timed_b = [r for r in side_a if succeeded(r)], [r for r in side_b if succeeded(r)]
     return CandidatePair(
         a=a,
         b=b,
@@ -171,10 +173,10 @@ def _pair(a: str, b: str, found: list[PairedAnswers]) -> CandidatePair:
         agreement_low=interval.low if interval else None,
         agreement_high=interval.high if interval else None,
         disagreed=dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
-        a_latency_p50_ms=_p50([r.latency_ms for r in side_a]),
-        b_latency_p50_ms=_p50([r.latency_ms for r in side_b]),
-        a_ttft_p50_ms=_p50([r.ttft_ms for r in side_a]),
-        b_ttft_p50_ms=_p50([r.ttft_ms for r in side_b]),
+        a_latency_p50_ms=_p50([r.latency_ms for r in timed_a]),
+        b_latency_p50_ms=_p50([r.latency_ms for r in timed_b]),
+        a_ttft_p50_ms=_p50([r.ttft_ms for r in timed_a]),
+        b_ttft_p50_ms=_p50([r.ttft_ms for r in timed_b]),
         a_prompt_tokens=sum(r.prompt_tokens or 0 for r in side_a),
         b_prompt_tokens=sum(r.prompt_tokens or 0 for r in side_b),
         a_cached_tokens=sum(r.cached_tokens or 0 for r in side_a),

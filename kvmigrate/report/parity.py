@@ -8,10 +8,12 @@ says so (inconclusive) instead of inventing a figure."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import orjson
 
+from kvmigrate.parity.answer import extract_answer
 from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report.model import Divergence, ParitySummary
@@ -23,7 +25,9 @@ EXCERPT_CHARS = 160
 
 
 def parity_summary(rows: Sequence[Row], store: RecordStore | None = None) -> ParitySummary:
-    scored = [r for r in rows if r.parity_score is not None and r.parity_kind != NOISE_KIND]
+    # A score the scorer could not have written (inf in a hand-edited or PostgreSQL
+    # database; NaN in PostgreSQL) is no score: it would crash the histogram.
+    scored = [r for r in rows if _finite(r.parity_score) and r.parity_kind != NOISE_KIND]
     if not scored:
         return ParitySummary()
     flags = [
@@ -52,8 +56,12 @@ def parity_summary(rows: Sequence[Row], store: RecordStore | None = None) -> Par
     )
 
 
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
-    present = [float(v) for v in values if v is not None]
+    present = [float(v) for v in values if v is not None and math.isfinite(v)]
     return sum(present) / len(present) if present else None
 
 
@@ -72,15 +80,25 @@ def _divergence(row: Row, store: RecordStore | None) -> Divergence:
 
 
 def readable(response_json: str) -> str:
-    """What the model said, not the envelope: its text, or the tool calls it made."""
+    """What the model said, not the envelope: its text, or the tool calls it made. Any
+    shape is read (parity's own reader): an answer the reader does not know (a custom tool
+    call, a malformed candidate's) is shown as stored, never a crash of the report."""
     try:
         response = orjson.loads(response_json)
-        message = response["choices"][0]["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+    except orjson.JSONDecodeError:
         return response_json
-    calls = message.get("tool_calls") or []
-    if calls:
-        return "tool calls: " + "; ".join(
-            f"{c['function']['name']}({c['function'].get('arguments', '')})" for c in calls
-        )
-    return str(message.get("content") or "")
+    if not isinstance(response, dict):
+        return response_json
+    answer = extract_answer(response)
+    calls = answer.tool_calls
+    if calls and all(c.name for c in calls):
+        return "tool calls: " + "; ".join(f"{c.name}({c.arguments})" for c in calls)
+    return answer.refusal or answer.text or ("" if _plain_chat(response) else response_json)
+
+
+def _plain_chat(response: dict[str, object]) -> bool:
+    """A chat answer whose message says nothing (an empty completion): shown empty."""
+    choices = response.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    return isinstance(message, dict) and not message.get("tool_calls")
