@@ -266,7 +266,9 @@ async def serve_until(
     and the kernel spreads the connections among them. Once listening, the process serves
     until it is stopped: its collector is settled for that (a worker of `proxy --workers`
     that was not spent 27 us more CPU per request in collections)."""
-    runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s)
+    runner = EnvelopeAppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=_phase_timeout(drain_s)
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
@@ -276,6 +278,16 @@ async def serve_until(
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def _phase_timeout(drain_s: float) -> float:
+    """aiohttp's shutdown timeout for a drain of `drain_s`. aiohttp waits that long for a
+    handler, cancels the request's body (which does not stop a relay that is streaming) and
+    waits that long again: a stream drained for twice the time asked, past the pool's kill
+    (drain + 10 s) and an orchestrator's grace. Half in each wait keeps the total at
+    `drain_s`. A timeout of 0 reads to aiohttp as none (wait forever): a drain of 0 gets a
+    millisecond."""
+    return max(drain_s / 2, 0.001)
 
 
 # Longer than any cleanup of the proxy's own is bounded by: the recorder's stop waits 30 s

@@ -39,6 +39,9 @@ from kvmigrate.serving import DRAIN_S, install_fast_event_loop, serve_until
 log = logging.getLogger("kvmigrate.proxy.pool")
 READY_TIMEOUT_S = 60.0
 WATCH_INTERVAL_S = 0.2
+# After the drain, what a worker has to write its records before the parent kills it: an
+# orchestrator's grace period must cover the drain and this (deploy/).
+RECORDS_MARGIN_S = 10.0
 _READY = "ready"
 
 
@@ -134,7 +137,7 @@ def _stop_all(pool: list[WorkerProcess], drain_s: float) -> None:
     time (and a margin for writing its records) is killed."""
     for worker in pool:
         worker.finish()
-    deadline = time.monotonic() + drain_s + 10.0
+    deadline = time.monotonic() + drain_s + RECORDS_MARGIN_S
     for worker in pool:
         worker.join(deadline - time.monotonic())
     for worker in pool:

@@ -115,14 +115,18 @@ def render_pool(directory: str, live: Iterable[Collector]) -> bytes:
 
 def write_snapshot(directory: str, live: Iterable[Collector]) -> None:
     """This worker's live collectors, for the other workers' scrapes (atomically replaced)."""
-    families = [
+    families = [m for collector in live for m in collector.collect()]
+    _write(Path(directory) / _SNAPSHOT.format(pid=os.getpid()), families)
+
+
+def _write(path: Path, families: Iterable[Metric]) -> None:
+    """`families` as a snapshot file, atomically replaced: a reader never sees half of it."""
+    raw = [
         [m.name, m.type, m.documentation, [[s.name, s.labels, s.value] for s in m.samples]]
-        for collector in live
-        for m in collector.collect()
+        for m in families
     ]
-    path = Path(directory) / _SNAPSHOT.format(pid=os.getpid())
     partial = path.with_suffix(".tmp")
-    partial.write_bytes(orjson.dumps(families))
+    partial.write_bytes(orjson.dumps(raw))
     partial.replace(path)
 
 
@@ -134,11 +138,18 @@ async def keep_snapshot(directory: str, live: Iterable[Collector]) -> None:
 
 
 def forget_worker(directory: str, pid: int) -> None:
-    """A worker is gone: its live gauges and its snapshot no longer count. (Its counters'
-    files stay, so the pool's totals never go backwards.)"""
+    """A worker is gone: its live gauges no longer count, its counters do, so the pool's
+    totals never go backwards (a drop reads to Prometheus' rate() as a reset). Its
+    counters' files stay; its snapshot is replaced, in one step, by its counters alone (the
+    recorder's, read at scrape time): removed, they were subtracted from every scrape."""
     mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
-    with contextlib.suppress(FileNotFoundError):
-        (Path(directory) / _SNAPSHOT.format(pid=pid)).unlink()
+    path = Path(directory) / _SNAPSHOT.format(pid=pid)
+    counters = [family for family in _read(path) if family.type == "counter"]
+    if counters:
+        _write(path, counters)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _read(path: Path) -> list[Metric]:

@@ -1,0 +1,89 @@
+"""`kvmigrate proxy --drain-seconds N` (one process, or `--workers 2`) with a stream longer
+than the drain: it is cut at the drain the operator asked for, not twice it (aiohttp waits
+its shutdown timeout for a handler, then again after cancelling the request's body). A pool's
+parent kills workers at drain + 10 s, and Kubernetes at the grace period: a drain that ran
+twice as long lost the recorder's queue to SIGKILL. Real processes on loopback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from kvmigrate.embedded import emulated_backends
+from kvmigrate.serving import free_port
+
+
+def _config(tmp: Path, port: int, hosted: str, vllm: str) -> Path:
+    path = tmp / "config.yaml"
+    path.write_text(f"""
+server: {{host: 127.0.0.1, port: {port}}}
+backends:
+  hosted: {{api_base: "{hosted}"}}
+  vllm: {{api_base: "{vllm}"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout: {{mode: shadow, shadow_sample: 0, state: "sqlite:///{tmp}/state.db"}}
+record: {{db: "sqlite:///{tmp}/records.db"}}
+""")
+    return path
+
+
+def _wait_serving(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "the proxy exited"
+        try:
+            urllib.request.urlopen(url + "/health", timeout=5).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the proxy did not start"
+            time.sleep(0.1)
+
+
+# Drain 0: stop at once (aiohttp reads a timeout of 0 as none, and waited for the stream).
+@pytest.mark.parametrize(("workers", "drain_s"), [("1", 3.0), ("2", 3.0), ("1", 0.0)])
+def test_a_stream_longer_than_the_drain_is_cut_at_the_drain(
+    tmp_path: Path, workers: str, drain_s: float
+) -> None:
+    # time_scale 20: the emulated answer streams for far longer than the drain.
+    with emulated_backends(time_scale=20.0) as backends:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
+        argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
+        argv += ["--workers", workers, "--drain-seconds", str(drain_s)]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_serving(url, proc)
+            body = {
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+                "max_tokens": 4000,
+            }
+            request = urllib.request.Request(
+                url + "/v1/chat/completions",
+                data=orjson.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=120) as stream:
+                stream.readline()  # the stream is open
+                proc.send_signal(signal.SIGTERM)
+                signalled = time.monotonic()
+                while stream.readline():
+                    pass
+                cut_after = time.monotonic() - signalled
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    # The drain, with a margin for a loaded machine; aiohttp alone gave twice the drain.
+    assert drain_s - 0.5 < cut_after < drain_s * 1.6 + 1.0
