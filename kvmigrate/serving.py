@@ -192,6 +192,9 @@ def outlive_client(request: BaseRequest) -> None:
 
 
 _OUTLIVES_CLIENT = web.RequestKey("kvmigrate_outlives_client", bool)
+# The drain `serve_until` gives what is in flight when the server stops, for an application
+# that must end its long answers itself before it runs out (the proxy's streams).
+DRAIN_KEY = web.AppKey("kvmigrate_drain_s", float)
 
 
 class EnvelopeServer(web.Server):
@@ -266,6 +269,7 @@ async def serve_until(
     and the kernel spreads the connections among them. Once listening, the process serves
     until it is stopped: its collector is settled for that (a worker of `proxy --workers`
     that was not spent 27 us more CPU per request in collections)."""
+    app[DRAIN_KEY] = drain_s
     runner = EnvelopeAppRunner(
         app, access_log=None, handle_signals=False, shutdown_timeout=_phase_timeout(drain_s)
     )

@@ -35,9 +35,11 @@ class ErrorKind(StrEnum):
     # refusal counts against the candidate. Only a shadow copy, beside its primary's
     # answer, can tell this from a client's bad request.
     REJECTED = "rejected"
+    # The proxy stopped and its drain ended before the answer did: cut by us, not the backend.
+    PROXY_SHUTDOWN = "proxy_shutdown"
 
 
-NOT_BACKEND_ERRORS = frozenset({ErrorKind.CLIENT_DISCONNECTED})
+NOT_BACKEND_ERRORS = frozenset({ErrorKind.CLIENT_DISCONNECTED, ErrorKind.PROXY_SHUTDOWN})
 
 
 def is_backend_error(status: int | None, error: str | None) -> bool:

@@ -24,7 +24,12 @@ from kvmigrate.proxy.paths import MODEL_ROUTES
 from kvmigrate.proxy.rollout_source import RolloutSource
 from kvmigrate.proxy.service import ProxyService
 from kvmigrate.rollout.continuity import ContinuityResolver
-from kvmigrate.serving import CONNECTION_LIMITS, ConnectionLimits, default_max_connections
+from kvmigrate.serving import (
+    CONNECTION_LIMITS,
+    DRAIN_KEY,
+    ConnectionLimits,
+    default_max_connections,
+)
 from kvmigrate.wire.anthropic import anthropic_model, anthropic_model_list
 
 log = logging.getLogger("kvmigrate.proxy")
@@ -85,6 +90,8 @@ def build_proxy_app(
     app.router.add_get("/metrics", partial(metrics, service))
     app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough, expect_handler=expect)
     app.on_startup.append(lambda _app: service.start())
+    # Before aiohttp waits for the handlers, cancels them and closes their connections.
+    app.on_shutdown.append(lambda app: service.stopping(app.get(DRAIN_KEY)))
     app.on_cleanup.append(lambda _app: service.close())
     return app
 

@@ -214,6 +214,13 @@ async def relay_stream(
                 await _end_malformed(client, exchange, _taken(held))
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         exchange.error = ErrorKind.CLIENT_DISCONNECTED
+    except asyncio.CancelledError:
+        # The proxy is stopping and the drain is over: the client is told, not cut silently.
+        exchange.error = ErrorKind.PROXY_SHUTDOWN
+        if is_sse:
+            message = error_event("The proxy shut down before the answer ended.", exchange.error)
+            await _write_quietly(client, _taken(held) + message)
+        raise
     except TRANSPORT_ERRORS as exc:
         exchange.error = break_kind(exc)
         if is_sse:

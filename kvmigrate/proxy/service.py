@@ -67,6 +67,9 @@ from kvmigrate.serving import outlive_client
 if TYPE_CHECKING:
     from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
 
+# How long before the drain's end the proxy ends its own streams (ProxyService.stopping).
+CUT_BEFORE_DRAIN_END_S = 0.2
+
 
 class ProxyService:
     def __init__(
@@ -102,6 +105,7 @@ class ProxyService:
         # The handlers relaying an answer, which may outlive their clients (see _answer):
         # aiohttp's shutdown no longer waits for those, `close` ends them.
         self._relays: set[asyncio.Task[Any]] = set()
+        self._stopping = False
         self.copies = Copies(
             config,
             self.metrics,
@@ -119,9 +123,22 @@ class ProxyService:
             await gateway.start()
         await self.addons.trigger_async("running")
 
-    async def close(self) -> None:
+    async def stopping(self, drain_s: float | None) -> None:
+        """The proxy stops: a request its drain cuts is the proxy's doing, not a client's.
+        Streams still running a moment before the drain ends are ended then, with an error
+        event (relay_stream), while their connections are open: aiohttp's own end of the
+        drain closes them without a word."""
+        self._stopping = True
+        if drain_s is not None:
+            at = max(drain_s - CUT_BEFORE_DRAIN_END_S, 0.0)
+            asyncio.get_running_loop().call_later(at, self._cut_relays)
+
+    def _cut_relays(self) -> None:
         for relay in list(self._relays):
             relay.cancel()
+
+    async def close(self) -> None:
+        self._cut_relays()
         await asyncio.gather(*self._relays, return_exceptions=True)
         await self.copies.close()
         await self.upstreams.close()
@@ -246,7 +263,8 @@ class ProxyService:
                 # The client left before the first byte (aiohttp cancels the handler, and
                 # with it the upstream call). Its wait is evidence: a backend slow enough
                 # that clients give up is what the gates and auto-rollback exist to catch.
-                self._finish(routed, exchange, ErrorKind.CLIENT_CANCELLED)
+                stop = ErrorKind.PROXY_SHUTDOWN if self._stopping else ErrorKind.CLIENT_CANCELLED
+                self._finish(routed, exchange, stop)
             self.copies.mirror(request, routed, exchange)
             raise
         # From the first byte on, the relay runs to its end even if the client leaves: it
@@ -344,6 +362,9 @@ class ProxyService:
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             # The client left while a whole answer was being written: still a record.
             self._finish(routed, exchange, ErrorKind.CLIENT_DISCONNECTED)
+            raise
+        except asyncio.CancelledError:  # the drain ended first: recorded as cut, no copies
+            self._finish(routed, exchange, ErrorKind.PROXY_SHUTDOWN)
             raise
         self._finish(routed, exchange)
         self.copies.mirror(request, routed, exchange)

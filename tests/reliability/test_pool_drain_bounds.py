@@ -7,10 +7,12 @@ twice as long lost the recorder's queue to SIGKILL. Real processes on loopback."
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import closing
 from pathlib import Path
 
 import orjson
@@ -77,10 +79,18 @@ def test_a_stream_longer_than_the_drain_is_cut_at_the_drain(
                 stream.readline()  # the stream is open
                 proc.send_signal(signal.SIGTERM)
                 signalled = time.monotonic()
-                while stream.readline():
-                    pass
+                lines = []
+                while line := stream.readline():
+                    lines.append(line)
                 cut_after = time.monotonic() - signalled
             assert proc.wait(60) == 0
+            # Told, not cut silently: an SSE error event the SDKs raise, and a record of it.
+            events = [x for x in lines if x.startswith(b"data: ")]
+            assert events, lines
+            assert b"proxy_shutdown" in events[-1], lines[-3:]
+            with closing(sqlite3.connect(tmp_path / "records.db")) as db:
+                rows = db.execute("SELECT role, error FROM records").fetchall()
+            assert rows == [("serve", "proxy_shutdown")]
         finally:
             if proc.poll() is None:
                 proc.kill()
