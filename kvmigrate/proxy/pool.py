@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -67,6 +68,7 @@ def serve_pool(
     drain_s: float = DRAIN_S,
 ) -> None:
     """Run `workers` proxy processes on `host:port` until SIGINT or SIGTERM."""
+    _check_port_free(host, port)
     directory = new_pool_directory()
     os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
     os.environ[LINK_TABLE_ENV] = str(create_table(directory))
@@ -99,6 +101,21 @@ def serve_pool(
         os.environ.pop(LINK_TABLE_ENV, None)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on. The workers bind with SO_REUSEPORT, so a
+    second pool started on the same port by mistake (same user) would bind as well and
+    silently take half the connections; a bind without it fails as a single proxy's does."""
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        ):
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+    except OSError as exc:
+        raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def _pids(pool: list[WorkerProcess]) -> str:

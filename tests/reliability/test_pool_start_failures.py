@@ -5,6 +5,7 @@ restarts crashing workers forever, each with a traceback.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,34 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
     assert "Traceback" not in out, out
     assert "kvmigrate proxy on" not in done.stdout, "the banner says it serves"
     assert "cannot open rollout store" in done.stderr, out
+
+
+def test_a_second_pool_on_a_port_in_use_is_refused(tmp_path: Path) -> None:
+    """The workers bind with SO_REUSEPORT: a second pool on the same port (same user) bound
+    too and silently took half the connections. A single proxy gets EADDRINUSE; so does it."""
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"""
+server: {{host: 127.0.0.1, port: {port}}}
+backends:
+  hosted: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: "meta-llama/Llama-3.1-8B-Instruct"}}
+rollout: {{mode: shadow, state: "sqlite:///{tmp_path}/state.db"}}
+record: {{enabled: false}}
+"""
+        )
+        command = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
+        done = subprocess.run(
+            [*command, "--workers", "2"], capture_output=True, text=True, timeout=90
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "Traceback" not in out, out
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr, out
