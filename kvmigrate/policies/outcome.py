@@ -59,6 +59,12 @@ def worth_mirroring(status: int | None, error: str | None) -> bool:
     return status is not None and status != 429 and status < 500
 
 
+def latency_counts(status: int | None, error: str | None) -> bool:
+    """An answer, not a failure: only an answer's times say how fast a backend answers (a
+    503 in 1 ms would flatter its latency, in the report and in the TTFT gate's latency)."""
+    return ttft_counts(status) and error is None
+
+
 def ttft_counts(status: int | None) -> bool:
     """Whether an answer's first byte is a first token: not an error status's."""
     return status is not None and status < 400

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvmigrate.parity.recording import NOISE_KIND, flag_aggregator
 from kvmigrate.percentile import percentile
-from kvmigrate.policies.outcome import is_backend_error, ttft_counts
+from kvmigrate.policies.outcome import is_backend_error, latency_counts, ttft_counts
 from kvmigrate.policies.window import RESERVOIR, BackendWindow, ComparatorCounts
 from kvmigrate.recorder.store import RecordStore, open_store
 
@@ -92,7 +92,7 @@ def window_stats(
         tally.errors += is_backend_error(status, error)
         if ttft_ms is not None and ttft_counts(status):  # records written before it was so
             tally.ttfts.append(ttft_ms / 1000.0)
-        if latency_ms is not None:
+        if latency_ms is not None and latency_counts(status, error):  # a fast 503 is no speed
             tally.latencies.append(latency_ms / 1000.0)
     return {
         backend: _window(backend, t, noise, min_noise_samples)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from kvmigrate.exchange import Role
 from kvmigrate.percentile import percentile
-from kvmigrate.policies.outcome import is_backend_error, ttft_counts
+from kvmigrate.policies.outcome import is_backend_error, latency_counts
 from kvmigrate.report.identity import count_conversations
 from kvmigrate.report.model import BackendSummary, CacheRow, Coverage, TurnRow
 from kvmigrate.report.rows import Row
@@ -20,10 +20,9 @@ def answered(row: Row) -> bool:
 
 
 def succeeded(row: Row) -> bool:
-    """An answer, not a failure. Only an answer's times say how fast a backend answers: a
-    503 in 1 ms would flatter its latency, as an error status's first byte is never a
-    TTFT (records written before the recorder knew that carry one)."""
-    return ttft_counts(row.status) and row.error is None
+    """An answer, not a failure (`outcome.latency_counts`): records written before the
+    recorder left an error status's TTFT out still carry one."""
+    return latency_counts(row.status, row.error)
 
 
 def backend_summaries(rows: Sequence[Row], order: Sequence[str]) -> list[BackendSummary]:

@@ -23,7 +23,7 @@ from kvmigrate.exchange import Exchange
 from kvmigrate.percentile import percentile
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import rollback_reason
-from kvmigrate.policies.outcome import is_backend_error
+from kvmigrate.policies.outcome import is_backend_error, latency_counts
 from kvmigrate.policies.tool_calls import TOOL_ROUTES, invalid_tool_calls
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.controller import RolloutController, RolloutError
@@ -132,7 +132,8 @@ class RollbackWatcher:
         ):
             self._unchecked.append(exchange)  # parsed off the response path, once a second
         failed = is_backend_error(exchange.status, exchange.error)
-        window.add(exchange.started, failed, exchange.ttft, exchange.duration)
+        duration = exchange.duration if latency_counts(exchange.status, exchange.error) else None
+        window.add(exchange.started, failed, exchange.ttft, duration)
 
     async def running(self) -> None:
         self._task = self.supervisor.start("auto-rollback", self._loop)

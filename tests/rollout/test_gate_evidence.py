@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from kvmigrate.config import load_config, parse_config
 from kvmigrate.parity.noise import NoiseSettings
 from kvmigrate.parity.recording import CANDIDATE_KIND, NOISE_KIND
@@ -61,3 +63,26 @@ def test_default_noise_sample_lets_a_minimum_pilot_reach_a_parity_verdict() -> N
             keys = [f"pilot{pilot}-session-{i}" for i in range(gates.min_conversations)]
             sampled = [k for k in keys if in_shadow_sample(r.salt + "\x00noise", k, r.noise_sample)]
             assert len(sampled) * turns >= floor, (config.source, pilot, len(sampled))
+
+
+def test_a_fast_failure_does_not_lower_the_latency_the_ttft_gate_reads(tmp_path: Path) -> None:
+    """Non-streamed traffic has no TTFT, so the TTFT gate compares total latency: a
+    candidate that answers half its calls with a 503 in 1 ms must not read as faster."""
+    url = f"sqlite:///{tmp_path}/records.db"
+    start = time.time() - 600
+
+    def call(i: int, status: int, latency_ms: float) -> Record:
+        return Record(
+            request_id=f"vllm-{i}", ts=start + i, route="chat/completions", backend="vllm",
+            role="serve", model="m", served_model="m", conversation=f"c{i}", turn=1,
+            stream=False, status=status, ttft_ms=None, latency_ms=latency_ms,
+            error=None if status < 400 else f"http_{status}",
+        )  # fmt: skip
+
+    with open_store(url) as store:
+        store.insert([call(i, 200, 1000.0) for i in range(50)])
+        store.insert([call(50 + i, 503, 1.0) for i in range(50)])
+    candidate = window_stats(url, start - 1)["vllm"]
+    assert candidate.errors == 50
+    assert candidate.latency_p95 == pytest.approx(1.0)
+    assert set(candidate.latency_sample) == {1.0}
