@@ -40,6 +40,8 @@ REQUEST = {"tools": [tool("search"), tool("read")]}
         ({"tools": ["search", tool("read")]}, {"read"}),
         ({"tools": None}, set()),
         ({}, set()),
+        # OpenAI's custom tools (free-text input) nest their name as functions do
+        ({"tools": [{"type": "custom", "custom": {"name": "apply_patch"}}]}, {"apply_patch"}),
     ],
 )
 def test_declared_tools(request_body: dict[str, Any], names: set[str]) -> None:
@@ -64,3 +66,23 @@ def test_declared_tools(request_body: dict[str, Any], names: set[str]) -> None:
 )
 def test_invalid_tool_calls(response: dict[str, Any], expected: tuple[int, int]) -> None:
     assert invalid_tool_calls(REQUEST, response) == expected
+
+
+def custom_call(name: str, text: object) -> dict[str, Any]:
+    return {"id": "c", "type": "custom", "custom": {"name": name, "input": text}}
+
+
+@pytest.mark.parametrize(
+    ("calls", "expected"),
+    [
+        ([custom_call("apply_patch", "*** Begin Patch")], (1, 0)),  # free text is its input
+        ([custom_call("apply_patch", "")], (1, 0)),
+        ([custom_call("rm_rf", "/")], (1, 1)),  # a tool the request did not offer
+        ([custom_call("apply_patch", {"not": "text"})], (1, 1)),
+    ],
+)
+def test_custom_tool_calls_are_judged_by_name_and_text(
+    calls: list[Any], expected: tuple[int, int]
+) -> None:
+    request = {"tools": [{"type": "custom", "custom": {"name": "apply_patch"}}]}
+    assert invalid_tool_calls(request, choices(calls)) == expected

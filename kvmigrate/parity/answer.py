@@ -96,6 +96,7 @@ class ToolCallView:
     id: str | None
     name: str
     arguments: str
+    free_text: bool = False  # a custom tool's `input`: text, not JSON arguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +152,22 @@ def _content_text(content: Any) -> str:
 
 
 def _chat_tool_call(call: Mapping[str, Any]) -> ToolCallView:
-    function = call.get("function")
     call_id = call.get("id")
-    return _function_call(call_id if isinstance(call_id, str) else None, function or {})
+    own_id = call_id if isinstance(call_id, str) else None
+    custom = call.get("custom")
+    if call.get("type") == "custom" and isinstance(custom, Mapping):
+        # A custom tool's call carries free text as `input`: read as nothing, two different
+        # calls of it were the same nameless, empty call.
+        return _custom_call(own_id, custom)
+    function = call.get("function")
+    return _function_call(own_id, function if isinstance(function, Mapping) else {})
+
+
+def _custom_call(call_id: str | None, custom: Mapping[str, Any]) -> ToolCallView:
+    name, text = custom.get("name"), custom.get("input")
+    return ToolCallView(
+        call_id, name if isinstance(name, str) else "", text if isinstance(text, str) else "", True
+    )
 
 
 def _function_call(call_id: str | None, function: Mapping[str, Any]) -> ToolCallView:
@@ -172,9 +186,11 @@ def _responses_answer(response: Mapping[str, Any]) -> Answer:
     for item in response.get("output") or ():
         if not isinstance(item, dict):
             continue
-        if item.get("type") == "function_call":
+        if item.get("type") in ("function_call", "custom_tool_call"):
             call_id = item.get("call_id")
-            calls.append(_function_call(call_id if isinstance(call_id, str) else None, item))
+            own_id = call_id if isinstance(call_id, str) else None
+            custom = item.get("type") == "custom_tool_call"
+            calls.append(_custom_call(own_id, item) if custom else _function_call(own_id, item))
         for part in item.get("content") or () if item.get("type") == "message" else ():
             if isinstance(part, dict) and part.get("type") == "refusal":
                 refusals.append(str(part.get("refusal") or ""))

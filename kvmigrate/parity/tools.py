@@ -56,6 +56,9 @@ class CallMatch:
 
 
 def match_call(primary: ToolCallView, candidate: ToolCallView) -> CallMatch:
+    if primary.free_text or candidate.free_text:  # a custom tool's input is text, not JSON
+        same = primary.arguments.split() == candidate.arguments.split()
+        return CallMatch(primary.name, True, 1.0 if same else 0.0, () if same else ("<input>",))
     p = parse_arguments(primary.arguments)
     c = parse_arguments(candidate.arguments)
     if c is _INVALID:

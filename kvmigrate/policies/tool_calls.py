@@ -20,8 +20,9 @@ def declared_tools(request: Mapping[str, Any]) -> set[str]:
     names = set()
     for tool in request.get("tools") or ():
         if isinstance(tool, dict):
-            function = tool.get("function")
-            holder = function if isinstance(function, dict) else tool
+            # chat's function and custom tools nest their name; Anthropic's does not
+            nested = tool.get("function") or tool.get("custom")
+            holder = nested if isinstance(nested, dict) else tool
             if isinstance(holder.get("name"), str):
                 names.add(holder["name"])
     return names
@@ -44,6 +45,11 @@ def _calls(response: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
     for choice in response.get("choices") or ():
         message = choice.get("message") if isinstance(choice, dict) else None
         for call in (message or {}).get("tool_calls") or ():
+            custom = call.get("custom") if isinstance(call, dict) else None
+            if isinstance(custom, dict):  # a custom tool: free-text input, valid as text
+                text = custom.get("input")
+                yield custom.get("name"), {"input": text} if isinstance(text, str) else None
+                continue
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict):
                 yield None, None

@@ -294,3 +294,37 @@ def test_semantic_comparator_is_optional() -> None:
     result = scored.get("semantic")
     assert result is not None
     assert not result.agree
+
+
+def _custom(name: str, text: str) -> dict[str, Any]:
+    return {"id": "call_1", "type": "custom", "custom": {"name": name, "input": text}}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "agree"),
+    [
+        (_custom("apply_patch", "*** Begin Patch\n+x = 1\n*** End Patch"), True),
+        (_custom("apply_patch", "*** Begin Patch\n+x = 2\n*** End Patch"), False),
+        (_custom("run_sql", "*** Begin Patch\n+x = 1\n*** End Patch"), False),
+    ],
+)
+def test_custom_tool_calls_compare_by_name_and_input(
+    candidate: dict[str, Any], agree: bool
+) -> None:
+    """OpenAI's custom tools (free-text `input`, no `function`): two different calls read
+    as the same nameless, empty call before."""
+    primary_call = _custom("apply_patch", "*** Begin Patch\n+x = 1\n*** End Patch")
+    primary = chat_response(None, finish="tool_calls", tool_calls=[primary_call])
+    answer = chat_response(None, finish="tool_calls", tool_calls=[candidate])
+    assert verdicts(primary, answer)["tool_calls"] is agree
+    [call] = extract_answer(answer).tool_calls
+    assert (call.name, call.arguments) == (
+        candidate["custom"]["name"],
+        candidate["custom"]["input"],
+    )
+
+
+def test_a_responses_custom_tool_call_is_a_tool_call() -> None:
+    item = {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "+x"}
+    answer = extract_answer({"object": "response", "output": [item]})
+    assert [(c.name, c.arguments) for c in answer.tool_calls] == [("apply_patch", "+x")]
