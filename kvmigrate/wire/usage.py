@@ -54,4 +54,10 @@ def _count(value: Any) -> int | None:
 
 
 def _valid(counts: dict[str, Any]) -> dict[str, int]:
-    return {k: v for k, v in counts.items() if _count(v) is not None}
+    valid = {k: v for k, v in counts.items() if _count(v) is not None}
+    prompt, cached = valid.get("prompt"), valid.get("cached")
+    if prompt is not None and cached is not None and cached > prompt:
+        # A backend that counts more cached tokens than the prompt had is wrong about one
+        # of them: a cache hit above 100% in the report, and savings never made.
+        valid["cached"] = prompt
+    return valid
