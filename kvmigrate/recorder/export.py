@@ -25,32 +25,46 @@ def recorded_requests(
     the client did. `routes`: the replayable ones unless told (Messages bodies are not
     replayed, but the cache-buster analysis reads them)."""
     routes = sorted(routes)
-    sql = (
-        "SELECT request_id, route, model, conversation, turn, backend, request_json, "
-        "request_messages FROM records "
+    where = (
         "WHERE ts >= ? AND ts < ? AND role = 'serve' AND request_json IS NOT NULL "
-        f"AND route IN ({', '.join('?' for _ in routes)}) ORDER BY ts, request_id LIMIT ? OFFSET ?"
+        f"AND route IN ({', '.join('?' for _ in routes)}) "
     )
-    offset = 0
-    while True:
-        page = store.query(sql, (since, until, *routes, PAGE, offset))
-        bodies = inflate_rows(store, [(row[6], row[7]) for row in page])
-        for (request_id, route, model, conversation, turn, backend, *_), body in zip(
-            page, bodies, strict=True
-        ):
-            if body is None:
-                continue  # its history did not survive a failed write: not replayable
-            body["model"] = model
-            yield {
-                "custom_id": request_id,
-                "method": "POST",
-                "url": f"/v1/{route}",
-                "body": body,
-                "metadata": {"conversation": conversation, "turn": turn, "backend": backend},
-            }
+    select = (
+        "SELECT request_id, route, model, conversation, turn, backend, request_json, "
+        "request_messages, ts FROM records "
+    )
+    first = select + where + "ORDER BY ts, request_id LIMIT ?"
+    # Each page starts after the last row of the one before (by its sort key), not at an
+    # offset: a proxy writing while the export runs cannot shift rows into a page twice.
+    after = (
+        select
+        + where
+        + "AND (ts > ? OR (ts = ? AND request_id > ?)) ORDER BY ts, request_id LIMIT ?"
+    )
+    page = store.query(first, (since, until, *routes, PAGE))
+    while page:
+        yield from _lines(store, page)
         if len(page) < PAGE:
             return
-        offset += PAGE
+        last_id, last_ts = page[-1][0], page[-1][8]
+        page = store.query(after, (since, until, *routes, last_ts, last_ts, last_id, PAGE))
+
+
+def _lines(store: RecordStore, page: list[Any]) -> Iterator[dict[str, Any]]:
+    bodies = inflate_rows(store, [(row[6], row[7]) for row in page])
+    for (request_id, route, model, conversation, turn, backend, *_), body in zip(
+        page, bodies, strict=True
+    ):
+        if body is None:
+            continue  # its history did not survive a failed write: not replayable
+        body["model"] = model
+        yield {
+            "custom_id": request_id,
+            "method": "POST",
+            "url": f"/v1/{route}",
+            "body": body,
+            "metadata": {"conversation": conversation, "turn": turn, "backend": backend},
+        }
 
 
 def export_requests(store: RecordStore, since: float, until: float, out: TextIO) -> int:

@@ -260,3 +260,26 @@ def test_the_memos_are_bounded_by_size_least_recently_used_out_first() -> None:
     assert lru.pop("c") == 3
     lru.clear()
     assert (len(lru), lru.size, lru.get("a")) == (0, 0, None)
+
+
+def test_an_export_is_not_shifted_by_records_written_while_it_runs(tmp_path: Path) -> None:
+    """Pages follow the sort key, not an offset: a late record (an earlier timestamp,
+    written while the export runs) once pushed a row into the next page a second time."""
+    from kvmigrate.recorder import Record
+    from kvmigrate.recorder.export import PAGE
+
+    def record(i: int, ts: float) -> Record:
+        return Record(
+            request_id=f"r{i:06d}", ts=ts, route="chat/completions", backend="hosted",
+            role="serve", model="m", served_model="m", conversation=f"c{i}", turn=1,
+            stream=False, status=200, request_json='{"model": "m", "messages": []}',
+        )  # fmt: skip
+
+    db = f"sqlite:///{tmp_path}/records.db"
+    with open_store(db) as store:
+        store.insert([record(i, 1000.0 + i) for i in range(PAGE + 5)])
+        lines = recorded_requests(store, 0, 10_000)
+        ids = [next(lines)["custom_id"] for _ in range(PAGE)]
+        store.insert([record(999_999, 10.0)])  # late, and before every row exported
+        ids += [line["custom_id"] for line in lines]
+    assert len(ids) == len(set(ids)) == PAGE + 5
