@@ -5,12 +5,12 @@ No script and no CDN: the file opens anywhere, offline, and can be attached to a
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 
 from kvmigrate.bench.render import table
 from kvmigrate.bench.stats import Summary
+from kvmigrate.html_text import escape
 from kvmigrate.report.svg import CANDIDATE_COLOR, PRIMARY_COLOR
 
 WIDTH, HEIGHT = 720, 360
@@ -83,7 +83,7 @@ def svg_chart(runs: Sequence[Summary]) -> str:
         colour = COLOURS[index % len(COLOURS)]
         dash = ' stroke-dasharray="5 4"' if quantile == "p95" else ""
         path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
-        label = html.escape(f"{runs[index].label} TTFT {quantile}")
+        label = escape(f"{runs[index].label} TTFT {quantile}")
         parts.append(
             f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{path}">'
             f"<title>{label}</title></polyline>"
@@ -100,8 +100,8 @@ def svg_chart(runs: Sequence[Summary]) -> str:
 def html_report(summary: Summary, vs: Summary | None = None) -> str:
     runs = [summary] if vs is None else [summary, vs]
     legend = "".join(
-        f'<li><span style="color:{COLOURS[i]}">&#9632;</span> {html.escape(r.label)} '
-        f"({html.escape(r.model)})</li>"
+        f'<li><span style="color:{COLOURS[i]}">&#9632;</span> {escape(r.label)} '
+        f"({escape(r.model)})</li>"
         for i, r in enumerate(runs)
     )
     return f"""<!doctype html>
@@ -115,6 +115,6 @@ pre{{background:#f6f6f6;padding:1em;overflow-x:auto}}</style></head>
 <ul>{legend}</ul>
 {svg_chart(runs)}
 <h2>Figures</h2>
-<pre>{html.escape(table(summary, vs))}</pre>
+<pre>{escape(table(summary, vs))}</pre>
 </body></html>
 """

@@ -3,8 +3,7 @@ size against TTFT p95 and against monthly cost, and the plan's tables."""
 
 from __future__ import annotations
 
-from html import escape
-
+from kvmigrate.html_text import escape
 from kvmigrate.plan.sweep import Plan
 from kvmigrate.plan.tables import focus, plan_tables, summary_lines
 from kvmigrate.report import fmt

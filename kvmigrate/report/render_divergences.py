@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
-from html import escape
 
+from kvmigrate.html_text import escape
 from kvmigrate.report import fmt
 from kvmigrate.report.model import DivergentPair, Report
 

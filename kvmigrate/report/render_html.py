@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from html import escape
 
+from kvmigrate.html_text import escape
 from kvmigrate.report import fmt
 from kvmigrate.report.model import Report
 from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT

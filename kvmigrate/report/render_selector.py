@@ -8,8 +8,7 @@ view can be linked, and it also sets the divergences view's cohort filter.
 
 from __future__ import annotations
 
-from html import escape
-
+from kvmigrate.html_text import escape
 from kvmigrate.report.model import Report
 
 SELECTOR_STYLE = """

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from html import escape
+
+from kvmigrate.html_text import escape
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2")
 # One colour per backend role in every chart kvmigrate draws (report, bench): the hosted
