@@ -16,6 +16,22 @@ from reliability_support import refused_port
 from kvmigrate.serving import free_port
 
 
+def _config(tmp: Path, port: int, state: str) -> Path:
+    """A proxy whose backends refuse connections: these tests end before any request."""
+    config = tmp / "config.yaml"
+    config.write_text(f"""
+server: {{host: 127.0.0.1, port: {port}}}
+backends:
+  hosted: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: "meta-llama/Llama-3.1-8B-Instruct"}}
+rollout: {{mode: shadow, state: "{state}"}}
+record: {{db: "sqlite:///{tmp}/records.db"}}
+""")
+    return config
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pool_whose_workers_cannot_open_the_rollout_store_exits_with_the_reason(
     tmp_path: Path, workers: int
@@ -24,20 +40,7 @@ def test_pool_whose_workers_cannot_open_the_rollout_store_exits_with_the_reason(
     # root too, where a read-only folder would not stop SQLite).
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
-    port = free_port()
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        f"""
-server: {{host: 127.0.0.1, port: {port}}}
-backends:
-  hosted: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
-  vllm: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
-models:
-  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: "meta-llama/Llama-3.1-8B-Instruct"}}
-rollout: {{mode: shadow, state: "sqlite:///{blocker}/state.db"}}
-record: {{db: "sqlite:///{tmp_path}/records.db"}}
-"""
-    )
+    config = _config(tmp_path, free_port(), f"sqlite:///{blocker}/state.db")
     command = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
     try:
         done = subprocess.run(
@@ -60,19 +63,7 @@ def test_a_second_pool_on_a_port_in_use_is_refused(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        config = tmp_path / "config.yaml"
-        config.write_text(
-            f"""
-server: {{host: 127.0.0.1, port: {port}}}
-backends:
-  hosted: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
-  vllm: {{api_base: "http://127.0.0.1:{refused_port()}/v1"}}
-models:
-  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: "meta-llama/Llama-3.1-8B-Instruct"}}
-rollout: {{mode: shadow, state: "sqlite:///{tmp_path}/state.db"}}
-record: {{enabled: false}}
-"""
-        )
+        config = _config(tmp_path, port, f"sqlite:///{tmp_path}/state.db")
         command = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
         done = subprocess.run(
             [*command, "--workers", "2"], capture_output=True, text=True, timeout=90
