@@ -186,6 +186,11 @@ class WorkerProcess:
         except (OSError, EOFError, ValueError):
             return True
 
+    def terminate(self) -> None:
+        """SIGTERM to the worker, if it runs (never to a pid reused after it ended)."""
+        if self._process is not None and self._process.is_alive():
+            self._process.terminate()
+
     def finish(self) -> None:
         """Tell the worker to end (a None message), if it runs."""
         with contextlib.suppress(WorkerGone):

@@ -195,6 +195,8 @@ _OUTLIVES_CLIENT = web.RequestKey("kvmigrate_outlives_client", bool)
 # The drain `serve_until` gives what is in flight when the server stops, for an application
 # that must end its long answers itself before it runs out (the proxy's streams).
 DRAIN_KEY = web.AppKey("kvmigrate_drain_s", float)
+# What an application ends at once when the operator asks a second time to stop (StopRequests).
+HURRY_KEY: web.AppKey[Callable[[], None]] = web.AppKey("kvmigrate_hurry")
 
 
 class EnvelopeServer(web.Server):
@@ -238,16 +240,30 @@ def run_app_forever(
 async def _serve_forever(
     app: web.Application, host: str, port: int, banner: str, drain_s: float
 ) -> None:
-    stop = asyncio.Event()
+    asked = StopRequests()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, asked.signalled)
 
     def ready() -> None:
         if banner:
             print(banner, flush=True)
 
-    await serve_until(app, host, port, stop, ready, drain_s=drain_s)
+    await serve_until(app, host, port, asked.stop, ready, drain_s=drain_s, hurry=asked.hurry)
+
+
+class StopRequests:
+    """The operator's stop signals: the first asks for a graceful stop (`stop`: accept no
+    more, let what is in flight finish within the drain), any later one for haste (`hurry`:
+    end it now). A drain sized for long agent streams (minutes) must not hold a second
+    Ctrl-C hostage, as uvicorn's second Ctrl-C does not."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.hurry = asyncio.Event()
+
+    def signalled(self) -> None:
+        (self.hurry if self.stop.is_set() else self.stop).set()
 
 
 # How long a stopping server lets its in-flight requests and streams finish.
@@ -263,12 +279,14 @@ async def serve_until(
     *,
     reuse_port: bool = False,
     drain_s: float = DRAIN_S,
+    hurry: asyncio.Event | None = None,
 ) -> None:
     """Serve until `stop` is set, then stop accepting and let what is in flight finish for
-    up to `drain_s` seconds. `reuse_port`: several processes listen on one port (SO_REUSEPORT)
-    and the kernel spreads the connections among them. Once listening, the process serves
-    until it is stopped: its collector is settled for that (a worker of `proxy --workers`
-    that was not spent 27 us more CPU per request in collections)."""
+    up to `drain_s` seconds, or until `hurry` is set (then it ends at once: see `_hurried`).
+    `reuse_port`: several processes listen on one port (SO_REUSEPORT) and the kernel spreads
+    the connections among them. Once listening, the process serves until it is stopped: its
+    collector is settled for that (a worker of `proxy --workers` that was not spent 27 us
+    more CPU per request in collections)."""
     app[DRAIN_KEY] = drain_s
     runner = EnvelopeAppRunner(
         app, access_log=None, handle_signals=False, shutdown_timeout=_phase_timeout(drain_s)
@@ -281,7 +299,30 @@ async def serve_until(
         ready()
         await stop.wait()
     finally:
-        await runner.cleanup()
+        hurrying = asyncio.ensure_future(_hurried(hurry, runner)) if hurry is not None else None
+        try:
+            await runner.cleanup()
+        finally:
+            if hurrying is not None:
+                hurrying.cancel()
+
+
+async def _hurried(hurry: asyncio.Event, runner: web.AppRunner) -> None:
+    """Once `hurry` is set, end every request still in flight: the application's own ending
+    first (`HURRY_KEY`: the proxy ends its streams with an error event and records them),
+    then aiohttp's handlers are cancelled, which ends its wait for them. What the
+    application writes at cleanup (the proxy's records) is still written."""
+    await hurry.wait()
+    server = runner.server
+    handlers = server.connections if server is not None else []
+    log.warning("asked again to stop: ending %d connections now", len(handlers))
+    end_now = runner.app.get(HURRY_KEY)
+    if end_now is not None:
+        end_now()
+    for handler in handlers:
+        task = handler._task_handler
+        if task is not None:
+            task.cancel()
 
 
 def _phase_timeout(drain_s: float) -> float:

@@ -47,7 +47,8 @@ from kvmigrate.serving import DRAIN_S, run_app_forever
     default=DRAIN_S,
     show_default=True,
     help="On SIGTERM or Ctrl-C: how long requests and streams in flight may take to finish "
-    "(set it under your orchestrator's grace period, e.g. Kubernetes' 30 s).",
+    "(set it under your orchestrator's grace period, e.g. Kubernetes' 30 s). A second "
+    "SIGTERM or Ctrl-C ends them at once.",
 )
 @click.option(
     "--log-level",

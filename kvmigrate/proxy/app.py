@@ -27,6 +27,7 @@ from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import (
     CONNECTION_LIMITS,
     DRAIN_KEY,
+    HURRY_KEY,
     ConnectionLimits,
     default_max_connections,
 )
@@ -92,6 +93,7 @@ def build_proxy_app(
     app.on_startup.append(lambda _app: service.start())
     # Before aiohttp waits for the handlers, cancels them and closes their connections.
     app.on_shutdown.append(lambda app: service.stopping(app.get(DRAIN_KEY)))
+    app[HURRY_KEY] = service.end_now
     app.on_cleanup.append(lambda _app: service.close())
     return app
 

@@ -35,7 +35,7 @@ from kvmigrate.proxy.pool_metrics import (
 )
 from kvmigrate.rollout.link_table import ENV as LINK_TABLE_ENV
 from kvmigrate.rollout.link_table import create_table
-from kvmigrate.serving import DRAIN_S, install_fast_event_loop, serve_until
+from kvmigrate.serving import DRAIN_S, StopRequests, install_fast_event_loop, serve_until
 
 log = logging.getLogger("kvmigrate.proxy.pool")
 READY_TIMEOUT_S = 60.0
@@ -73,8 +73,17 @@ def serve_pool(
     os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
     os.environ[LINK_TABLE_ENV] = str(create_table(directory))
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    pool = [
+    pool: list[WorkerProcess] = []
+
+    def signalled(*_: object) -> None:
+        if stop.is_set():  # asked again: the workers end what they serve now
+            log.warning("asked again to stop: the workers end what is in flight now")
+            for worker in pool:
+                worker.terminate()
+        stop.set()
+
+    previous = {s: signal.signal(s, signalled) for s in (signal.SIGINT, signal.SIGTERM)}
+    pool += [
         WorkerProcess(
             f"kvmigrate-proxy-{index}",
             "kvmigrate.proxy.pool:serve_worker",
@@ -186,12 +195,14 @@ async def _serve_worker(
     from kvmigrate.runtime import build_app
 
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # The parent's stop message and a SIGTERM are both stop requests, in whichever order
+    # they come: the second one (the operator asked again) ends what is in flight now.
+    asked = StopRequests()
+    loop.add_signal_handler(signal.SIGTERM, asked.signalled)
 
     def parent_spoke() -> None:  # a stop message, or EOF: either way, drain and end
         loop.remove_reader(conn.fileno())
-        stop.set()
+        asked.signalled()
 
     loop.add_reader(conn.fileno(), parent_spoke)
     try:
@@ -210,7 +221,9 @@ async def _serve_worker(
         conn.send(_READY)
 
     try:
-        await serve_until(app, host, port, stop, ready, reuse_port=True, drain_s=drain_s)
+        await serve_until(
+            app, host, port, asked.stop, ready, reuse_port=True, drain_s=drain_s, hurry=asked.hurry
+        )
     finally:
         for task in snapshots:
             task.cancel()

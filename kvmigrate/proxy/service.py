@@ -133,6 +133,11 @@ class ProxyService:
             at = max(drain_s - CUT_BEFORE_DRAIN_END_S, 0.0)
             asyncio.get_running_loop().call_later(at, self._cut_relays)
 
+    def end_now(self) -> None:
+        """Asked again to stop (serving.HURRY_KEY): streams end now, as at the drain's end."""
+        self._stopping = True
+        self._cut_relays()
+
     def _cut_relays(self) -> None:
         for relay in list(self._relays):
             relay.cancel()

@@ -97,3 +97,62 @@ def test_a_stream_longer_than_the_drain_is_cut_at_the_drain(
                 proc.wait(10)
     # The drain, with a margin for a loaded machine; aiohttp alone gave twice the drain.
     assert drain_s - 0.5 < cut_after < drain_s * 1.6 + 1.0
+
+
+def _streaming_request(url: str) -> urllib.request.Request:
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": 4000,
+    }
+    return urllib.request.Request(
+        url + "/v1/chat/completions",
+        data=orjson.dumps(body),
+        headers={"Content-Type": "application/json"},
+    )
+
+
+# Asked twice (a second Ctrl-C, a second SIGTERM): a drain sized for long agent streams
+# (here two minutes) no longer holds the operator hostage.
+@pytest.mark.parametrize(("workers", "signum"), [("1", signal.SIGINT), ("2", signal.SIGTERM)])
+def test_a_second_stop_signal_ends_the_drain_at_once(
+    tmp_path: Path, workers: str, signum: signal.Signals
+) -> None:
+    drain_s = 120.0
+    with emulated_backends(time_scale=20.0) as backends:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
+        argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
+        argv += ["--workers", workers, "--drain-seconds", str(drain_s)]
+        log = tmp_path / "proxy.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=out)
+        try:
+            _wait_serving(url, proc)
+            with urllib.request.urlopen(_streaming_request(url), timeout=120) as stream:
+                stream.readline()  # the stream is open
+                proc.send_signal(signum)
+                time.sleep(1.0)  # draining: the stream goes on
+                assert proc.poll() is None
+                proc.send_signal(signum)
+                signalled = time.monotonic()
+                lines = []
+                while line := stream.readline():
+                    lines.append(line)
+                cut_after = time.monotonic() - signalled
+            assert proc.wait(60) == 0, log.read_text()
+            events = [x for x in lines if x.startswith(b"data: ")]
+            assert events, lines
+            assert b"proxy_shutdown" in events[-1], lines[-3:]
+            with closing(sqlite3.connect(tmp_path / "records.db")) as db:
+                rows = db.execute("SELECT role, error FROM records").fetchall()
+            assert rows == [("serve", "proxy_shutdown")]
+            assert "asked again to stop" in log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    # Far inside the drain, and before the emulated stream's own end (about 25 s on).
+    assert cut_after < 15.0
