@@ -5,12 +5,12 @@ backend (proxy.shadow), always accounted: each copy's exchange goes to the addon
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from aiohttp import web
 
 from kvmigrate.config import Config
 from kvmigrate.proxy.addons import Addons
+from kvmigrate.proxy.calls import Calls
 from kvmigrate.proxy.chained import ChainRouting
 from kvmigrate.proxy.client import Response, ServerDisconnected, UpstreamError
 from kvmigrate.proxy.copy_flight import CopyFlight
@@ -34,10 +34,6 @@ from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.tasks import Flight, Work
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES
 
-# The service's own: the request's call to a backend, and a new exchange with it.
-ModelCall = Callable[[web.Request, Routed, str], Call]
-NewExchange = Callable[[Routed, str, Role, float], Exchange]
-
 
 class Copies:
     """The copies of one proxy: its dispatchers (one per candidate), the noise budget, and
@@ -52,12 +48,11 @@ class Copies:
         upstreams: Upstreams,
         addons: Addons,
         unserved: UnservedRoutes,
-        model_call: ModelCall,
-        new_exchange: NewExchange,
+        calls: Calls,
     ) -> None:
         self.chains, self.chained = chains, chained
         self.upstreams, self.addons = upstreams, addons
-        self._model_call, self._new_exchange = model_call, new_exchange
+        self.calls = calls
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.unserved = unserved
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
@@ -99,7 +94,7 @@ class Copies:
         `primary`: the exchange of the answer the copy mirrors, finished. `mirrors`: that
         answer's response id (for `owner`, the candidate whose chain it continues; "": the
         model's only one)."""
-        call = self._model_call(request, routed, backend)
+        call = self.calls.model_call(request, routed, backend)
         # Anthropic streams always carry usage.
         if routed.path not in MESSAGES_ROUTES:
             call = with_usage(call, routed.body, routed.path)
@@ -147,7 +142,7 @@ class _Copy:
         )
 
     def exchange(self) -> Exchange:
-        exchange = self.copies._new_exchange(
+        exchange = self.copies.calls.exchange(
             self.routed, self.backend, self.role, time.perf_counter()
         )
         exchange.pair_id = self.primary_id

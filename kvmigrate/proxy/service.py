@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
+from kvmigrate.proxy.calls import Calls
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.client import Response
 from kvmigrate.proxy.cohorts import CohortResolver
@@ -29,9 +29,8 @@ from kvmigrate.proxy.errors import (
     model_not_found,
     route_not_served,
 )
-from kvmigrate.proxy.exchange import NOISE, SERVE, Exchange, Role
+from kvmigrate.proxy.exchange import SERVE, Exchange
 from kvmigrate.proxy.forward import (
-    Call,
     EarlyCall,
     UpstreamFailure,
     answer_of,
@@ -44,11 +43,6 @@ from kvmigrate.proxy.forward import (
     relay_stream,
     send_buffered,
     should_stream,
-)
-from kvmigrate.proxy.headers import (
-    candidate_view,
-    upstream_headers,
-    upstream_query,
 )
 from kvmigrate.proxy.intake import authorize, read_body
 from kvmigrate.proxy.kinds import kind_of
@@ -106,6 +100,7 @@ class ProxyService:
         # aiohttp's shutdown no longer waits for those, `close` ends them.
         self._relays: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self.calls = Calls(config, self.upstreams, self.chained)
         self.copies = Copies(
             config,
             self.metrics,
@@ -114,8 +109,7 @@ class ProxyService:
             self.upstreams,
             self.addons,
             self.unserved,
-            self._model_call,
-            self._exchange,
+            self.calls,
         )
 
     async def start(self) -> None:
@@ -171,7 +165,7 @@ class ProxyService:
             # The rollout changed while the conversation was identified: its new state rules.
             self.upstreams[early.backend].abandon(early.sent)
             early = None
-        exchange = self._exchange(routed, routed.route.serve, SERVE, started)
+        exchange = self.calls.exchange(routed, routed.route.serve, SERVE, started)
         return await self._answer(request, routed, exchange, started, early)
 
     def _served(self, path: str, body: RequestBody) -> dict[str, str]:
@@ -202,7 +196,7 @@ class ProxyService:
         if backend is None:
             return None
         try:
-            call = self._call(
+            call = self.calls.call(
                 request,
                 backend,
                 path,
@@ -297,7 +291,7 @@ class ProxyService:
                 raise chain_stranded(failure.error, failed.backend) from None
             raise failure.error from None
         self.metrics.fallbacks.labels(failure.kind).inc()
-        return self._exchange(
+        return self.calls.exchange(
             routed, fallback, SERVE, time.perf_counter(), fallback_from=failed.backend
         )
 
@@ -396,7 +390,7 @@ class ProxyService:
             exchange.request_body = early.call.body
             response = await answer_of(upstream, early.sent)
         else:
-            call = self._model_call(request, routed, exchange.backend)
+            call = self.calls.model_call(request, routed, exchange.backend)
             exchange.request_body = call.body
             response = await open_response(upstream, call)
         exchange.status = response.status
@@ -429,81 +423,6 @@ class ProxyService:
             raise candidate_failure(exchange.backend, ErrorKind.MALFORMED_BODY)
         return response, None, None
 
-    def _model_call(self, request: web.Request, routed: Routed, backend: str) -> Call:
-        served = routed.served[backend]
-        return self._call(
-            request,
-            backend,
-            routed.path,
-            with_model(routed.body, served),
-            primary=routed.route.is_primary(backend),
-            conversation=routed.conversation,
-            deployment=served,
-        )
-
-    def _call(
-        self,
-        request: web.Request,
-        backend: str,
-        path: str,
-        body: bytes,
-        *,
-        primary: bool,
-        conversation: str = "",
-        deployment: str | None = None,
-    ) -> Call:
-        """One upstream call for the client's request. Only the primary may receive the
-        client's own credentials, and only when the proxy has no master key of its own."""
-        upstream = self.upstreams[backend]
-        passes = primary and self.config.server.master_key is None
-        headers = upstream_headers(
-            request.headers
-            if primary
-            else candidate_view(request.headers, upstream.candidate_headers),
-            upstream.auth,
-            pass_client_credentials=passes,
-        )
-        url = upstream.url(path, conversation, deployment=deployment)
-        # The raw (still percent-encoded) query: the decoded one turned `note=a%26b` into two
-        # parameters, `note=a` and `b`, on the way upstream.
-        if query := upstream_query(request.rel_url.raw_query_string, passes):
-            url += ("&" if "?" in url else "?") + query
-        return Call(request.method, url, body, headers)
-
-    def _exchange(
-        self,
-        routed: Routed | None,
-        backend: str,
-        role: Role,
-        started: float,
-        fallback_from: str | None = None,
-    ) -> Exchange:
-        """A new exchange with `backend`; `routed` None: a pass-through call, on no model
-        route and in no conversation."""
-        exchange = Exchange(
-            request_id="req_" + os.urandom(12).hex(),
-            route=routed.path if routed else "other",
-            backend=backend,
-            role=role,
-            model=routed.body.model if routed else "",
-            served_model=routed.served[backend] if routed else "",
-            conversation=routed.conversation if routed else "",
-            turn=routed.turn if routed else 0,
-            stream=routed.body.stream if routed else False,
-            started=started,
-            fallback_from=fallback_from,
-        )
-        if routed is not None:
-            exchange.identity = routed.identity.source
-            exchange.cohort = routed.cohort
-            if role == SERVE:  # the answer the client gets is the one its next turn resends
-                exchange.continuity = routed.identity.pending
-            if routed.path == RESPONSES and role != NOISE:
-                exchange.chain = self.chained.turn(
-                    routed.conversation, routed.turn, routed.body, routed.chain
-                )
-        return exchange
-
     # -- everything else --------------------------------------------------------------------
 
     async def handle_passthrough(self, request: web.Request) -> web.StreamResponse:
@@ -517,8 +436,8 @@ class ProxyService:
         primary = self.rollout.current().primary
         backend = await self.chained.stored_on(suffix, self.config.backends) or primary
         upstream = self.upstreams[backend]
-        call = self._call(request, backend, suffix, raw, primary=backend == primary)
-        exchange = self._exchange(None, backend, SERVE, started)
+        call = self.calls.call(request, backend, suffix, raw, primary=backend == primary)
+        exchange = self.calls.exchange(None, backend, SERVE, started)
         response = await open_response(upstream, call)
         exchange.status = response.status
         extra = [("x-request-id", exchange.request_id), ("x-kvmigrate-backend", backend)]

@@ -1,0 +1,102 @@
+"""What one client request becomes on its way upstream: the call to each backend (its URL,
+headers and body) and the exchange that accounts for it."""
+
+from __future__ import annotations
+
+import os
+
+from aiohttp import web
+
+from kvmigrate.config import Config
+from kvmigrate.proxy.body import with_model
+from kvmigrate.proxy.chained import RESPONSES, ChainRouting
+from kvmigrate.proxy.exchange import NOISE, SERVE, Exchange, Role
+from kvmigrate.proxy.forward import Call
+from kvmigrate.proxy.headers import candidate_view, upstream_headers, upstream_query
+from kvmigrate.proxy.routed import Routed
+from kvmigrate.proxy.upstream import Upstreams
+
+
+class Calls:
+    """The calls and exchanges of one proxy: the client's request, routed, for each backend."""
+
+    def __init__(self, config: Config, upstreams: Upstreams, chained: ChainRouting) -> None:
+        self.config = config
+        self.upstreams = upstreams
+        self.chained = chained
+
+    def model_call(self, request: web.Request, routed: Routed, backend: str) -> Call:
+        """The call of a routed model request to `backend`, by that backend's model name."""
+        served = routed.served[backend]
+        return self.call(
+            request,
+            backend,
+            routed.path,
+            with_model(routed.body, served),
+            primary=routed.route.is_primary(backend),
+            conversation=routed.conversation,
+            deployment=served,
+        )
+
+    def call(
+        self,
+        request: web.Request,
+        backend: str,
+        path: str,
+        body: bytes,
+        *,
+        primary: bool,
+        conversation: str = "",
+        deployment: str | None = None,
+    ) -> Call:
+        """One upstream call for the client's request. Only the primary may receive the
+        client's own credentials, and only when the proxy has no master key of its own."""
+        upstream = self.upstreams[backend]
+        passes = primary and self.config.server.master_key is None
+        headers = upstream_headers(
+            request.headers
+            if primary
+            else candidate_view(request.headers, upstream.candidate_headers),
+            upstream.auth,
+            pass_client_credentials=passes,
+        )
+        url = upstream.url(path, conversation, deployment=deployment)
+        # The raw (still percent-encoded) query: the decoded one turned `note=a%26b` into two
+        # parameters, `note=a` and `b`, on the way upstream.
+        if query := upstream_query(request.rel_url.raw_query_string, passes):
+            url += ("&" if "?" in url else "?") + query
+        return Call(request.method, url, body, headers)
+
+    def exchange(
+        self,
+        routed: Routed | None,
+        backend: str,
+        role: Role,
+        started: float,
+        fallback_from: str | None = None,
+    ) -> Exchange:
+        """A new exchange with `backend`; `routed` None: a pass-through call, on no model
+        route and in no conversation."""
+        exchange = Exchange(
+            request_id="req_" + os.urandom(12).hex(),
+            route=routed.path if routed else "other",
+            backend=backend,
+            role=role,
+            model=routed.body.model if routed else "",
+            served_model=routed.served[backend] if routed else "",
+            conversation=routed.conversation if routed else "",
+            turn=routed.turn if routed else 0,
+            stream=routed.body.stream if routed else False,
+            started=started,
+            fallback_from=fallback_from,
+        )
+        if routed is not None:
+            exchange.identity = routed.identity.source
+            exchange.cohort = routed.cohort
+            if role == SERVE:  # the answer the client gets is the one its next turn resends
+                exchange.continuity = routed.identity.pending
+            if routed.path == RESPONSES and role != NOISE:
+                exchange.chain = self.chained.turn(
+                    routed.conversation, routed.turn, routed.body, routed.chain
+                )
+        return exchange
