@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from kvmigrate.adapters.litellm_gateway import litellm_problem
 from kvmigrate.cli.options import config_option, load_or_exit
-from kvmigrate.config import BackendConfig, Config
+from kvmigrate.config import BackendConfig, Config, ConfigError
+from kvmigrate.config.strict_yaml import read_yaml
 
 
 @click.group("config")
@@ -68,10 +68,12 @@ ENV_PREFIX = "os.environ/"
 
 def _unset_secrets(path: str) -> list[tuple[str, str]]:
     """(key path, problem) for each `os.environ/NAME` whose variable is unset or empty. A
-    file that does not parse is left to the loader, which says why."""
+    file that does not parse is left to the loader, which says why. Parsed as the loader
+    parses it, so a file it refuses (a key written twice among them) gets its refusal first,
+    not a listing of secrets read from a copy with one of the two keys silently dropped."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        data = read_yaml(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, UnicodeDecodeError, ConfigError):
         return []
     found = []
     for key_path, value in _strings(data, "", set()):

@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kvmigrate.config.cohorts import read_candidates, read_cohorts
 from kvmigrate.config.errors import ConfigError
 from kvmigrate.config.model import (
@@ -25,6 +23,7 @@ from kvmigrate.config.model import (
 from kvmigrate.config.reader import ENV_PREFIX, Section
 from kvmigrate.config.schema import default_of, read_field, read_struct
 from kvmigrate.config.secret import Secret
+from kvmigrate.config.strict_yaml import read_yaml
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -73,33 +72,10 @@ def parse_config(
     secrets_required: bool = True,
 ) -> Config:
     env = os.environ if env is None else env
-    root = Section(_yaml(text, source), source, "", env, secrets_required)
+    root = Section(read_yaml(text, source), source, "", env, secrets_required)
     config = _config(root)
     root.finish()
     return config
-
-
-def _yaml(text: str, source: str) -> Any:
-    """The parsed file. libyaml's parser, where PyYAML has it, takes a tenth of the time of
-    the pure-Python one; a file it refuses is parsed again by the latter, whose messages
-    name what it found."""
-    fast = getattr(yaml, "CSafeLoader", None)
-    if fast is not None:
-        try:
-            return yaml.load(text, Loader=fast)  # CSafeLoader: safe
-        except yaml.YAMLError:
-            pass
-        except RecursionError:
-            raise ConfigError(source, "", "not valid YAML: nested too deeply") from None
-    try:
-        return yaml.safe_load(text)
-    except RecursionError:  # thousands of nested brackets: no config is that deep
-        raise ConfigError(source, "", "not valid YAML: nested too deeply") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, "", f"not valid YAML: {where}{problem}") from None
 
 
 def _config(root: Section) -> Config:
@@ -173,19 +149,29 @@ def _litellm_params(s: Section, kind: str) -> dict[str, object]:
         raise s.error("litellm_params", "only a backend of `type: litellm` takes litellm_params")
     params = s.section("litellm_params")
     values: dict[str, object] = {}
+    done: dict[int, object] = {}
     for key in params.names():
         if key in LITELLM_OWN_PARAMS:
             raise params.error(key, f"kvmigrate sets this itself: {LITELLM_OWN_PARAMS[key]}")
-        values[key] = _litellm_value(params, key, params.raw(key, None))
+        values[key] = _litellm_value(params, key, params.raw(key, None), done)
     return values
 
 
-def _litellm_value(s: Section, key: str, value: Any) -> object:
+def _litellm_value(s: Section, key: str, value: Any, done: dict[int, object]) -> object:
+    """`value` with its secrets read. A YAML alias makes one list or mapping appear in many
+    places: each is read once (`done`, by identity), or aliases of aliases (a billion-laughs
+    file) took exponential time."""
+    if isinstance(value, dict | list) and id(value) in done:
+        return done[id(value)]
     if isinstance(value, dict):
         child = s.child(key, value)
-        return {name: _litellm_value(child, name, child.raw(name, None)) for name in child.names()}
+        read = {n: _litellm_value(child, n, child.raw(n, None), done) for n in child.names()}
+        done[id(value)] = read
+        return read
     if isinstance(value, list):
-        return [_litellm_value(s, f"{key}[{i}]", item) for i, item in enumerate(value)]
+        items = [_litellm_value(s, f"{key}[{i}]", item, done) for i, item in enumerate(value)]
+        done[id(value)] = items
+        return items
     if isinstance(value, str) and value.startswith(ENV_PREFIX):
         return Secret(s.resolved(key, value))
     if value is None or isinstance(value, str | int | float | bool):

@@ -45,10 +45,11 @@ def proxy_config(
     extra: str = "",
     hosted_extra: str = "",
     vllm_extra: str = "",
+    hosted_read_timeout: float = 5,
 ) -> Config:
     text = f"""
 backends:
-  hosted: {{api_base: "{hosted_url}/v1", read_timeout: 5 {hosted_extra}}}
+  hosted: {{api_base: "{hosted_url}/v1", read_timeout: {hosted_read_timeout} {hosted_extra}}}
   vllm: {{api_base: "{vllm_url}/v1", read_timeout: 2, connect_timeout: 1 {vllm_extra}}}
 models:
   - {{model_name: {HOSTED_MODEL}, hosted: {HOSTED_MODEL}, vllm: {VLLM_MODEL}}}

@@ -105,7 +105,7 @@ def test_unreachable_backend_is_502(make_proxy: ProxyFactory) -> None:
 
 
 def test_backend_timeout_is_504(make_proxy: ProxyFactory) -> None:
-    proxy = make_proxy(hosted_extra=", read_timeout: 0.3")
+    proxy = make_proxy(hosted_read_timeout=0.3)
     with pytest.raises(openai.APIStatusError) as caught:
         proxy.client().chat.completions.create(
             model=HOSTED_MODEL, messages=USER, extra_headers={"x-emulator-fault": "hang"}
