@@ -149,9 +149,14 @@ class Section:
         if not isinstance(value, str):
             raise self.error(key, f"expected a URL string, got {_kind(value)}")
         text = self.resolved(key, value)
-        parts = urlsplit(text)
+        expected = f"expected a {'/'.join(schemes)} URL"
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 - parsed here, or the first request fails on it
+        except ValueError as exc:  # an unclosed `[` (IPv6), a port out of range
+            raise self.error(key, f"{expected}: {exc}") from None
         if parts.scheme not in schemes or not parts.netloc:
-            raise self.error(key, f"expected a {'/'.join(schemes)} URL, got {text!r}")
+            raise self.error(key, f"{expected}, got {text!r}")
         return text.rstrip("/")
 
     def finish(self) -> None:
