@@ -7,6 +7,7 @@ one (each write is a temp file + fsync + rename) plus a backup that `revert` can
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -295,7 +296,13 @@ def atomic_write(
     """Temp file in the same directory, fsync, rename over the target, fsync the directory."""
     temp = _temp_path(path, tag)
     try:
-        _write_synced(temp, data, mode)
+        status = os.stat(path)
+    except FileNotFoundError:
+        owner = None
+    else:
+        owner = (status.st_uid, status.st_gid)
+    try:
+        _write_synced(temp, data, mode, owner)
         replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -312,9 +319,15 @@ def _remove_temp(path: Path, tag: str) -> None:
     _temp_path(path, tag).unlink(missing_ok=True)
 
 
-def _write_synced(path: Path, data: bytes, mode: int) -> None:
+def _write_synced(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
+        if owner is not None and owner != (os.geteuid(), os.getegid()):
+            # Run as root (a container, sudo), a rewritten file was root's from then on, and
+            # its user could no longer edit it. Only root may give a file away; anyone else
+            # writes their own, as before.
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, *owner)
         os.fchmod(fd, mode)  # the umask must not change a script's or a secret's mode
         view = memoryview(data)
         while view:

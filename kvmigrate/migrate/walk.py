@@ -134,7 +134,12 @@ def _skip_reason_readable(root: Path, path: Path, kind: str) -> tuple[str, str] 
         return "symlink", f"points {where}: {os.readlink(path)}"
     if path.name.lower().endswith(_GENERATED_SUFFIXES):
         return "generated", "generated or minified file"
-    size = path.stat().st_size
+    status = path.stat()
+    if status.st_nlink > 1:
+        # A rewrite is a new file renamed over this name: the other names would keep the
+        # old text, half a migration that nothing reports.
+        return "hardlink", f"{status.st_nlink} names share this file (edit it by hand)"
+    size = status.st_size
     if size > MAX_BYTES:
         return "too-large", f"{size} bytes > {MAX_BYTES}"
     with path.open("rb") as fh:
