@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from kvmigrate.embedded import emulated_backends
+from kvmigrate.embedded import EmulatedBackends, emulated_backends
 from kvmigrate.serving import free_port
 
 
@@ -56,26 +56,9 @@ def test_a_stream_longer_than_the_drain_is_cut_at_the_drain(
 ) -> None:
     # time_scale 20: the emulated answer streams for far longer than the drain.
     with emulated_backends(time_scale=20.0) as backends:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
-        argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
-        argv += ["--workers", workers, "--drain-seconds", str(drain_s)]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url, proc = _start(tmp_path, backends, workers, drain_s)
         try:
-            _wait_serving(url, proc)
-            body = {
-                "model": "gpt-4o-mini",
-                "messages": [{"role": "user", "content": "hi"}],
-                "stream": True,
-                "max_tokens": 4000,
-            }
-            request = urllib.request.Request(
-                url + "/v1/chat/completions",
-                data=orjson.dumps(body),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=120) as stream:
+            with urllib.request.urlopen(_streaming_request(url), timeout=120) as stream:
                 stream.readline()  # the stream is open
                 proc.send_signal(signal.SIGTERM)
                 signalled = time.monotonic()
@@ -84,19 +67,38 @@ def test_a_stream_longer_than_the_drain_is_cut_at_the_drain(
                     lines.append(line)
                 cut_after = time.monotonic() - signalled
             assert proc.wait(60) == 0
-            # Told, not cut silently: an SSE error event the SDKs raise, and a record of it.
-            events = [x for x in lines if x.startswith(b"data: ")]
-            assert events, lines
-            assert b"proxy_shutdown" in events[-1], lines[-3:]
-            with closing(sqlite3.connect(tmp_path / "records.db")) as db:
-                rows = db.execute("SELECT role, error FROM records").fetchall()
-            assert rows == [("serve", "proxy_shutdown")]
+            _assert_told_and_recorded(lines, tmp_path)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
     # The drain, with a margin for a loaded machine; aiohttp alone gave twice the drain.
     assert drain_s - 0.5 < cut_after < drain_s * 1.6 + 1.0
+
+
+def _start(
+    tmp_path: Path, backends: EmulatedBackends, workers: str, drain_s: float
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """A proxy serving, its log in tmp_path/proxy.log."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
+    argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
+    argv += ["--workers", workers, "--drain-seconds", str(drain_s)]
+    with (tmp_path / "proxy.log").open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=out)
+    _wait_serving(url, proc)
+    return url, proc
+
+
+def _assert_told_and_recorded(lines: list[bytes], tmp_path: Path) -> None:
+    """Told, not cut silently: an SSE error event the SDKs raise, and a record of it."""
+    events = [x for x in lines if x.startswith(b"data: ")]
+    assert events, lines
+    assert b"proxy_shutdown" in events[-1], lines[-3:]
+    with closing(sqlite3.connect(tmp_path / "records.db")) as db:
+        rows = db.execute("SELECT role, error FROM records").fetchall()
+    assert rows == [("serve", "proxy_shutdown")]
 
 
 def _streaming_request(url: str) -> urllib.request.Request:
@@ -119,18 +121,9 @@ def _streaming_request(url: str) -> urllib.request.Request:
 def test_a_second_stop_signal_ends_the_drain_at_once(
     tmp_path: Path, workers: str, signum: signal.Signals
 ) -> None:
-    drain_s = 120.0
     with emulated_backends(time_scale=20.0) as backends:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
-        argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
-        argv += ["--workers", workers, "--drain-seconds", str(drain_s)]
-        log = tmp_path / "proxy.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=out)
+        url, proc = _start(tmp_path, backends, workers, drain_s=120.0)
         try:
-            _wait_serving(url, proc)
             with urllib.request.urlopen(_streaming_request(url), timeout=120) as stream:
                 stream.readline()  # the stream is open
                 proc.send_signal(signum)
@@ -142,14 +135,9 @@ def test_a_second_stop_signal_ends_the_drain_at_once(
                 while line := stream.readline():
                     lines.append(line)
                 cut_after = time.monotonic() - signalled
-            assert proc.wait(60) == 0, log.read_text()
-            events = [x for x in lines if x.startswith(b"data: ")]
-            assert events, lines
-            assert b"proxy_shutdown" in events[-1], lines[-3:]
-            with closing(sqlite3.connect(tmp_path / "records.db")) as db:
-                rows = db.execute("SELECT role, error FROM records").fetchall()
-            assert rows == [("serve", "proxy_shutdown")]
-            assert "asked again to stop" in log.read_text()
+            assert proc.wait(60) == 0, (tmp_path / "proxy.log").read_text()
+            _assert_told_and_recorded(lines, tmp_path)
+            assert "asked again to stop" in (tmp_path / "proxy.log").read_text()
         finally:
             if proc.poll() is None:
                 proc.kill()
