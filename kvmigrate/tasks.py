@@ -45,13 +45,21 @@ class BoundedTasks:
         *,
         deadline: float | None = None,
         on_overdue: Callable[[], None] = lambda: None,
+        byte_limit: int | None = None,
+        on_over_bytes: Callable[[], None] = lambda: None,
     ) -> None:
         """`on_refused` counts a task refused at the bound; `on_overdue` counts a task
         cancelled at its `deadline` (seconds after its start, give or take a quarter of it,
-        at most a second)."""
+        at most a second). With a `byte_limit`, the sizes `start` is given (what each task
+        holds in memory) add up to at most that: a task that would pass it is refused and
+        counted by `on_over_bytes`."""
         self.limit = limit
         self._on_refused = on_refused
         self._tasks: dict[Running, float] = {}  # each one's start
+        self.byte_limit = byte_limit
+        self._on_over_bytes = on_over_bytes
+        self._sizes: dict[Running, int] = {}
+        self.bytes = 0  # held by the tasks in flight
         self._deadline = deadline
         self._on_overdue = on_overdue
         self._overdue: set[Running] = set()
@@ -61,12 +69,15 @@ class BoundedTasks:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def start(self, make: Callable[[], Work | Flight | None]) -> bool:
-        """Run what `make()` returns as a task (a flight runs already), unless the bound is
-        reached (`make` is then not called) or `make` returns None. Never raises, never
-        waits."""
+    def start(self, make: Callable[[], Work | Flight | None], size: int = 0) -> bool:
+        """Run what `make()` returns as a task (a flight runs already), unless a bound is
+        reached (`make` is then not called) or `make` returns None. `size`: the bytes the
+        task holds while it runs. Never raises, never waits."""
         if len(self._tasks) >= self.limit:
             self._on_refused()
+            return False
+        if self.byte_limit is not None and self.bytes + size > self.byte_limit:
+            self._on_over_bytes()
             return False
         loop = asyncio.get_running_loop()
         work = make()
@@ -74,6 +85,9 @@ class BoundedTasks:
             return False
         task = loop.create_task(work) if asyncio.iscoroutine(work) else work
         self._tasks[task] = loop.time()
+        if size:
+            self._sizes[task] = size
+            self.bytes += size
         task.add_done_callback(self._finished)
         if self._deadline is not None and self._sweep is None:
             self._sweep = loop.call_later(_sweep_interval(self._deadline), self._cancel_overdue)
@@ -81,6 +95,7 @@ class BoundedTasks:
 
     def _finished(self, task: Running) -> None:
         self._tasks.pop(task, None)
+        self.bytes -= self._sizes.pop(task, 0)
         if not self._tasks and self._emptied is not None:
             self._emptied.set()
         if task in self._overdue:

@@ -163,6 +163,8 @@ class RolloutConfig(ConfigSection, frozen=True):
     salt: str = "kvmigrate"
     fallback: bool = True
     shadow_max_concurrency: Annotated[int, Meta(ge=0)] = 64
+    # The request bodies the copies in flight may hold, per candidate.
+    shadow_max_bytes: Annotated[int, Meta(ge=0)] = 256 * 1024 * 1024
     # Mirror requests the primary failed too (a retrying SDK sends each attempt again).
     shadow_primary_failures: bool = False
     # 0.5, not less: a pilot of the gates' minimum size must bring the 20 noise pairs a

@@ -100,7 +100,7 @@ class Copies:
             call = with_usage(call, routed.body, routed.path)
         copy = _Copy(self, routed, backend, role, primary, call, mirrors, owner)
         dispatcher = self.shadows.get(backend, self.shadow)
-        return dispatcher.dispatch(lambda: copy.start(dispatcher))
+        return dispatcher.dispatch(lambda: copy.start(dispatcher), len(call.body))
 
 
 class _Copy:
@@ -183,7 +183,7 @@ class _Copy:
         on a new one (as `HttpClient.answer` does); that task settles the chain."""
         error = response.error if response is not None else None
         retried = isinstance(error, ServerDisconnected) and error.before_answer
-        if retried and dispatcher.dispatch(lambda: self.run(exchange)):
+        if retried and dispatcher.dispatch(lambda: self.run(exchange), len(self.call.body)):
             return
         try:
             if response is not None:

@@ -118,7 +118,13 @@ class ProxyMetrics:
 
         # Known label sets start at 0, so rate() and alerts work before the first event.
         # no_candidate_chain: a Responses copy whose chain the candidate does not hold.
-        for reason in ("concurrency_limit", "timeout", "error", "no_candidate_chain"):
+        for reason in (
+            "concurrency_limit",
+            "bytes_limit",
+            "timeout",
+            "error",
+            "no_candidate_chain",
+        ):
             self.shadow_dropped.labels(reason)
 
     def gauge_function(self, name: str, documentation: str, read: Callable[[], float]) -> None:

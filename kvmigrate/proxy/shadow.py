@@ -42,7 +42,12 @@ class RateBudget:
 
 
 class ShadowDispatcher:
-    def __init__(self, max_concurrency: int, metrics: ProxyMetrics, timeout: float) -> None:
+    def __init__(
+        self, max_concurrency: int, metrics: ProxyMetrics, timeout: float, max_bytes: int
+    ) -> None:
+        """At most `max_concurrency` copies in flight, holding at most `max_bytes` of
+        request bodies: a candidate that answers slowly holds its copies for up to `timeout`,
+        and 64 copies of 32 MiB agent contexts (images inlined) would be 2 GiB."""
         self.max_concurrency = max_concurrency
         self._metrics = metrics
         self._tasks = BoundedTasks(
@@ -50,17 +55,19 @@ class ShadowDispatcher:
             lambda: metrics.shadow_dropped.labels("concurrency_limit").inc(),
             deadline=timeout,
             on_overdue=metrics.shadow_dropped.labels("timeout").inc,
+            byte_limit=max_bytes,
+            on_over_bytes=metrics.shadow_dropped.labels("bytes_limit").inc,
         )
 
     @property
     def inflight(self) -> int:
         return len(self._tasks)
 
-    def dispatch(self, make_copy: Callable[[], Work | Flight | None]) -> bool:
-        """Start a shadow copy unless the bound is reached: `make_copy` returns its
-        coroutine, or its flight already sent, or None for no copy. Never raises, never
-        waits."""
-        return self._tasks.start(lambda: self._started(make_copy))
+    def dispatch(self, make_copy: Callable[[], Work | Flight | None], size: int) -> bool:
+        """Start a shadow copy of a `size`-byte body unless a bound is reached: `make_copy`
+        returns its coroutine, or its flight already sent, or None for no copy. Never
+        raises, never waits."""
+        return self._tasks.start(lambda: self._started(make_copy), size)
 
     def _started(self, make_copy: Callable[[], Work | Flight | None]) -> Work | Flight | None:
         try:
@@ -93,10 +100,10 @@ def candidate_dispatchers(
     """The dispatcher of rollout.candidate (noise calls go through it too), and one for
     every further candidate (models[].candidates): each has a budget of its own, so a slow
     one cannot starve the others' copies. One gauge counts them all."""
-    bound = config.rollout.shadow_max_concurrency
-    default = ShadowDispatcher(bound, metrics, timeout)
+    bound, max_bytes = config.rollout.shadow_max_concurrency, config.rollout.shadow_max_bytes
+    default = ShadowDispatcher(bound, metrics, timeout, max_bytes)
     further = {b for m in config.models for b in m.candidates} - {config.rollout.candidate}
-    others = {b: ShadowDispatcher(bound, metrics, timeout) for b in sorted(further)}
+    others = {b: ShadowDispatcher(bound, metrics, timeout, max_bytes) for b in sorted(further)}
     every = (default, *others.values())
     # Read when scraped: counting on every copy's start and end cost a lock each time.
     metrics.gauge_function(

@@ -140,6 +140,42 @@ def test_shadow_copies_beyond_the_bound_are_dropped_and_counted(make_proxy: Prox
     assert proxy.metric("kvmigrate_shadow_inflight") == 2
 
 
+def test_shadow_copies_past_the_byte_budget_are_dropped_and_counted(
+    make_proxy: ProxyFactory,
+) -> None:
+    """Copies a hanging candidate holds count against `shadow_max_bytes` by their bodies
+    (here about 1.3 KB each, so two fit in 3,000 bytes); a body is let go with its copy."""
+    proxy = make_proxy(
+        rollout="{mode: shadow, shadow_sample: 1.0, noise_sample: 0, shadow_max_bytes: 3000}",
+        vllm_extra=FAULTS_ALLOWED,
+    )
+    client = proxy.client()
+    note = [{"role": "user", "content": "incident report " * 75}]
+
+    def send(fault: str) -> None:
+        client.chat.completions.create(
+            model=HOSTED_MODEL, messages=note, extra_headers={"x-emulator-fault": fault}
+        )
+
+    for _ in range(5):
+        send("vllm:hang")
+    dropped = wait_metric(proxy, "kvmigrate_shadow_dropped_total", 3, reason="bytes_limit")
+    assert dropped == 3
+    assert proxy.metric("kvmigrate_shadow_inflight") == 2
+    assert proxy.metric("kvmigrate_shadow_dropped_total", reason="concurrency_limit") == 0
+    # The candidate's read timeout (2 s) ends the two: their bytes are free again.
+    deadline = time.monotonic() + 30
+    while proxy.metric("kvmigrate_shadow_inflight") > 0:
+        assert time.monotonic() < deadline, "the hanging copies never ended"
+        time.sleep(0.05)
+    send("")
+    shadows = wait_metric(
+        proxy, "kvmigrate_request_duration_seconds_count", 3, backend="vllm", role="shadow"
+    )
+    assert shadows == 3  # the two that timed out, and this one
+    assert proxy.metric("kvmigrate_shadow_dropped_total", reason="bytes_limit") == 3
+
+
 def test_shadow_sample_picks_whole_conversations(make_proxy: ProxyFactory) -> None:
     proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 0.5}")
     client = proxy.client()
