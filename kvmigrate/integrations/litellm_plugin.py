@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -371,7 +372,18 @@ class KvmigrateRouter(_CustomLogger):
         # Recorded in its answer's conversation: the recorder pairs them within one lane.
         exchange.conversation_in_store = primary.conversation_in_store
         exchange.request_body = primary.request_body
-        self.shadows.dispatch(exchange, group, routed.body)
+        judge = None
+        if routed.route.is_candidate(backend):
+            judge = partial(self._judge_copy, primary_status=primary.status)
+        self.shadows.dispatch(exchange, group, routed.body, judge)
+
+    def _judge_copy(self, copy: Exchange, primary_status: int | None) -> None:
+        """A candidate's refusal of a copy, judged as the proxy judges one: `rejected`
+        (against the candidate) where the primary answered the same request. As `http_4xx`
+        it read as the client's fault, and LiteLLM deployments' shadow evidence never
+        showed a candidate whose context window refused the long prompts."""
+        kind = self.unserved.refusal(copy.backend, copy.route, copy.status)
+        copy.error = blame(kind, primary_status) or copy.error
 
     def _exchange(self, routed: Routed, backend: str, role: Role, request_id: str) -> Exchange:
         return Exchange(

@@ -59,24 +59,33 @@ class ShadowCopies:
     def inflight(self) -> int:
         return len(self._tasks)
 
-    def dispatch(self, exchange: Exchange, group: str, body: dict[str, Any]) -> bool:
-        """Start a copy of `body` to `group`, recorded as `exchange` when it ends.
-        Never raises, never waits."""
-        return self._tasks.start(lambda: self._copy_task(exchange, group, body))
+    def dispatch(
+        self, exchange: Exchange, group: str, body: dict[str, Any], judge: Done | None = None
+    ) -> bool:
+        """Start a copy of `body` to `group`, recorded as `exchange` when it ends, after
+        `judge` has said what its outcome means. Never raises, never waits."""
+        return self._tasks.start(lambda: self._copy_task(exchange, group, body, judge))
 
-    def _copy_task(self, exchange: Exchange, group: str, body: dict[str, Any]) -> Work | None:
+    def _copy_task(
+        self, exchange: Exchange, group: str, body: dict[str, Any], judge: Done | None
+    ) -> Work | None:
         router = self._router()
         if router is None:
             self._drop("no_router")
             return None
         self.started += 1
-        return self._run(router, exchange, group, body)
+        return self._run(router, exchange, group, body, judge)
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] += 1
 
     async def _run(
-        self, router: RouterLike, exchange: Exchange, group: str, body: dict[str, Any]
+        self,
+        router: RouterLike,
+        exchange: Exchange,
+        group: str,
+        body: dict[str, Any],
+        judge: Done | None,
     ) -> None:
         try:
             await asyncio.wait_for(self._copy(router, exchange, group, body), self.timeout)
@@ -92,6 +101,8 @@ class ShadowCopies:
             log.debug("shadow copy to %s failed: %r", group, exc)
         exchange.finished = exchange.finished or time.perf_counter()
         try:
+            if judge is not None:
+                judge(exchange)
             self._done(exchange)
         except Exception:
             log.exception("recording a shadow copy failed")
