@@ -16,11 +16,12 @@ import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any
 
 import orjson
-from aiohttp import http_exceptions, web
+from aiohttp import hdrs, http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
@@ -101,6 +102,12 @@ def default_max_connections() -> int:
 
 
 CONNECTION_LIMITS = web.AppKey("kvmigrate_connection_limits", ConnectionLimits)
+# POST routes an application answers past aiohttp's router and middlewares: exact paths, as
+# the router matches them (`path_safe`: `%2F` stays encoded), to handlers that are their own
+# error boundary. A request with `Expect` goes the router's way, for the route's expect
+# handler; any other path or method too.
+RequestHandlerFn = Callable[[web.Request], Awaitable[web.StreamResponse]]
+DIRECT_POSTS: web.AppKey[dict[str, RequestHandlerFn]] = web.AppKey("kvmigrate_direct_posts")
 
 
 class EnvelopeRequestHandler(RequestHandler):
@@ -199,6 +206,16 @@ DRAIN_KEY = web.AppKey("kvmigrate_drain_s", float)
 HURRY_KEY: web.AppKey[Callable[[], None]] = web.AppKey("kvmigrate_hurry")
 
 
+async def _direct_or_routed(
+    direct: dict[str, RequestHandlerFn], routed: RequestHandlerFn, request: web.Request
+) -> web.StreamResponse:
+    if request.method == "POST" and hdrs.EXPECT not in request.headers:
+        handler = direct.get(request.rel_url.path_safe)
+        if handler is not None:
+            return await handler(request)
+    return await routed(request)
+
+
 class EnvelopeServer(web.Server):
     limits: ConnectionLimits | None = None
 
@@ -221,6 +238,9 @@ class EnvelopeAppRunner(web.AppRunner):
         server = await super()._make_server()
         # aiohttp builds its Server inside the app; reuse its settings with our handler.
         server.__class__ = EnvelopeServer
+        direct = self.app.get(DIRECT_POSTS)
+        if direct:
+            server.request_handler = partial(_direct_or_routed, direct, server.request_handler)
         limits = self.app.get(CONNECTION_LIMITS)
         if limits is not None:
             assert isinstance(server, EnvelopeServer)

@@ -26,6 +26,7 @@ from kvmigrate.proxy.service import ProxyService
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import (
     CONNECTION_LIMITS,
+    DIRECT_POSTS,
     DRAIN_KEY,
     HURRY_KEY,
     ConnectionLimits,
@@ -41,9 +42,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def error_boundary(request: web.Request, handler: Handler) -> web.StreamResponse:
+    return await guarded(request.app[SERVICE_KEY], request, handler)
+
+
+async def guarded(
+    service: ProxyService, request: web.Request, handler: Handler
+) -> web.StreamResponse:
     """Every failure leaves as an error envelope, in the shape the route's clients know
-    (proxy.envelopes); nothing raised here crashes a worker."""
-    service = request.app[SERVICE_KEY]
+    (proxy.envelopes); nothing raised here crashes a worker. The one boundary: the
+    middleware for routed requests, and the model routes' direct handlers (DIRECT_POSTS)."""
     try:
         return await handler(request)
     except ProxyError as exc:
@@ -83,6 +90,15 @@ def build_proxy_app(
     for route in MODEL_ROUTES:
         handler = partial(service.handle_model_route, path=route)
         app.router.add_post(f"/v1/{route}", handler, expect_handler=expect)
+    # Every agent turn: found by its exact path, past the router and the middleware chain
+    # (an aiohttp match object, a context manager and two coroutine frames per request).
+    direct: dict[str, Handler] = {
+        f"/v1/{route}": partial(
+            guarded, service, handler=partial(service.handle_model_route, path=route)
+        )
+        for route in MODEL_ROUTES
+    }
+    app[DIRECT_POSTS] = direct
     app.router.add_get("/v1/models", partial(list_models, config))
     # Named `suffix`: a name that is no alias is the primary's to answer (pass-through).
     app.router.add_get("/v1/{suffix:models/.+}", partial(get_model, config))
