@@ -9,7 +9,7 @@ from typing import Any
 from kvmigrate.cachecheck.breakpoints import with_breakpoint
 from kvmigrate.cachecheck.compare import TokenCounter, Tokenize, TurnCheck, compare
 from kvmigrate.cachecheck.messages_view import breakpoint_message, view_messages
-from kvmigrate.cachecheck.render import Rendering, answer_message, render_request
+from kvmigrate.cachecheck.render import Rendering, SegmentMemo, answer_message, render_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,16 +29,21 @@ def check_conversation(conversation: Conversation, counter: TokenCounter) -> lis
     checks: list[TurnCheck] = []
     previous: Rendering | None = None
     previous_turn: Turn | None = None
+    # Each turn resends the history before it: rendered once per message, not per turn.
+    memo = SegmentMemo()
+    mark: int | None = None  # the previous turn's breakpoint, found when it was current
     for number, turn in enumerate(conversation.turns, start=1):
-        actual = render_request(turn.request)
+        actual = render_request(turn.request, memo)
         if previous is None or previous_turn is None:
             tokens = counter.total(actual.segments)
             checks.append(TurnCheck(conversation.id, number, 0, 0, 0, 0, tokens))
+            mark = breakpoint_message(turn.request)
         else:
             expected = _expected(previous, previous_turn, turn)
             check = compare(expected, actual, counter, conversation.id, number)
-            marks = breakpoint_message(previous_turn.request), breakpoint_message(turn.request)
+            marks = mark, breakpoint_message(turn.request)
             checks.append(with_breakpoint(check, *marks, actual, counter))
+            mark = marks[1]
         previous, previous_turn = actual, turn
     return checks
 

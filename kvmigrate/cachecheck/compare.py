@@ -44,7 +44,14 @@ class TokenCounter:
         return count
 
     def total(self, segments: Sequence[Segment]) -> int:
-        return sum(self.count(s.text) for s in segments)
+        # Called on every turn's whole prompt, several times: the memo is read inline, as a
+        # call to `count` per segment was most of the cost.
+        counts = self._counts
+        n = 0
+        for segment in segments:
+            count = counts.get(segment.text)
+            n += self.count(segment.text) if count is None else count
+        return n
 
     def common(self, a: str, b: str) -> int:
         """Tokens the two texts share at their start."""

@@ -17,11 +17,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from kvmigrate.cachecheck.messages_view import answer_view, chat_view, is_messages_request
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 TOOLS = -1  # the `message` of the segments that render the request's `tools`
+_JSON_ONLY = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,30 +65,85 @@ class Rendering:
             s.value for s in self.segments if s.message == TOOLS and s.field.startswith("tools[")
         ]
 
-    def extended(self, messages: Sequence[Mapping[str, Any]]) -> Rendering:
+    def extended(
+        self, messages: Sequence[Mapping[str, Any]], memo: SegmentMemo | None = None
+    ) -> Rendering:
         """This rendering with more messages appended (an append-only agent's next turn)."""
         out = Rendering(list(self.segments), self.messages)
         for message in messages:
-            out.segments.extend(_message_segments(out.messages, message))
+            if memo is None:
+                out.segments.extend(_message_segments(out.messages, message))
+            else:
+                out.segments.extend(memo.segments(out.messages, message))
             out.messages += 1
         return out
 
 
-def render_request(body: Mapping[str, Any]) -> Rendering:
+class SegmentMemo:
+    """Each message's segments, by its index and the message object itself, for the next
+    request of the same conversation. A conversation read from the records shares one
+    object per stored message across its turns (recorder.history.inflate_rows), so with a
+    memo each turn renders only the messages it adds, not its whole history again.
+    Segments are immutable: they are shared as they are. It keeps the last request's
+    messages only (a conversation whose turns share no objects would otherwise pile up
+    every turn's), and keeps them alive, so that their ids stay theirs."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, int], tuple[Mapping[str, Any], list[Segment]]] = {}
+        self._now: dict[tuple[int, int], tuple[Mapping[str, Any], list[Segment]]] = {}
+        self._tools: tuple[bytes, list[Segment]] = (b"", [])
+
+    def tools(self, tools: Sequence[Any]) -> list[Segment]:
+        """The tools' segments, as the last request's when its tools were the same. Each
+        request's tools are parsed on their own, so they are told equal by their orjson
+        text (not `==`, which ignores key order). Only JSON values are keyed: orjson writes
+        NaN as null, so a list with a null in it is rendered anew, as is one holding
+        anything orjson would write otherwise than json does (it raises on those here)."""
+        try:
+            key = orjson.dumps(tools, option=_JSON_ONLY)
+        except TypeError:
+            return _tool_segments(tools)
+        if b"null" in key:
+            return _tool_segments(tools)
+        if key != self._tools[0]:
+            self._tools = (key, _tool_segments(tools))
+        return list(self._tools[1])
+
+    def segments(self, index: int, message: Mapping[str, Any]) -> list[Segment]:
+        key = (index, id(message))
+        seen = self._now.get(key) or self._last.get(key)
+        if seen is None:
+            seen = (message, _message_segments(index, message))
+        self._now[key] = seen
+        return seen[1]
+
+    def request_done(self) -> None:
+        self._last, self._now = self._now, {}
+
+
+def render_request(body: Mapping[str, Any], memo: SegmentMemo | None = None) -> Rendering:
     """The rendering of a chat/completions request body (`tools` and `messages`), or of an
-    Anthropic Messages body seen as one (kvmigrate.cachecheck.messages_view)."""
+    Anthropic Messages body seen as one (kvmigrate.cachecheck.messages_view). `memo`: see
+    SegmentMemo; a Messages body's view is built anew each time, so it renders without."""
     if is_messages_request(body):
-        body = chat_view(body)
+        body, memo = chat_view(body), None
     messages = body.get("messages")
     tools = body.get("tools")
     return render_chat(
-        messages if isinstance(messages, list) else [], tools if isinstance(tools, list) else []
+        messages if isinstance(messages, list) else [],
+        tools if isinstance(tools, list) else [],
+        memo,
     )
 
 
-def render_chat(messages: Sequence[Any], tools: Sequence[Any] = ()) -> Rendering:
-    rendering = Rendering(_tool_segments(tools))
-    return rendering.extended([m if isinstance(m, Mapping) else {} for m in messages])
+def render_chat(
+    messages: Sequence[Any], tools: Sequence[Any] = (), memo: SegmentMemo | None = None
+) -> Rendering:
+    rendering = Rendering(_tool_segments(tools) if memo is None else memo.tools(tools))
+    rendering = rendering.extended([m if isinstance(m, Mapping) else {} for m in messages], memo)
+    if memo is not None:
+        memo.request_done()
+    return rendering
 
 
 def answer_message(response: Mapping[str, Any] | None) -> dict[str, Any] | None:
