@@ -38,7 +38,9 @@ class DatasetError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Item:
+class Item:
+    """One request line, read: the conversation it belongs to and where in it."""
+
     conversation: str
     turn: Turn
     ts: float | None
@@ -63,7 +65,7 @@ def load_dataset(path: str | Path) -> Dataset:
 
 def parse_lines(lines: Iterable[str], name: str = "<input>") -> Dataset:
     whole: list[Conversation] = []
-    items: dict[str, list[_Item]] = {}
+    items: dict[str, list[Item]] = {}
     skipped = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -73,12 +75,14 @@ def parse_lines(lines: Iterable[str], name: str = "<input>") -> Dataset:
         if isinstance(data.get("turns"), list):
             whole.append(_conversation(data, where, len(whole) + len(items)))
             continue
-        item = _item(data, where)
+        item = line_item(data, where)
         if item is None:
             skipped += 1
         else:
             items.setdefault(item.conversation, []).append(item)
-    conversations = whole + [Conversation(key, _ordered(group)) for key, group in items.items()]
+    conversations = whole + [
+        Conversation(key, ordered_turns(group)) for key, group in items.items()
+    ]
     if not conversations:
         raise DatasetError(f"{name}: no chat requests found")
     return Dataset(conversations, skipped)
@@ -106,7 +110,9 @@ def _conversation(data: Mapping[str, Any], where: str, position: int) -> Convers
     return Conversation(_id(data) or f"conversation-{position + 1}", turns)
 
 
-def _item(data: Mapping[str, Any], where: str) -> _Item | None:
+def line_item(data: Mapping[str, Any], where: str) -> Item | None:
+    """A request line read as `parse_lines` reads it; None for a line it skips. Public so
+    that a reader of recorded requests that groups them itself reads each the same way."""
     if data.get("role") == Role.SHADOW:
         return None
     url = data.get("url")
@@ -126,7 +132,7 @@ def _item(data: Mapping[str, Any], where: str) -> _Item | None:
     key = _id(data) or _id(metadata) or _id(request) or _anchor(request)
     turn = data.get("turn", metadata.get("turn"))
     ts = data.get("ts")
-    return _Item(
+    return Item(
         key,
         Turn(request, response),
         float(ts) if isinstance(ts, int | float) else None,
@@ -180,7 +186,8 @@ def _anchor(request: Mapping[str, Any]) -> str:
     return "h:" + hashlib.blake2b(seed, digest_size=8).hexdigest()
 
 
-def _ordered(items: list[_Item]) -> list[Turn]:
+def ordered_turns(items: list[Item]) -> list[Turn]:
+    """One conversation's turns: by `ts`, else by turn number, else as the lines came."""
     if all(i.ts is not None for i in items):
         items = sorted(items, key=lambda i: i.ts or 0.0)
     elif all(i.number is not None for i in items):

@@ -6,18 +6,23 @@ the fields and the fixes are in the document a team reads."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
 
-import orjson
-
-from kvmigrate.cachecheck import CostModel, DatasetError, Summary, check_all, parse_lines
-from kvmigrate.cachecheck.checker import CHECKED_ROUTES
-from kvmigrate.recorder.export import recorded_requests
+from kvmigrate.cachecheck import (
+    Conversation,
+    CostModel,
+    Summary,
+    TokenCounter,
+    TurnCheck,
+    check_conversation,
+)
 from kvmigrate.recorder.store import RecordStore
+from kvmigrate.report.buster_window import Window
 from kvmigrate.report.model import BusterRow, CacheBusters
 
 SHOWN = 10
+BATCH_ROWS = 2_000  # records whose bodies are held at once (more only for one conversation)
 
 
 def cache_busters(
@@ -25,25 +30,49 @@ def cache_busters(
 ) -> tuple[CacheBusters, dict[str, CacheBusters]]:
     """The fleet's cache busters, and each cohort's when `cohort_of` (request id -> cohort)
     names more than one. Each cohort's conversations are checked once; the fleet adds them up."""
-    cohort_of = cohort_of or {}
-    found: dict[str, list[str]] = defaultdict(list)
-    for line in recorded_requests(store, since, until, CHECKED_ROUTES):
-        found[cohort_of.get(str(line["custom_id"]), "")].append(orjson.dumps(line).decode())
-    fleet = Summary(CostModel())
-    own: dict[str, Summary] = {}
-    for cohort, lines in sorted(found.items()):
-        try:
-            data = parse_lines(lines, "records")
-        except DatasetError:
-            continue
-        own[cohort] = Summary(CostModel())
-        for _conversation, checks in check_all(data.conversations):
-            fleet.add(checks)
-            own[cohort].add(checks)
+    fleet, own, cohorts = buster_summaries(store, since, until, cohort_of)
     if not own:
         return CacheBusters(checked=False), {}
-    by_cohort = {name: _section(s) for name, s in own.items()} if len(found) > 1 else {}
+    by_cohort = {name: _section(s) for name, s in own.items()} if cohorts > 1 else {}
     return _section(fleet), by_cohort
+
+
+def buster_summaries(
+    store: RecordStore, since: float, until: float, cohort_of: Mapping[str, str] | None = None
+) -> tuple[Summary, dict[str, Summary], int]:
+    """The fleet's summary, each cohort's with a conversation to check, and how many cohorts
+    had a readable request. The same as `cachecheck.parse_lines` and `check_all` over the
+    window's `recorded_requests`, cohort by cohort, but with a batch of conversations in
+    memory at a time, not the window (kvmigrate.report.buster_window)."""
+    window = Window.read(store, since, until, cohort_of or {}, BATCH_ROWS)
+    fleet = Summary(CostModel())
+    own: dict[str, Summary] = {}
+    for cohort in sorted(window.groups):
+        summary = Summary(CostModel())
+        for checks in _in_order(window.conversations(cohort)):
+            fleet.add(checks)
+            summary.add(checks)
+        if summary.conversations:
+            own[cohort] = summary
+    return fleet, own, len(window.found)
+
+
+def _in_order(conversations: Iterable[tuple[int, int, Conversation]]) -> Iterator[list[TurnCheck]]:
+    """Each conversation's checks, in the order `parse_lines` lists them: by their first
+    readable request. Summary.add is order-sensitive (the example a buster shows is the
+    first seen, ties rank in the order seen), and a conversation whose first records are
+    unreadable comes later than its first record: those wait in a heap until no
+    conversation yet to come can precede them."""
+    waiting: list[tuple[int, list[TurnCheck]]] = []
+    for bound, position, conversation in conversations:
+        while waiting and waiting[0][0] < bound:
+            yield heapq.heappop(waiting)[1]
+        # A counter per conversation, as check_all: its memo holds this one's segments.
+        checks = check_conversation(conversation, TokenCounter())
+        heapq.heappush(waiting, (position, checks))
+        del conversation  # its bodies are not kept while the next batch is read
+    while waiting:
+        yield heapq.heappop(waiting)[1]
 
 
 def _section(summary: Summary) -> CacheBusters:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import orjson
+import pytest
 from recorder_support import (
     HOSTED_MODEL,
     Backends,
@@ -13,7 +16,10 @@ from recorder_support import (
     wait_until,
 )
 
+from kvmigrate.exchange import Exchange, Role
 from kvmigrate.recorder import Record, open_store, window_stats
+from kvmigrate.recorder.convert import RecordConverter
+from kvmigrate.report import busters
 
 
 def test_two_proxies_write_to_one_postgres_at_once(backends: Backends, pg_url: str) -> None:
@@ -92,3 +98,48 @@ def test_window_stats_counts_errors_as_gates_expect(pg_url: str) -> None:
     assert vllm.error_rate == 0.5
     assert vllm.parity is None
     assert vllm.parity_samples == 0
+
+
+def _agent_records(conversations: int, turns: int) -> list[Record]:
+    """Agents whose system prompt stamps the time every turn (a cache buster), and agents
+    that keep it, interleaved in time, as the proxy's recorder writes them."""
+    convert = RecordConverter("redacted", "test")
+    records = []
+    for turn in range(1, turns + 1):
+        for c in range(conversations):
+            system = "You are a careful coding agent. " * 20
+            if c % 2:
+                system = f"Current time: 2025-01-06T10:{turn:02d}:00Z\n{system}"
+            history = [{"role": "system", "content": system}]
+            for step in range(1, turn + 1):
+                history.append({"role": "user", "content": f"Task {c}, step {step}."})
+                if step < turn:
+                    history.append({"role": "assistant", "content": f"Did step {step}."})
+            x = Exchange(
+                request_id=f"{c}-{turn}", route="chat/completions", backend="hosted",
+                role=Role.SERVE, model="m", served_model="m", conversation=f"conv-{c}",
+                turn=turn, stream=False, started=0.0, status=200, first_byte=0.1, finished=0.2,
+                request_body=orjson.dumps({"model": "m", "messages": history}),
+            )  # fmt: skip
+            x.chunks = [orjson.dumps({"choices": [{"message": {"content": "ok"}}]})]
+            records.append(convert((x, 100.0 + turn * conversations + c)))
+    return records
+
+
+def test_the_reports_cache_buster_section_reads_postgres_as_sqlite(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The section reads its window a batch of conversations at a time, by timestamps (the
+    `ts IN (...)` and `CASE WHEN` of its queries): PostgreSQL gives what SQLite gives."""
+    monkeypatch.setattr(busters, "BATCH_ROWS", 5)
+    records = _agent_records(conversations=6, turns=4)
+    found = []
+    for url in (pg_url, f"sqlite:///{tmp_path / 'records.db'}"):
+        with open_store(url) as store:
+            store.insert(records)
+            fleet, _own, _cohorts = busters.buster_summaries(store, 0.0, 10_000.0, {})
+        found.append(fleet.as_dict())
+    assert found[0] == found[1]
+    assert (found[0]["conversations"], found[0]["requests"]) == (6, 24)
+    assert found[0]["busters"]  # the stamped agents' turns each bust the cache
+    assert 0 < found[0]["reuse_ratio"] < 1
