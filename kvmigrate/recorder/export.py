@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 import orjson
@@ -52,19 +52,24 @@ def recorded_requests(
 
 def _lines(store: RecordStore, page: list[Any]) -> Iterator[dict[str, Any]]:
     bodies = inflate_rows(store, [(row[6], row[7]) for row in page])
-    for (request_id, route, model, conversation, turn, backend, *_), body in zip(
-        page, bodies, strict=True
-    ):
+    for row, body in zip(page, bodies, strict=True):
         if body is None:
             continue  # its history did not survive a failed write: not replayable
-        body["model"] = model
-        yield {
-            "custom_id": request_id,
-            "method": "POST",
-            "url": f"/v1/{route}",
-            "body": body,
-            "metadata": {"conversation": conversation, "turn": turn, "backend": backend},
-        }
+        yield request_line(row, body)
+
+
+def request_line(row: Sequence[Any], body: dict[str, Any]) -> dict[str, Any]:
+    """A record's request as a batch-file line: its row's leading columns (request id,
+    route, model, conversation, turn, backend) and its rebuilt body."""
+    request_id, route, model, conversation, turn, backend = row[:6]
+    body["model"] = model
+    return {
+        "custom_id": request_id,
+        "method": "POST",
+        "url": f"/v1/{route}",
+        "body": body,
+        "metadata": {"conversation": conversation, "turn": turn, "backend": backend},
+    }
 
 
 def export_requests(store: RecordStore, since: float, until: float, out: TextIO) -> int:

@@ -32,6 +32,7 @@ from typing import Any
 from kvmigrate.cachecheck import Conversation
 from kvmigrate.cachecheck.checker import CHECKED_ROUTES
 from kvmigrate.cachecheck.dataset import Item, line_item, ordered_turns
+from kvmigrate.recorder.export import request_line
 from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
 
@@ -137,7 +138,7 @@ class Window:
             if body is None:
                 continue
             self.found.add(cohort)
-            item = line_item(_line(row, body), _WHERE)
+            item = line_item(request_line(row, body), _WHERE)
             if item is not None:
                 self._group(cohort, item.conversation, position).keyless.append((position, row[0]))
 
@@ -155,7 +156,7 @@ class Window:
                 if body is None:
                     continue
                 self.found.add(cohort)
-                item = line_item(_line(row, body), _WHERE)
+                item = line_item(request_line(row, body), _WHERE)
                 if item is not None:
                     if not items:
                         start = position
@@ -214,16 +215,3 @@ def _window_rows(store: RecordStore, since: float, until: float) -> Iterator[tup
 
 def _keyless_ids(batch: Sequence[tuple[str, _Group]]) -> list[str]:
     return [request_id for _, group in batch for _, request_id in group.keyless]
-
-
-def _line(row: Sequence[Any], body: dict[str, Any]) -> dict[str, Any]:
-    """The line `recorded_requests` makes of a record (recorder.export._lines)."""
-    request_id, route, model, conversation, turn, backend = row[:6]
-    body["model"] = model
-    return {
-        "custom_id": request_id,
-        "method": "POST",
-        "url": f"/v1/{route}",
-        "body": body,
-        "metadata": {"conversation": conversation, "turn": turn, "backend": backend},
-    }
