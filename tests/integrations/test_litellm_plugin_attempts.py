@@ -207,29 +207,30 @@ def test_a_primary_answer_after_litellm_retried_is_recorded_and_copied_once(
     assert stack.vllm.total() - before == 1
 
 
-def test_a_candidate_refusing_a_copy_the_primary_answered_is_rejected(stack: Stack) -> None:
-    """kvmigrate's proxy judges a shadow copy's 4xx as split mode judges one: `rejected`,
-    against the candidate, where the primary answered (here the candidate's context window
-    is too small for the prompt). As `http_400` it read as the client's fault."""
+@pytest.mark.parametrize(
+    ("primary_fault", "copy_error"),
+    [
+        (None, "rejected"),  # the primary answered: the candidate's refusal is its own
+        ("400", "http_400"),  # the primary refused too: the request's fault, not evidence
+    ],
+)
+def test_a_candidate_refusing_a_copy_is_judged_by_the_primarys_answer(
+    stack: Stack, primary_fault: str | None, copy_error: str
+) -> None:
+    """kvmigrate's proxy judges a shadow copy's 4xx as split mode judges one (here the
+    candidate's context window is too small for the prompt): `rejected`, against the
+    candidate, where the primary answered. As `http_400` it read as the client's fault."""
     stack.apply(set_shadow(stack.config))
     session = _session()
-    assert stack.chat(session, text="word " * 200) == "hosted"
-    wait_for(lambda: len(stack.rows(session)) == 2, what="the answer and its copy")
-    rows = stack.rows(session)
-    copy = next(r for r in rows if r["role"] == "shadow")
-    assert (copy["backend"], copy["status"], copy["error"]) == ("vllm", 400, "rejected")
-
-
-def test_a_copy_refused_as_the_primary_refused_it_is_the_requests_fault(stack: Stack) -> None:
-    stack.apply(set_shadow(stack.config))
-    session = _session()
-    stack.hosted.next_faults = ["400"]
-    with pytest.raises(Exception, match="400"):
-        stack.chat(session, text="word " * 200)
-    wait_for(lambda: len(stack.rows(session)) == 2, what="the refusal and its copy")
-    rows = stack.rows(session)
-    copy = next(r for r in rows if r["role"] == "shadow")
-    assert (copy["backend"], copy["status"], copy["error"]) == ("vllm", 400, "http_400")
+    stack.hosted.next_faults = [primary_fault] if primary_fault else []
+    if primary_fault:
+        with pytest.raises(Exception, match=primary_fault):
+            stack.chat(session, text="word " * 200)
+    else:
+        assert stack.chat(session, text="word " * 200) == "hosted"
+    wait_for(lambda: len(stack.rows(session)) == 2, what="the primary's record and its copy")
+    copy = next(r for r in stack.rows(session) if r["role"] == "shadow")
+    assert (copy["backend"], copy["status"], copy["error"]) == ("vllm", 400, copy_error)
 
 
 def test_a_request_the_primary_failed_gets_no_copy(stack: Stack) -> None:
