@@ -275,8 +275,8 @@ async def _serve_forever(
 class StopRequests:
     """The operator's stop signals: the first asks for a graceful stop (`stop`: accept no
     more, let what is in flight finish within the drain), any later one for haste (`hurry`:
-    end it now). A drain sized for long agent streams (minutes) must not hold a second
-    Ctrl-C hostage, as uvicorn's second Ctrl-C does not."""
+    end it now, as a second Ctrl-C ends uvicorn's). A drain sized for long agent streams
+    (minutes) must not keep an operator who asked twice waiting for all of it."""
 
     def __init__(self) -> None:
         self.stop = asyncio.Event()
