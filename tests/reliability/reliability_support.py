@@ -236,3 +236,20 @@ def render_text(cells: list[Cell]) -> str:
         out.append(f"    client:   {c.client}")
         out.append(f"    recorded: {c.recorded}")
     return "\n".join(out)
+
+
+def proxy_config(tmp: Path, port: int, hosted: str, vllm: str) -> Path:
+    """A proxy in shadow mode at sample 0 on `port`, its state and records in `tmp`: what
+    the pool and drain tests start (`model_name` gpt-4o-mini)."""
+    path = tmp / "config.yaml"
+    path.write_text(f"""
+server: {{host: 127.0.0.1, port: {port}, admin_key: sk-admin}}
+backends:
+  hosted: {{api_base: "{hosted}"}}
+  vllm: {{api_base: "{vllm}"}}
+models:
+  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: meta-llama/Llama-3.1-8B-Instruct}}
+rollout: {{mode: shadow, shadow_sample: 0, state: "sqlite:///{tmp}/state.db"}}
+record: {{db: "sqlite:///{tmp}/records.db"}}
+""")
+    return path

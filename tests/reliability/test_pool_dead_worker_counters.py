@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import psutil  # type: ignore[import-untyped]
 import pytest
+from reliability_support import proxy_config
 
 from kvmigrate.embedded import emulated_backends
 from kvmigrate.serving import free_port
@@ -26,21 +27,6 @@ from kvmigrate.serving import free_port
 MODEL = "gpt-4o-mini"
 DEADLINE_S = 30.0  # generous: a loaded machine is slow; these are not timings
 WRITTEN = "kvmigrate_records_written_total"
-
-
-def _config(tmp: Path, port: int, hosted: str, vllm: str) -> Path:
-    path = tmp / "config.yaml"
-    path.write_text(f"""
-server: {{host: 127.0.0.1, port: {port}, admin_key: sk-admin}}
-backends:
-  hosted: {{api_base: "{hosted}"}}
-  vllm: {{api_base: "{vllm}"}}
-models:
-  - {{model_name: {MODEL}, hosted: {MODEL}, vllm: meta-llama/Llama-3.1-8B-Instruct}}
-rollout: {{mode: shadow, shadow_sample: 0, state: "sqlite:///{tmp}/state.db"}}
-record: {{db: "sqlite:///{tmp}/records.db"}}
-""")
-    return path
 
 
 def _workers(parent: subprocess.Popen[bytes]) -> list[psutil.Process]:
@@ -111,7 +97,7 @@ def _written_by(directory: Path, pid: int) -> float:
 def pool(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, int]]:
     with emulated_backends(time_scale=0.01) as backends:
         port = free_port()
-        config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
+        config = proxy_config(tmp_path, port, backends.hosted_url, backends.vllm_url)
         argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
         with (tmp_path / "proxy.log").open("wb") as log:
             proc = subprocess.Popen([*argv, "--workers", "2"], stdout=log, stderr=log)

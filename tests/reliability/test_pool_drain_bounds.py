@@ -17,24 +17,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from reliability_support import proxy_config
 
 from kvmigrate.embedded import EmulatedBackends, emulated_backends
 from kvmigrate.serving import free_port
-
-
-def _config(tmp: Path, port: int, hosted: str, vllm: str) -> Path:
-    path = tmp / "config.yaml"
-    path.write_text(f"""
-server: {{host: 127.0.0.1, port: {port}}}
-backends:
-  hosted: {{api_base: "{hosted}"}}
-  vllm: {{api_base: "{vllm}"}}
-models:
-  - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: meta-llama/Llama-3.1-8B-Instruct}}
-rollout: {{mode: shadow, shadow_sample: 0, state: "sqlite:///{tmp}/state.db"}}
-record: {{db: "sqlite:///{tmp}/records.db"}}
-""")
-    return path
 
 
 def _wait_serving(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -82,7 +68,7 @@ def _start(
     """A proxy serving, its log in tmp_path/proxy.log."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    config = _config(tmp_path, port, backends.hosted_url, backends.vllm_url)
+    config = proxy_config(tmp_path, port, backends.hosted_url, backends.vllm_url)
     argv = [sys.executable, "-m", "kvmigrate", "proxy", "--config", str(config)]
     argv += ["--workers", workers, "--drain-seconds", str(drain_s)]
     with (tmp_path / "proxy.log").open("wb") as out:
