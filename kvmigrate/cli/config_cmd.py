@@ -12,6 +12,7 @@ import click
 from kvmigrate.adapters.litellm_gateway import litellm_problem
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config import BackendConfig, Config, ConfigError
+from kvmigrate.config.access import describe_auth
 from kvmigrate.config.strict_yaml import read_yaml
 
 
@@ -45,6 +46,7 @@ def check(config_path: str) -> None:
         click.echo(f"  model {route.model_name}: {served}")
     r = config.rollout
     click.echo(f"  rollout: mode={r.mode} percent={r.percent:g} shadow_sample={r.shadow_sample:g}")
+    click.echo("  " + describe_auth(config))
 
 
 def _backend_line(config: Config, backend: BackendConfig) -> str:

@@ -11,6 +11,7 @@ import click
 from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled, litellm_problem
 from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.config import Config
+from kvmigrate.config.access import describe_auth
 from kvmigrate.embedded import (
     EMBEDDED_ADMIN_KEY,
     HOSTED_MODEL,
@@ -100,7 +101,8 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool, p
     lines = [
         f"kvmigrate proxy on http://{host}:{port}/v1 "
         f"(primary {r.primary}, candidate {r.candidate}, mode {r.mode}, "
-        f"percent {r.percent:g}, shadow_sample {r.shadow_sample:g})"
+        f"percent {r.percent:g}, shadow_sample {r.shadow_sample:g})",
+        "  " + describe_auth(config),
     ]
     if emulated:
         lines += [

@@ -82,6 +82,9 @@ class ServerConfig(ConfigSection, frozen=True):
     # The `model` an answer names: `served`, the backend's own (as relayed); `requested`, the
     # name the client sent, spliced into every chunk (costs a scan of each chunk).
     answer_model: Literal["served", "requested"] = "served"
+    # Without a master key, how long the primary's acceptance of a client's key lets that
+    # key reach the candidate before the primary is asked again (a revoked key's grace).
+    client_key_ttl_seconds: Annotated[float, Meta(ge=1.0, le=86400.0)] = 300.0
 
 
 class BackendConfig(ConfigSection, frozen=True):

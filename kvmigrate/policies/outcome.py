@@ -59,6 +59,12 @@ def worth_mirroring(status: int | None, error: str | None) -> bool:
     return status is not None and status != 429 and status < 500
 
 
+def refused_client(status: int | None) -> bool:
+    """The primary refused the client itself (its key, or what the key may do): nothing a
+    candidate should be shown, whatever `shadow_primary_failures` says."""
+    return status in (401, 403)
+
+
 def latency_counts(status: int | None, error: str | None) -> bool:
     """An answer, not a failure: only an answer's times say how fast a backend answers (a
     503 in 1 ms would flatter its latency, in the report and in the TTFT gate's latency)."""

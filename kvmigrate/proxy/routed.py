@@ -23,3 +23,7 @@ class Routed:
     identity: Identity
     chain: ChainRef | None = None  # the stored response or conversation a request continues
     cohort: str = ""
+    # The keyed hash of the client's key where the primary must vouch for it before a
+    # candidate sees the request (proxy.client_keys); None where the proxy checks keys
+    # itself or nobody does.
+    key: bytes | None = None

@@ -14,13 +14,14 @@ from kvmigrate.config import Config
 from kvmigrate.policies import serve_without_conversation
 from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.conversation import declared_key
-from kvmigrate.policies.outcome import ErrorKind, worth_mirroring
+from kvmigrate.policies.outcome import ErrorKind, refused_client, worth_mirroring
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
 from kvmigrate.proxy.calls import Calls
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.client import Response
+from kvmigrate.proxy.client_keys import KeyGate
 from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.copies import Copies
 from kvmigrate.proxy.envelopes import envelope_for
@@ -77,6 +78,7 @@ class ProxyService:
         self.rollout = rollout or StaticRollout(config)
         self.cohorts = CohortResolver(config)
         self.metrics = ProxyMetrics()
+        self.keys = KeyGate(config, self.metrics)
         # Without a store, continuity holds within this process only.
         self.identity = identity or ContinuityResolver(ttl_seconds=config.rollout.pin_ttl_seconds)
         self.chains = ChainMap(self.identity)  # Responses API chains, in the same store
@@ -154,9 +156,12 @@ class ProxyService:
         served = self._served(path, body)
         cohort = self.cohorts.resolve(body.model, request.headers, body.data)
         ref = chain_ref(body.data) if path == RESPONSES else None
-        early = self._send_early(request, path, body, served, cohort) if ref is None else None
+        key = self._key_of(request)
+        early = self._send_early(request, path, body, served, cohort, key) if ref is None else None
         try:
-            routed = await self._route(request, path, body, served, cohort, ref)
+            routed = await self._route(request, path, body, served, cohort, ref, key)
+            if not routed.route.is_primary(routed.route.serve):
+                await self._admit(request, key, routed.route.snapshot.primary)
         except BaseException:
             if early is not None:
                 self.upstreams[early.backend].abandon(early.sent)
@@ -167,6 +172,19 @@ class ProxyService:
             early = None
         exchange = self.calls.exchange(routed, routed.route.serve, SERVE, started)
         return await self._answer(request, routed, exchange, started, early)
+
+    def _key_of(self, request: web.Request) -> bytes | None:
+        """The client key's fingerprint, where the primary vouches for keys (KeyGate)."""
+        if not self.keys.gating:
+            return None
+        return self.keys.fingerprint(request.headers, request.rel_url.raw_query_string)
+
+    async def _admit(self, request: web.Request, key: bytes | None, primary: str) -> None:
+        """A request for a backend other than the primary goes on only with a key the
+        primary accepted (raises the primary's refusal otherwise)."""
+        if key is not None and not self.keys.accepted(key):
+            raw_query = request.rel_url.raw_query_string
+            await self.keys.admit(key, request.headers, raw_query, self.upstreams[primary])
 
     def _served(self, path: str, body: RequestBody) -> dict[str, str]:
         """The backends that serve the request's model, each by its own model name."""
@@ -186,6 +204,7 @@ class ProxyService:
         body: RequestBody,
         served: dict[str, str],
         cohort: str,
+        key: bytes | None,
     ) -> EarlyCall | None:
         """Send the call before the conversation is known, where the rollout serves every
         conversation alike (shadow mode): identity, a digest of the whole history and at
@@ -193,8 +212,8 @@ class ProxyService:
         wait (split mode, several replicas, no idle connection): the usual path sends it."""
         snapshot = self.rollout.current(cohort)
         backend = serve_without_conversation(snapshot, served)
-        if backend is None:
-            return None
+        if backend is None or (backend != snapshot.primary and not self.keys.accepted(key)):
+            return None  # the usual path has the key verified first
         try:
             call = self.calls.call(
                 request,
@@ -217,6 +236,7 @@ class ProxyService:
         served: dict[str, str],
         cohort: str,
         ref: ChainRef | None,
+        key: bytes | None,
     ) -> Routed:
         if ref is None:
             identity = await self.identity.identify(request.headers, body.data, body.model, path)
@@ -233,7 +253,7 @@ class ProxyService:
                 declared.value if declared else None,
             )
         conversation, turn = identity.conversation, identity.turn
-        return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort)
+        return Routed(path, body, conversation, turn, chosen, served, identity, ref, cohort, key)
 
     async def _answer(
         self,
@@ -302,10 +322,14 @@ class ProxyService:
         if error is not None:
             exchange.error = error
         exchange.finished = exchange.finished or time.perf_counter()
+        served = exchange.backend == routed.route.serve and exchange.role == SERVE
+        if served and routed.route.is_primary(exchange.backend):
+            self.keys.learn(routed.key, exchange.status)
         exchange.mirrored = (
-            routed.route.shadow is not None
-            and exchange.backend == routed.route.serve
-            and exchange.role == SERVE
+            served
+            and routed.route.shadow is not None
+            and not refused_client(exchange.status)
+            and self.keys.accepted(routed.key)
             and (
                 self.config.rollout.shadow_primary_failures
                 or worth_mirroring(exchange.status, exchange.error)
@@ -435,6 +459,8 @@ class ProxyService:
         check_passthrough_body(request.content_type, raw)
         primary = self.rollout.current().primary
         backend = await self.chained.stored_on(suffix, self.config.backends) or primary
+        if backend != primary:  # a response the candidate stored: the primary vouches first
+            await self._admit(request, self._key_of(request), primary)
         upstream = self.upstreams[backend]
         call = self.calls.call(request, backend, suffix, raw, primary=backend == primary)
         exchange = self.calls.exchange(None, backend, SERVE, started)

@@ -54,7 +54,13 @@ def test_body_bytes_forwarded_with_only_model_changed(
     )
     response = post(proxy.url, BODY, {"Content-Type": "application/json"})
     assert response.status == 200
-    assert seen[0].body == BODY.replace(b'"gpt-4o-mini"', json.dumps(VLLM_MODEL).encode())
+    # With the client's key passed through, the primary vouches for it before the candidate
+    # serves: its model list, then the call itself.
+    assert [(r.method, r.path) for r in seen] == [
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+    ]
+    assert seen[1].body == BODY.replace(b'"gpt-4o-mini"', json.dumps(VLLM_MODEL).encode())
 
 
 def test_client_key_reaches_primary_only(

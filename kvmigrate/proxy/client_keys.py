@@ -1,0 +1,226 @@
+"""Who is let in to the candidate when the proxy has no master key of its own.
+
+In the pass-through mode the client's key is meant for the hosted primary, which checks it
+on every call it answers. The self-hosted candidate never sees that key, so it cannot check
+it: a request the rollout sends to the candidate (a split, a chain stored there) first has
+its key verified by the primary, once, and the verdict is kept by the key's keyed hash for
+a bounded time, as API gateways cache token introspection. A shadow copy goes out only
+for a key the primary accepted. The key itself is never kept: only an HMAC of it under a
+key this process draws at start and never writes anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode
+
+import orjson
+from prometheus_client import Counter
+
+from kvmigrate.config import Config
+from kvmigrate.config.access import AuthMode, auth_mode
+from kvmigrate.policies.outcome import refused_client
+from kvmigrate.proxy.client import Response, UpstreamError
+from kvmigrate.proxy.errors import ProxyError, shown
+from kvmigrate.proxy.headers import CREDENTIAL_HEADERS, KEY_HEADERS, is_credential_param
+from kvmigrate.proxy.metrics import ProxyMetrics
+from kvmigrate.proxy.upstream import Upstream
+
+# Verdicts kept at most: each is a 32-byte hash and a few fields.
+MAX_VERDICTS = 10_000
+# A refused key is asked about again this soon at the latest: an attacker trying keys
+# costs the primary one call per key, and a key just created is not refused for long.
+REFUSED_TTL_S = 10.0
+# The primary's answers that do not say a key passed: its refusals, a proxy's, a limit.
+NOT_PAST_AUTH = frozenset({401, 403, 407, 429})
+# What the question to the primary carries of the client's headers: its credentials, and
+# what decides whether they are accepted (an OpenAI organisation or project; Anthropic's
+# API wants its version on every call). Nothing else: the question is the proxy's own.
+ASKED_WITH = CREDENTIAL_HEADERS - {"cookie"} | {"anthropic-version"}
+# A refusal's body is read up to this, for the message the client is shown.
+REFUSAL_BODY_LIMIT = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    accepted: bool
+    until: float
+    status: int = 0
+    message: str = ""
+
+
+def passed_authentication(status: int) -> bool:
+    """Whether an answer of the primary says it got past checking the key. A 429 does not:
+    a gateway may limit by address before it looks at a key."""
+    return 200 <= status < 300 or (400 <= status < 500 and status not in NOT_PAST_AUTH)
+
+
+class KeyRefused(ProxyError):
+    """The primary refused the client's key: its status, and its message where it gave one
+    (the client sees what the primary itself would have told it)."""
+
+
+class KeyGate:
+    """The verdicts of one proxy process on the client keys it passed through."""
+
+    def __init__(self, config: Config, metrics: ProxyMetrics) -> None:
+        self.mode = auth_mode(config)
+        self.ttl = config.server.client_key_ttl_seconds
+        self._hash_key = os.urandom(32)
+        self._verdicts: OrderedDict[bytes, Verdict] = OrderedDict()
+        self._asking: dict[bytes, asyncio.Future[Verdict]] = {}
+        self.checks = Counter(
+            "kvmigrate_client_key_checks",
+            "Passed-through client keys the primary was asked about, by verdict (accepted, "
+            "refused, unknown: the primary did not say).",
+            ["verdict"],
+            registry=metrics.registry,
+        )
+        for verdict in ("accepted", "refused", "unknown"):
+            self.checks.labels(verdict)
+
+    @property
+    def gating(self) -> bool:
+        return self.mode is AuthMode.PASS_THROUGH
+
+    def fingerprint(self, headers: Mapping[str, str], raw_query: str) -> bytes:
+        """The keyed hash of every credential the client sent (headers and query)."""
+        mac = hmac.new(self._hash_key, digestmod=hashlib.sha256)
+        for name in sorted(KEY_HEADERS):
+            mac.update(name.encode() + b"\0" + headers.get(name, "").encode("utf-8", "replace"))
+            mac.update(b"\0")
+        mac.update(_credential_query(raw_query).encode("utf-8", "replace"))
+        return mac.digest()
+
+    def accepted(self, fingerprint: bytes | None) -> bool:
+        """Whether a fresh verdict says the primary accepted this key. None: no gate."""
+        if fingerprint is None:
+            return True
+        verdict = self._verdicts.get(fingerprint)
+        return verdict is not None and verdict.accepted and verdict.until > time.monotonic()
+
+    def learn(self, fingerprint: bytes | None, status: int | None) -> None:
+        """The primary's own answer to the client's request is a verdict too: the APIs the
+        proxy relays authenticate a call before they validate it, so a success or a
+        complaint about the request itself (a 400, a 404 for a model) means the key passed."""
+        if fingerprint is None or status is None:
+            return
+        if refused_client(status):
+            # A key revoked since it was accepted stops reaching the candidate now. The
+            # refusal itself is not kept: the candidate's path asks the primary, and shows
+            # the client the primary's own words.
+            self._verdicts.pop(fingerprint, None)
+        elif passed_authentication(status) and not self.accepted(fingerprint):
+            self._keep(fingerprint, Verdict(True, time.monotonic() + self.ttl))
+
+    async def admit(
+        self,
+        fingerprint: bytes,
+        headers: Mapping[str, str],
+        raw_query: str,
+        primary: Upstream,
+    ) -> None:
+        """Return once the primary accepted the key; raise KeyRefused (its refusal) or a
+        503 (it could not say) otherwise. Concurrent requests with one new key wait for one
+        question to the primary."""
+        verdict = self._verdicts.get(fingerprint)
+        if verdict is None or verdict.until <= time.monotonic():
+            asking = self._asking.get(fingerprint)
+            if asking is None:
+                asking = asyncio.ensure_future(self._ask(fingerprint, headers, raw_query, primary))
+                self._asking[fingerprint] = asking
+                asking.add_done_callback(lambda _f: self._asking.pop(fingerprint, None))
+            verdict = await asyncio.shield(asking)
+        if verdict.accepted:
+            return
+        if verdict.status:
+            raise KeyRefused(
+                verdict.status,
+                verdict.message or "The primary API refused this API key.",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        raise ProxyError(
+            503,
+            "The API key could not be verified: the primary API did not answer the check. "
+            "Retry shortly.",
+            "server_error",
+            "key_verification_unavailable",
+        )
+
+    async def _ask(
+        self, fingerprint: bytes, headers: Mapping[str, str], raw_query: str, primary: Upstream
+    ) -> Verdict:
+        """Ask the primary's cheapest authenticated call (its model list) with the client's
+        credentials, as the primary itself would receive them."""
+        url, _ = primary.probe()
+        if query := _credential_query(raw_query):
+            url += ("&" if "?" in url else "?") + query
+        sent = {name: value for name, value in headers.items() if name.lower() in ASKED_WITH}
+        sent["Accept-Encoding"] = "identity"
+        try:
+            async with asyncio.timeout(min(primary.config.read_timeout, 15.0)):
+                response = await primary.send("GET", url, sent)
+                try:
+                    body = await _read_prefix(response, REFUSAL_BODY_LIMIT)
+                finally:
+                    response.close()
+        except (TimeoutError, UpstreamError, OSError):
+            self.checks.labels("unknown").inc()
+            return Verdict(False, 0.0)
+        status = response.status
+        if 200 <= status < 300:
+            verdict = Verdict(True, time.monotonic() + self.ttl)
+        elif refused_client(status):
+            message = _error_message(body)
+            verdict = Verdict(False, time.monotonic() + REFUSED_TTL_S, status, message)
+        else:  # a 404, a 429, a 5xx: no word on the key, and nothing kept
+            self.checks.labels("unknown").inc()
+            return Verdict(False, 0.0)
+        self.checks.labels("accepted" if verdict.accepted else "refused").inc()
+        self._keep(fingerprint, verdict)
+        return verdict
+
+    def _keep(self, fingerprint: bytes, verdict: Verdict) -> None:
+        self._verdicts[fingerprint] = verdict
+        self._verdicts.move_to_end(fingerprint)
+        while len(self._verdicts) > MAX_VERDICTS:
+            self._verdicts.popitem(last=False)
+
+
+async def _read_prefix(response: Response, limit: int) -> bytes:
+    """The answer's first `limit` bytes: a refusal is short, and a primary's model list
+    (or anything else it sends) is not worth holding whole."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit and (chunk := await response.readany()):
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)[:limit]
+
+
+def _credential_query(raw_query: str) -> str:
+    """The query parameters that may carry a key (Azure's `api-key`, ...), in order."""
+    if not raw_query:
+        return ""
+    pairs = parse_qsl(raw_query, keep_blank_values=True)
+    return urlencode([(k, v) for k, v in pairs if is_credential_param(k)])
+
+
+def _error_message(body: bytes) -> str:
+    """The message of the primary's error (OpenAI's, Azure's and Anthropic's envelopes all
+    carry `error.message`), cut as the proxy's own errors cut a client's value."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return shown(message) if isinstance(message, str) else ""
