@@ -24,6 +24,7 @@ from kvmigrate.config.reader import ENV_PREFIX, Section
 from kvmigrate.config.schema import default_of, read_field, read_struct
 from kvmigrate.config.secret import Secret
 from kvmigrate.config.strict_yaml import read_yaml
+from kvmigrate.credential_names import is_credential_header
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -114,13 +115,20 @@ def _backend(name: str, s: Section) -> BackendConfig:
 
 
 def _header_names(s: Section, key: str) -> tuple[str, ...]:
-    """A list of HTTP header names (RFC 9110 tokens), lower-cased."""
+    """A list of HTTP header names (RFC 9110 tokens), lower-cased; none that may carry a
+    credential, which the candidate must never get."""
     raw = s.raw(key, [])
     if not isinstance(raw, list):
         raise s.error(key, "expected a list of header names")
     for i, item in enumerate(raw):
         if not isinstance(item, str) or not HEADER_NAME.fullmatch(item):
             raise s.error(f"{key}[{i}]", f"not an HTTP header name: {shown(item)}")
+        if is_credential_header(item):
+            raise s.error(
+                f"{key}[{i}]",
+                f"{shown(item)} may carry a credential (its name says so), and a candidate "
+                "never gets a client's credentials; give the backend its own `api_key`",
+            )
     return tuple(item.lower() for item in raw)
 
 
