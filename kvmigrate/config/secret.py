@@ -74,6 +74,24 @@ def safe_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user + ":***@" + host))
 
 
+# A URL inside a message: from the start of its scheme (each run of scheme letters tried
+# once), to the next space or quote.
+_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_CLOSING = ".,;:!?)]}"  # after a URL in a sentence, not part of it
+
+
+def safe_text(text: str) -> str:
+    """`text` (an exception's message, a log line) with each URL in it shown as `safe_url`
+    shows it: an HTTP client's error names the URL it was given, userinfo and query too."""
+    return _URL_IN_TEXT.sub(_safe_match, text) if "://" in text else text
+
+
+def _safe_match(match: re.Match[str]) -> str:
+    url = match.group()
+    bare = url.rstrip(_CLOSING)
+    return safe_url(bare) + url[len(bare) :]
+
+
 def _secret_param(name: str) -> bool:
     return _SECRET_PARAM.search(name) is not None or is_credential_param_name(name)
 
