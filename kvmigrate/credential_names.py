@@ -24,9 +24,8 @@ _SEPARATORS = r"[-_.\s\[\]]"
 
 def _pattern(words: tuple[str, ...], parts: tuple[str, ...]) -> re.Pattern[str]:
     whole = "|".join(parts)
-    return re.compile(
-        "|".join(words) + rf"|(?:^|{_SEPARATORS})(?:{whole})(?={_SEPARATORS}|$)", re.IGNORECASE
-    )
+    # For lower-cased names: a case-insensitive search costs three times as much.
+    return re.compile("|".join(words) + rf"|(?:^|{_SEPARATORS})(?:{whole})(?={_SEPARATORS}|$)")
 
 
 # A header: a cookie is a session's credential.
@@ -38,10 +37,10 @@ _PARAM = _pattern((*_WORDS, "cookie"), (*_PARTS, "code"))
 def is_credential_header(name: str) -> bool:
     """Whether a header named `name` may carry a credential. `X-Session-ID` does not: it
     names a conversation, and no one can act with it."""
-    name = name.strip()
-    return name.lower() in CREDENTIAL_HEADERS or _HEADER.search(name) is not None
+    name = name.strip().lower()
+    return name in CREDENTIAL_HEADERS or _HEADER.search(name) is not None
 
 
 def is_credential_param_name(name: str) -> bool:
     """Whether a query parameter named `name` may carry a credential."""
-    return _PARAM.search(name.strip()) is not None
+    return _PARAM.search(name.strip().lower()) is not None

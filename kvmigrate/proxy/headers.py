@@ -134,8 +134,7 @@ def candidate_view(
     return {
         name: value
         for name, value in client.items()
-        if (lower := name.lower()) in allowed
-        or (lower.startswith(CANDIDATE_HEADER_PREFIXES) and not is_credential_header(lower))
+        if (lower := name.lower()) in allowed or lower.startswith(CANDIDATE_HEADER_PREFIXES)
     }
 
 

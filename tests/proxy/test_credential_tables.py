@@ -210,7 +210,6 @@ CONFIGURED_CREDENTIALS = (
     "x-api-key",
     "proxy-authorization",
     "api-key",
-    "x-stainless-api-key",  # under the SDKs' prefix, which the allowlist takes whole
 )
 
 
