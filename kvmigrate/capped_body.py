@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import aiohttp
 
+from kvmigrate.config.secret import safe_url
+
 # The most of one answer a CLI call reads. vLLM's largest is /metrics, well under a MiB.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
@@ -19,5 +21,6 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_BODY_BY
     while chunk := await response.content.read(64 * 1024):
         body += chunk
         if len(body) > limit:
-            raise BodyTooLarge(f"{response.url} answered more than {limit:,} bytes")
+            where = safe_url(str(response.url))
+            raise BodyTooLarge(f"{where} answered more than {limit:,} bytes")
     return bytes(body)

@@ -11,10 +11,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
+
+from kvmigrate.named_secrets import SECRET as SECRET
+from kvmigrate.named_secrets import is_secret_name, may_name_a_secret, redact_assignments
+
 EMAIL = "[EMAIL]"
 PHONE = "[PHONE]"
 CARD = "[CARD]"
-SECRET = "[SECRET]"
 IBAN = "[IBAN]"
 USER = "[USER]"
 
@@ -22,9 +26,13 @@ USER = "[USER]"
 # `__bold__` hid what they wrapped (`_jane@example.com_`, `__sk-...__`) from every pattern.
 _START = r"(?<![^\W_])"
 _END = r"(?![^\W_])"
+# OpenAI-style and similar vendor keys: sk-..., sk-proj-..., rk-..., pk_live_... The whole
+# run at once, possessively, and `_vendor_key` finds where the key ends in it: a pattern
+# for "segments, the last one long" retried from every `sk-` of `sk-sk-sk-...`, each time
+# to the end of the run (quadratic in its length).
+_VENDOR_KEY = re.compile(_START + r"(?:sk|rk|pk)[-_][A-Za-z0-9_-]*+")
+_LONG_SEGMENT = re.compile(r"[A-Za-z0-9]{16,}")
 _SECRET_PATTERNS = (
-    # OpenAI-style and similar vendor keys: sk-..., sk-proj-..., rk-..., pk_live_...
-    re.compile(_START + r"(?:sk|rk|pk)[-_](?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]{16,}"),
     re.compile(r"(?i)" + _START + r"bearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(_START + r"(?:AKIA|ASIA)[0-9A-Z]{16}" + _END),
     re.compile(_START + r"(?:ghp|gho|ghs|ghu|github_pat|xox[abprs]|glpat)[-_][A-Za-z0-9_-]{10,}"),
@@ -36,30 +44,25 @@ _SECRET_PATTERNS = (
 _PEM_KEY = re.compile(
     r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?(?:-----END \1-----|\Z)", re.DOTALL
 )
-# `password: hunter2`, `secret=...`, `"api_key": "..."`: the name stays, the value goes. A
-# short password has no shape of its own; only the name gives it away.
-# Longest operator first: `=` first read `pwd => hunter2` as the value `>`, leaving the password.
-_ASSIGNMENT = re.compile(
-    r"(?i)"
-    + _START
-    + r"((?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|pwd|secret|api[_-]?key|token)"
-    r"[\"']?\s*(?::=|=>|=|:)\s*)([\"']?)([^\s\"',;]+)"
-)
-_ASSIGNMENT_WORDS = (b"pass", b"pwd", b"secret", b"key", b"token")
 # IBAN: country, check digits, then 11 to 30 letters and digits, in groups of 4 or not.
 _IBAN = re.compile(_START + r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}" + _END)
 # Long base64-like runs count as secrets only if they mix letters and digits: a long
 # identifier in code (all letters) should stay readable.
 _BASE64ISH = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
+# From the start of a run of address characters only: retried from each `.` of
+# `a.a.a...@`, each try read to the `@` (quadratic in the run's length).
 _EMAIL = re.compile(
-    _START + r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}" + _END
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}" + _END
 )
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
 # A phone number may sit in `_italics_`, but digits that end an identifier (`id_5551234567`)
-# or start one are not a phone number.
-_PHONE = re.compile(
-    r"(?<![^\W_]|[+.-])(?<![^\W_]_)\+?\(?\d[\d \t().-]{5,}\d(?![^\W_]|_[^\W_]|[.-]|-\d)"
-)
+# or start one are not a phone number. The whole run of phone characters at once,
+# possessively, and `_phone` finds where the number ends in it: a pattern that backtracked
+# to its end was retried from each digit of `1.(1.(1.(...` (quadratic in the run's length).
+_PHONE = re.compile(r"(?<![^\W_]|[+.-])(?<![^\W_]_)\+?\(?\d[\d \t().-]*+")
+# What may not follow a number's last digit: a letter or digit, `_` and one, `.` or `-`.
+_NOT_AN_END = re.compile(r"[^\W_]|_[^\W_]|[.-]")
+_PHONE_MIN_CHARS = 7  # from the first digit to the last
 # Prefilters: a token of 16+ secret-ish characters; a run of digits long enough to matter.
 _MAYBE_SECRET = re.compile(r"[A-Za-z0-9+/_-]{16,}|(?i:bearer)")
 _DIGIT_RUN = re.compile(r"\d[\d \t().-]{5,}\d")
@@ -129,7 +132,29 @@ def _card(match: re.Match[str]) -> str:
 
 
 def _phone(match: re.Match[str]) -> str:
-    text = match.group().strip()
+    """The number in a run of phone characters (up to its last digit that may end one),
+    judged by `_phone_text`; the rest of the run as it was."""
+    whole, run = match.string, match.group()
+    first = match.start() + next(i for i, c in enumerate(run) if c.isdecimal())
+    end = match.end()
+    while end - first >= _PHONE_MIN_CHARS:
+        if whole[end - 1].isdecimal() and _NOT_AN_END.match(whole, end) is None:
+            return _phone_text(whole[match.start() : end]) + whole[end : match.end()]
+        end -= 1
+    return run
+
+
+def _vendor_key(match: re.Match[str]) -> str:
+    """The run up to the end of its last long segment (the key), the rest as it was."""
+    run = match.group()
+    end = 0
+    for segment in _LONG_SEGMENT.finditer(run, 3):
+        end = segment.end()
+    return SECRET + run[end:] if end else run
+
+
+def _phone_text(text: str) -> str:
+    text = text.strip()
     digits = sum(map(str.isdigit, text))
     if text.isdigit():
         # A bare run of digits is a number (an id, an amount) unless it is as long as a
@@ -174,17 +199,12 @@ def _maybe_secret_or_digits(text: str) -> tuple[bool, bool, bool]:
 _CARD_DIGITS = 13
 
 
-def _assignment(match: re.Match[str]) -> str:
-    return match.group(1) + match.group(2) + SECRET
-
-
 def _named_secrets(text: str) -> str:
     """Secrets known by their surroundings, not their shape: PEM blocks, `password: x`."""
     if "-----BEGIN" in text:
         text = _PEM_KEY.sub(SECRET, text)
-    lowered = text.lower().encode("utf-8", "surrogateescape")
-    if any(word in lowered for word in _ASSIGNMENT_WORDS):
-        text = _ASSIGNMENT.sub(_assignment, text)
+    if may_name_a_secret(text):
+        text = redact_assignments(text)
     return text
 
 
@@ -197,6 +217,7 @@ def redact_text(text: str) -> str:
     if maybe_digits:
         text = _IBAN.sub(_iban, text)
     if maybe_secret:
+        text = _VENDOR_KEY.sub(_vendor_key, text)
         for pattern in _SECRET_PATTERNS:
             text = pattern.sub(SECRET, text)
         text = _BASE64ISH.sub(_base64ish, text)
@@ -226,6 +247,8 @@ class Redactor:
         self._chars = 0
         self._memo: dict[str, str] = {}
         self._older: dict[str, str] = {}
+        # Whether each member name seen names a secret: a history repeats a few names.
+        self._secret_names: dict[str, bool] = {}
 
     def text(self, text: str) -> str:
         if len(text) < 6:
@@ -235,16 +258,23 @@ class Redactor:
             done = self._older.get(text)
             if done is None:
                 done = redact_text(text)
-            if len(text) > self.max_chars // 4:
-                return done  # too large to be worth keeping
-            if len(self._memo) >= self.capacity or self._chars >= self.max_chars:
-                self._older, self._memo, self._chars = self._memo, {}, 0
-            self._memo[text] = done
-            self._chars += len(text) + len(done)
+            self._remember(text, done)
         return done
+
+    def _remember(self, text: str, done: str) -> None:
+        if len(text) > self.max_chars // 4:
+            return  # too large to be worth keeping
+        if len(self._memo) >= self.capacity or self._chars >= self.max_chars:
+            self._older, self._memo, self._chars = self._memo, {}, 0
+        self._memo[text] = done
+        self._chars += len(text) + len(done)
 
     def __call__(self, value: Any, key: str | None = None) -> Any:
         """A copy of a JSON value with every string scrubbed, except structural fields."""
+        if key is not None and value is not None:
+            secret = self._secret_names.get(key)
+            if secret or (secret is None and self._names_secret(key)):
+                return SECRET
         if isinstance(value, str):
             if key in PERSONAL_KEYS:
                 return USER
@@ -262,15 +292,25 @@ class Redactor:
         text, memo = self.text, self._memo  # a hit here, a miss and the rest in `text`
         # A function's `name` is structure; a message's `name` is a participant's name.
         structural = MESSAGE_STRUCTURAL_KEYS if "role" in value else STRUCTURAL_KEYS
+        names = self._secret_names
         for k, v in value.items():
-            if type(v) is str:
+            secret = names.get(k)
+            if secret is None:
+                secret = self._names_secret(k)
+            if secret and v is not None and not (k == "token" and "logprob" in value):
+                # Whatever its type: `"password": 1234`, `"credentials": {...}`. Not a
+                # logprobs entry's `token`, a piece of the answer.
+                out[k] = SECRET
+            elif type(v) is str:
                 if k in PERSONAL_KEYS:
                     out[k] = USER
                 elif k in structural or len(v) < 6:
                     out[k] = v
                 else:
                     done = memo.get(v)
-                    out[k] = text(v) if done is None else done
+                    if done is None:
+                        done = self._arguments(v) if k == "arguments" else text(v)
+                    out[k] = done
             elif type(v) is dict:
                 out[k] = self._object(v)
             elif v is None or type(v) in _SCALARS:
@@ -279,8 +319,33 @@ class Redactor:
                 out[k] = self(v, k)
         return out
 
+    def _names_secret(self, key: str) -> bool:
+        known = self._secret_names.get(key)
+        if known is None:
+            known = is_secret_name(key)
+            if len(self._secret_names) < _NAMES_KEPT:  # names are the client's to choose
+                self._secret_names[key] = known
+        return known
+
+    def _arguments(self, text: str) -> str:
+        """A function call's arguments, a JSON object in a string: scrubbed as an object,
+        so that a member naming a secret goes whole whatever its value (a number, a nested
+        object), when it may have one; as text otherwise, or when it is not JSON."""
+        if not may_name_a_secret(text) or (done := self._older.get(text)) is not None:
+            return self.text(text)
+        try:
+            parsed = orjson.loads(text)
+            if isinstance(parsed, dict):
+                done = orjson.dumps(self._object(parsed)).decode()
+                self._remember(text, done)
+                return done
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError, RecursionError):
+            pass  # not JSON, or nested deeper than orjson writes: the text rules still apply
+        return self.text(text)
+
 
 _SCALARS = frozenset({int, float, bool})
+_NAMES_KEPT = 4096
 
 
 def redact(value: Any, key: str | None = None) -> Any:

@@ -161,6 +161,44 @@ def test_structural_errors(text: str, path: str, reason: str) -> None:
     assert reason in caught.value.reason
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "X-Goog-Api-Key",
+        "X-Amz-Security-Token",
+        "Ocp-Apim-Subscription-Key",
+        "Cookie",
+        "Authorization",
+        "X-Api-Key",
+        "Proxy-Authorization",
+        "Api-Key",
+        "OpenAI-Organization",
+        "X-Auth-Token",
+        "X-Session-Token",
+        "X-Client-Secret",
+        "X-Signature",
+    ],
+)
+def test_candidate_headers_refuse_a_name_that_may_carry_a_credential(name: str) -> None:
+    text = f"backends: {{hosted: {{api_base: 'http://a', candidate_headers: [x-ok, {name}]}}}}\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, env={})
+    assert caught.value.path == "backends.hosted.candidate_headers[1]"
+    assert caught.value.reason == (
+        f"{name!r} may carry a credential (its name says so), and a candidate never gets a "
+        "client's credentials; give the backend its own `api_key`"
+    )
+
+
+def test_candidate_headers_keep_the_ids_and_test_bed_headers() -> None:
+    names = "[X-Session-ID, x-emulator-fault, X-Split, x-end-after, X-Request-Id, x-keyboard]"
+    text = MINIMAL.replace('8000/v1"]}', f'8000/v1"], candidate_headers: {names}}}')
+    config = parse_config(text, env={})
+    assert config.backends["vllm"].candidate_headers == (
+        "x-session-id", "x-emulator-fault", "x-split", "x-end-after", "x-request-id", "x-keyboard"
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("anchor", ["", "&a "])
 def test_yaml_nested_too_deeply_is_a_config_error_not_a_recursion_error(
     tmp_path: Path, anchor: str

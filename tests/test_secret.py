@@ -75,6 +75,14 @@ def test_equality_and_hash_follow_the_value() -> None:
         ("sqlite:////var/lib/kv.db?mode=ro", "sqlite:////var/lib/kv.db?mode=ro"),
         # one urlsplit refuses shows nothing of itself
         ("redis://:hunter2@[cache/0", "<a URL that does not parse>"),
+        # written wrong, so urlsplit finds no userinfo: the `user:password@` still goes
+        ("redis//:hunter2@cache:6379/0", "redis//***@cache:6379/0"),
+        ("app:hunter2@db/kv", "***@db/kv"),
+        ("sqlite:////var/lib/a@b.db", "sqlite:////var/lib/a@b.db"),  # no password there
+        # a backend's URL: a query credential by any of its names
+        ("https://gw/v1?api-key=k1&api-version=2024", "https://gw/v1?api-key=***&api-version=2024"),
+        ("https://gw/v1?sig=k2&sv=1", "https://gw/v1?sig=***&sv=1"),
+        ("https://gw/v1?X-Amz-Security-Token=k3", "https://gw/v1?X-Amz-Security-Token=***"),
     ],
 )
 def test_safe_url_hides_only_the_password(url: str, safe: str) -> None:

@@ -21,7 +21,7 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 
 from kvmigrate.bench.conversations import Conversation
-from kvmigrate.config import Config
+from kvmigrate.config import Config, safe_text, safe_url
 
 SESSION_HEADER = "X-Session-ID"  # vLLM's multi-turn benchmark and vllm-router use this key
 
@@ -118,7 +118,8 @@ async def resolve_model(client: openai.AsyncOpenAI, model: str | None) -> str:
         first = cards[0]["id"]
     except (ValueError, AttributeError, TypeError, LookupError):
         raise RuntimeError(
-            f"GET {client.base_url}models answered no OpenAI model list; pass --model, "
+            f"GET {safe_url(str(client.base_url))}models answered no OpenAI model list; pass "
+            "--model, "
             "or check that the URL is an OpenAI-compatible endpoint ending in /v1"
         ) from None
     return str(first)
@@ -146,7 +147,8 @@ async def run_bench(
                 model = await resolve_model(client, target.model)
         except TimeoutError:
             raise RuntimeError(
-                f"GET {client.base_url}models did not answer within {settings.timeout_s:g} s"
+                f"GET {safe_url(str(client.base_url))}models did not answer within "
+                f"{settings.timeout_s:g} s"
             ) from None
         run = BenchRun(target, model)
         slots = asyncio.Semaphore(max(1, settings.concurrency))
@@ -252,7 +254,7 @@ async def _turn(
     except TimeoutError:
         error = f"timeout: no whole answer within {settings.timeout_s:g} s"
     except httpx2.HTTPError as exc:  # raised while reading the stream, past the SDK
-        error = f"{type(exc).__name__}: {exc}"
+        error = safe_text(f"{type(exc).__name__}: {exc}")
     else:
         if got.chunks == 0:
             error = "no stream chunks in the answer: not an OpenAI-compatible endpoint?"

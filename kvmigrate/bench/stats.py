@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvmigrate.bench.runner import BenchRun, TurnRecord
+from kvmigrate.config import safe_url
 from kvmigrate.percentile import percentile as shared_percentile
 
 
@@ -104,8 +105,9 @@ def summarize(run: BenchRun) -> Summary:
         by_turn.setdefault(record.turn, []).append(record)
     turns = tuple(turn_stats(t, by_turn[t]) for t in sorted(by_turn))
     return Summary(
-        label=run.target.label or run.target.base_url,
-        base_url=run.target.base_url,
+        # Printed and written to JSON: never a password or key a URL holds.
+        label=safe_url(run.target.label or run.target.base_url),
+        base_url=safe_url(run.target.base_url),
         model=run.model,
         turns=turns,
         requests=len(run.records),

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import re
 
+from kvmigrate.named_secrets import SECRET, may_name_a_secret, redact_assignments, value_spans
+
 WINDOW = 32
+# How far around a window its line is read for the name of a secret the window cuts into.
+_REACH = 4096
 
 _REDACTIONS = (
     (re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"), "[email]"),
@@ -25,6 +29,10 @@ _REDACTIONS = (
 
 
 def redact(text: str) -> str:
+    # A value known only by its name first (`session_token: "a b"`): a rotating token in a
+    # system prompt is the very change a window is cut around.
+    if may_name_a_secret(text):
+        text = redact_assignments(text)
     for pattern, replacement in _REDACTIONS:
         text = pattern.sub(replacement, text)
     return text
@@ -40,6 +48,28 @@ def window(text: str, offset: int, width: int = WINDOW) -> str:
         start -= 1
     while end < ceiling and not text[end].isspace():
         end += 1
-    piece = redact(text[start:end])
+    piece = redact(_named_values_hidden(text, start, end))
     piece = piece.replace("\r", "").replace("\n", "⏎").replace("\t", "→")
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
+
+
+def _named_values_hidden(text: str, start: int, end: int) -> str:
+    """`text[start:end]` with the values of named secrets hidden, those whose name is before
+    the window included: a window can start inside `password: "correct horse battery"`."""
+    reach_from = max(0, start - _REACH)
+    newline = text.rfind("\n", reach_from, start)
+    line_start = newline + 1 if newline >= 0 else reach_from
+    region = text[line_start : min(len(text), end + _REACH)]
+    if not may_name_a_secret(region):
+        return text[start:end]
+    pieces: list[str] = []
+    at = start
+    for value_start, value_end in value_spans(region):
+        lo, hi = max(at, line_start + value_start), min(end, line_start + value_end)
+        if lo < hi:
+            pieces += (text[at:lo], SECRET)
+            at = hi
+        if line_start + value_start >= end:
+            break
+    pieces.append(text[at:end])
+    return "".join(pieces)

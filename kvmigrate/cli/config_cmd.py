@@ -11,7 +11,7 @@ import click
 
 from kvmigrate.adapters.litellm_gateway import litellm_problem
 from kvmigrate.cli.options import config_option, load_or_exit
-from kvmigrate.config import BackendConfig, Config, ConfigError
+from kvmigrate.config import BackendConfig, Config, ConfigError, safe_url
 from kvmigrate.config.access import describe_auth
 from kvmigrate.config.strict_yaml import read_yaml
 
@@ -57,7 +57,7 @@ def _backend_line(config: Config, backend: BackendConfig) -> str:
     auth = "configured key" if backend.api_key else "client key passes through"
     if name != config.rollout.primary and not backend.api_key:
         auth = "no key"
-    where = ", ".join(backend.api_bases)
+    where = ", ".join(safe_url(base) for base in backend.api_bases)
     if backend.type == "litellm":
         where = "litellm" + (f" at {where}" if where else "")
         if not backend.api_key:

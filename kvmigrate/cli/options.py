@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import click
 
 from kvmigrate.config import Config, ConfigError, default_config_path, load_config
+from kvmigrate.config.secret import safe_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,9 +97,14 @@ class BaseURL(click.ParamType[str]):
             parts = urlsplit(text)
             port = parts.port  # raises ValueError for a port out of range or not a number
         except ValueError as exc:
-            self.fail(f"{text!r} is not a valid URL: {exc}", param, ctx)
+            # Neither the URL nor the end of urlsplit's message, which quotes the port as
+            # written: both show the password of a URL whose host was left out
+            # (`http://user:secret/v1`), where nothing reads as a password to hide.
+            problem = str(exc).partition(" as ")[0]
+            self.fail(f"not a valid URL: {problem}", param, ctx)
+        shown = safe_url(text)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            self.fail(f"{text!r} is not an http(s) URL, e.g. http://127.0.0.1:8000/v1", param, ctx)
+            self.fail(f"{shown!r} is not an http(s) URL, e.g. http://127.0.0.1:8000/v1", param, ctx)
         if port == 0:
-            self.fail(f"{text!r}: port 0 is not a port to connect to", param, ctx)
+            self.fail(f"{shown!r}: port 0 is not a port to connect to", param, ctx)
         return text

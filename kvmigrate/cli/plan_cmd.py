@@ -20,6 +20,7 @@ from kvmigrate.cli.options import (
     write_output,
 )
 from kvmigrate.cli.report_cmd import open_records, parse_since
+from kvmigrate.config import safe_url
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Model, Replica, lookup
 from kvmigrate.plan.refine import refine
@@ -51,7 +52,8 @@ def _workload(
         with ExitStack() as stack:
             store = open_records(url)
             if store is None:
-                raise click.ClickException(f"no records database at {url}; record traffic first")
+                where = safe_url(url)
+                raise click.ClickException(f"no records database at {where}; record traffic first")
             stack.enter_context(store)
             now = time.time()
             return from_store(store, parse_since(since, now), now + 1.0, backend)

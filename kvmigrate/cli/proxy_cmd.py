@@ -10,7 +10,7 @@ import click
 
 from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled, litellm_problem
 from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
-from kvmigrate.config import Config
+from kvmigrate.config import Config, safe_url
 from kvmigrate.config.access import describe_auth
 from kvmigrate.embedded import (
     EMBEDDED_ADMIN_KEY,
@@ -116,7 +116,7 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool, p
             f"    curl -s http://{host}:{port}/metrics | grep kvmigrate_requests",
             f"    kvmigrate rollout status --proxy-url http://{host}:{port} --admin-key "
             f"{EMBEDDED_ADMIN_KEY}",
-            f"  state and records (removed at exit): {config.rollout.state}",
+            f"  state and records (removed at exit): {safe_url(config.rollout.state)}",
         ]
     problem = litellm_problem(config)
     if problem:  # before any store opens

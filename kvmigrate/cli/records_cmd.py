@@ -8,6 +8,7 @@ import click
 
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.cli.report_cmd import open_records
+from kvmigrate.config import safe_url
 from kvmigrate.recorder.store import database_errors
 
 DAY_S = 86_400.0
@@ -32,7 +33,7 @@ def prune(config_path: str, older_than_days: int | None) -> None:
     days = config.record.retention_days if older_than_days is None else older_than_days
     store = open_records(config.record.db)
     if store is None:
-        click.echo(f"no records database at {config.record.db}: nothing to prune")
+        click.echo(f"no records database at {safe_url(config.record.db)}: nothing to prune")
         return
     with store:
         try:

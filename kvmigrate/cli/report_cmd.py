@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
-from kvmigrate.config import Config
+from kvmigrate.config import Config, safe_text
 from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
@@ -54,9 +54,10 @@ def open_records(url: str) -> RecordStore | None:
             return None
         return open_store(url)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
-    except Exception as exc:
-        raise click.ClickException(f"cannot open the records database: {exc}") from None
+        raise click.ClickException(safe_text(str(exc))) from None
+    except Exception as exc:  # a driver's error may quote the URL it was given
+        problem = safe_text(str(exc))
+        raise click.ClickException(f"cannot open the records database: {problem}") from None
 
 
 @click.command("report")

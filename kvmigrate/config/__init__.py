@@ -12,7 +12,7 @@ from kvmigrate.config.model import (
     ServerConfig,
 )
 from kvmigrate.config.schema import config_keys
-from kvmigrate.config.secret import Secret, safe_url
+from kvmigrate.config.secret import Secret, safe_text, safe_url
 
 __all__ = [
     "BackendConfig",
@@ -28,5 +28,6 @@ __all__ = [
     "default_config_path",
     "load_config",
     "parse_config",
+    "safe_text",
     "safe_url",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kvmigrate.config.errors import shown
 from kvmigrate.config.model import CohortConfig, CohortMatch, ModelRoute
 from kvmigrate.config.reader import Section
 
@@ -18,7 +19,7 @@ def read_cohorts(
     for index, model in enumerate(models):
         if primary in model.candidates:
             where = root.child("models", None).child(index, {})
-            raise where.error("candidates", f"{primary!r} is rollout.primary, not a candidate")
+            raise where.error("candidates", f"{shown(primary)} is rollout.primary, not a candidate")
     items = root.raw("cohorts", [])
     if not isinstance(items, list):
         raise root.error("cohorts", "expected a list of cohorts (name, model, match)")
@@ -29,7 +30,8 @@ def read_cohorts(
         cohort = _cohort(s, model_names, read_steps)
         taken = model_names | {c.name for c in cohorts}
         if cohort.name in taken:
-            raise s.error("name", f"{cohort.name!r} is already a model's or a cohort's name")
+            taken_name = s.quoted("name", cohort.name)
+            raise s.error("name", f"{taken_name} is already a model's or a cohort's name")
         cohorts.append(cohort)
     return tuple(cohorts)
 
@@ -45,10 +47,11 @@ def read_candidates(s: Section, served: dict[str, str]) -> tuple[str, ...]:
         if not isinstance(name, str) or name not in served:
             known = ", ".join(served)
             raise s.error(
-                f"candidates[{index}]", f"{name!r} is not a backend of this model; its: {known}"
+                f"candidates[{index}]",
+                f"{shown(name)} is not a backend of this model; its: {known}",
             )
         if name in names:
-            raise s.error(f"candidates[{index}]", f"{name!r} is listed twice")
+            raise s.error(f"candidates[{index}]", f"{shown(name)} is listed twice")
         names.append(name)
     return tuple(names)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmigrate.config.cohorts import read_candidates, read_cohorts
-from kvmigrate.config.errors import ConfigError
+from kvmigrate.config.errors import ConfigError, shown
 from kvmigrate.config.model import (
     NO_MESSAGES_TYPES,
     BackendConfig,
@@ -24,6 +24,7 @@ from kvmigrate.config.reader import ENV_PREFIX, Section
 from kvmigrate.config.schema import default_of, read_field, read_struct
 from kvmigrate.config.secret import Secret
 from kvmigrate.config.strict_yaml import read_yaml
+from kvmigrate.credential_names import is_credential_header
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -114,13 +115,20 @@ def _backend(name: str, s: Section) -> BackendConfig:
 
 
 def _header_names(s: Section, key: str) -> tuple[str, ...]:
-    """A list of HTTP header names (RFC 9110 tokens), lower-cased."""
+    """A list of HTTP header names (RFC 9110 tokens), lower-cased; none that may carry a
+    credential, which the candidate must never get."""
     raw = s.raw(key, [])
     if not isinstance(raw, list):
         raise s.error(key, "expected a list of header names")
     for i, item in enumerate(raw):
         if not isinstance(item, str) or not HEADER_NAME.fullmatch(item):
-            raise s.error(f"{key}[{i}]", f"not an HTTP header name: {item!r}")
+            raise s.error(f"{key}[{i}]", f"not an HTTP header name: {shown(item)}")
+        if is_credential_header(item):
+            raise s.error(
+                f"{key}[{i}]",
+                f"{shown(item)} may carry a credential (its name says so), and a candidate "
+                "never gets a client's credentials; give the backend its own `api_key`",
+            )
     return tuple(item.lower() for item in raw)
 
 
@@ -176,7 +184,7 @@ def _litellm_value(s: Section, key: str, value: Any, done: dict[int, object]) ->
         return Secret(s.resolved(key, value))
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    raise s.error(key, f"expected a string, number, boolean, list or mapping, got {value!r}")
+    raise s.error(key, f"expected a string, number, boolean, list or mapping, got {shown(value)}")
 
 
 def _models(
@@ -191,7 +199,9 @@ def _models(
         s = root.child("models", None).child(index, item)
         route = _model(s, backends, rollout)
         if route.model_name in seen:
-            raise s.error("model_name", f"duplicate model_name {route.model_name!r}")
+            raise s.error(
+                "model_name", f"duplicate model_name {s.quoted('model_name', route.model_name)}"
+            )
         seen.add(route.model_name)
         routes.append(route)
     return tuple(routes)
@@ -226,12 +236,13 @@ def _check_answered_by_primary_or_candidate(
     allowed = set(candidates) or {rollout.candidate}
     for name in served:
         if name not in allowed:
+            backend, primary = shown(name), shown(rollout.primary)
             raise s.error(
                 name,
-                f"backend {name!r} is neither the rollout's primary ({rollout.primary!r}) nor "
-                "a candidate of this model; a model the primary does not serve is answered "
-                f"by its candidate alone, so {name!r} would never be called. Map the model "
-                f"to {rollout.primary!r} too, or list {name!r} in this model's `candidates`",
+                f"backend {backend} is neither the rollout's primary ({primary}) nor a "
+                "candidate of this model; a model the primary does not serve is answered by "
+                f"its candidate alone, so {backend} would never be called. Map the model to "
+                f"{primary} too, or list {backend} in this model's `candidates`",
             )
 
 
@@ -249,8 +260,8 @@ def _check_messages_capable(
         if kind in NO_MESSAGES_TYPES:
             raise s.error(
                 name,
-                f"backend {name!r} (type {kind}) cannot serve Anthropic's Messages API, which "
-                f"this model is served with on backend {anthropic!r} (type anthropic); "
+                f"backend {shown(name)} (type {kind}) cannot serve Anthropic's Messages API, which "
+                f"this model is served with on backend {shown(anthropic)} (type anthropic); "
                 "kvmigrate does not translate between the two APIs",
             )
 
@@ -276,7 +287,9 @@ def _steps(s: Section, default: tuple[float, ...]) -> tuple[float, ...]:
     steps: list[float] = []
     for index, value in enumerate(raw):
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
-            raise s.error(f"steps[{index}]", f"expected a percentage in (0, 100], got {value!r}")
+            raise s.error(
+                f"steps[{index}]", f"expected a percentage in (0, 100], got {shown(value)}"
+            )
         if steps and value <= steps[-1]:
             raise s.error(f"steps[{index}]", "steps must increase")
         steps.append(float(value))
@@ -292,7 +305,5 @@ def _record(s: Section) -> RecordConfig:
 def _check_store_url(s: Section, key: str, url: str, schemes: tuple[str, ...]) -> None:
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in schemes:
-        raise s.error(
-            key,
-            f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}; got {url!r}",
-        )
+        expected = " or ".join(s + "://" for s in schemes)
+        raise s.error(key, f"expected a URL starting with {expected}; got {s.quoted(key, url)}")

@@ -103,7 +103,8 @@ class BackendConfig(ConfigSection, frozen=True):
     # values read from the environment are `Secret`s. Never printed.
     litellm_params: Mapping[str, object] = msgspec.field(default_factory=dict)
     # Client headers this backend gets as a candidate, besides the built-in allowlist
-    # (kvmigrate.proxy.headers); credentials never, even when listed.
+    # (kvmigrate.proxy.headers). A name that may carry a credential is refused at load and
+    # dropped at run time (kvmigrate.credential_names).
     candidate_headers: tuple[str, ...] = ()
 
     def _shown(self) -> tuple[tuple[str, object], ...]:

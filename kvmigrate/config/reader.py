@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvmigrate.config.errors import ConfigError
-from kvmigrate.config.secret import Secret
+from kvmigrate.config.errors import ConfigError, shown
+from kvmigrate.config.secret import Secret, safe_url
 
 ENV_PREFIX = "os.environ/"
 _MISSING: Any = object()
@@ -38,6 +38,9 @@ class Section:
             )
         self._data: dict[Any, Any] = data
         self._seen: set[str] = set()
+        # The variable each value read from the environment came from, by key: an error
+        # names the variable, never the value (a URL in one often holds a password).
+        self._env_names: dict[str, str] = {}
         self.source = source
         self.path = path
         self.env = env
@@ -51,7 +54,18 @@ class Section:
         return f"{self.path}.{key}" if self.path else key
 
     def error(self, key: str | int, reason: str) -> ConfigError:
-        return ConfigError(self.source, self.key_path(key), reason)
+        path = self.key_path(key)
+        name = self._env_names.get(str(key))
+        if name is not None:
+            path += f" (from {ENV_PREFIX}{name})"
+        return ConfigError(self.source, path, reason)
+
+    def quoted(self, key: str | int, value: object) -> str:
+        """How an error shows the value read at `key`: one read from the environment not at
+        all (`error` names its variable), a URL without its password, any value cut short."""
+        if str(key) in self._env_names:
+            return "the value of that variable"
+        return shown(safe_url(value) if isinstance(value, str) else value)
 
     def has(self, key: str) -> bool:
         return key in self._data
@@ -87,7 +101,11 @@ class Section:
 
     def resolved(self, key: str | int, text: str) -> str:
         """`text`, or the environment variable it names as `os.environ/NAME`."""
-        return self._env_value(key, text) if text.startswith(ENV_PREFIX) else text
+        if not text.startswith(ENV_PREFIX):
+            return text
+        value = self._env_value(key, text)
+        self._env_names[str(key)] = text[len(ENV_PREFIX) :]
+        return value
 
     def secret(self, key: str) -> Secret | None:
         """A credential: literal or `os.environ/NAME`, wrapped so it never prints."""
@@ -106,7 +124,7 @@ class Section:
     def boolean(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}")
+            raise self.error(key, f"expected true or false, got {shown(value)}")
         return value
 
     def integer(
@@ -114,7 +132,7 @@ class Section:
     ) -> int:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, f"expected a whole number, got {value!r}")
+            raise self.error(key, f"expected a whole number, got {shown(value)}")
         _check_range(self, key, value, low, high)
         return value
 
@@ -127,7 +145,7 @@ class Section:
             or not isinstance(value, int | float)
             or not math.isfinite(value)
         ):
-            raise self.error(key, f"expected a number, got {value!r}")
+            raise self.error(key, f"expected a number, got {shown(value)}")
         _check_range(self, key, value, low, high)
         return float(value)
 
@@ -142,7 +160,8 @@ class Section:
     def choice(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
         value = self.string(key, default)
         if value not in allowed:
-            raise self.error(key, f"must be one of {', '.join(allowed)}; got {value!r}")
+            got = self.quoted(key, value)
+            raise self.error(key, f"must be one of {', '.join(allowed)}; got {got}")
         return str(value)
 
     def url(self, key: str | int, value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
@@ -154,9 +173,12 @@ class Section:
             parts = urlsplit(text)
             parts.port  # noqa: B018 - parsed here, or the first request fails on it
         except ValueError as exc:  # an unclosed `[` (IPv6), a port out of range
-            raise self.error(key, f"{expected}: {exc}") from None
+            # Not the message's end: it quotes the port as written, which is the password
+            # in `http://user:secret/v1` (the host forgotten).
+            problem = str(exc).partition(" as ")[0]
+            raise self.error(key, f"{expected}: {problem}") from None
         if parts.scheme not in schemes or not parts.netloc:
-            raise self.error(key, f"{expected}, got {text!r}")
+            raise self.error(key, f"{expected}, got {self.quoted(key, text)}")
         return text.rstrip("/")
 
     def finish(self) -> None:
@@ -199,9 +221,9 @@ def _check_range(
     section: Section, key: str, value: float, low: float | None, high: float | None
 ) -> None:
     if low is not None and value < low:
-        raise section.error(key, f"must be at least {low}; got {value!r}")
+        raise section.error(key, f"must be at least {low}; got {shown(value)}")
     if high is not None and value > high:
-        raise section.error(key, f"must be at most {high}; got {value!r}")
+        raise section.error(key, f"must be at most {high}; got {shown(value)}")
 
 
 def _kind(value: Any) -> str:
@@ -214,4 +236,4 @@ def _suggest(unknown: str, known: set[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(unknown, sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f" (did you mean {shown(close[0])}?)" if close else ""

@@ -6,6 +6,8 @@ import hmac
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from kvmigrate.credential_names import is_credential_param_name
+
 
 class Secret:
     """Holds an API key. `str()` and `repr()` are masked; `reveal()` is the only way out."""
@@ -48,18 +50,21 @@ _SECRET_PARAM = re.compile(r"pass|secret|token|credential|key", re.IGNORECASE)
 
 
 def safe_url(url: str) -> str:
-    """A store URL without its password, fit for logs, errors and reports."""
+    """A URL (a store's, a backend's) without its password or a credential in its query,
+    fit for logs, errors and reports."""
     try:
         parts = urlsplit(url)
         password = parts.password
     except ValueError:  # a URL urlsplit cannot read: nothing of it is shown
         return "<a URL that does not parse>"
+    if password is None:
+        url = _unread_userinfo_hidden(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
-    secret_params = any(_SECRET_PARAM.search(name) for name, _ in params)
+    secret_params = any(_secret_param(name) for name, _ in params)
     if password is None and not secret_params:
         return url  # as written: urlunsplit would rewrite `sqlite:////abs` to `sqlite:///abs`
     if secret_params:
-        hidden = [(n, "***" if _SECRET_PARAM.search(n) else v) for n, v in params]
+        hidden = [(n, "***" if _secret_param(n) else v) for n, v in params]
         parts = parts._replace(query=urlencode(hidden, safe="*"))
     if password is None:
         return urlunsplit(parts)
@@ -67,3 +72,36 @@ def safe_url(url: str) -> str:
     userinfo, _, host = parts.netloc.rpartition("@")
     user = userinfo.partition(":")[0]
     return urlunsplit(parts._replace(netloc=user + ":***@" + host))
+
+
+# A URL inside a message: from the start of its scheme (each run of scheme letters tried
+# once), to the next space or quote.
+_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_CLOSING = ".,;:!?)]}"  # after a URL in a sentence, not part of it
+
+
+def safe_text(text: str) -> str:
+    """`text` (an exception's message, a log line) with each URL in it shown as `safe_url`
+    shows it: an HTTP client's error names the URL it was given, userinfo and query too."""
+    return _URL_IN_TEXT.sub(_safe_match, text) if "://" in text else text
+
+
+def _safe_match(match: re.Match[str]) -> str:
+    url = match.group()
+    bare = url.rstrip(_CLOSING)
+    return safe_url(bare) + url[len(bare) :]
+
+
+def _secret_param(name: str) -> bool:
+    return _SECRET_PARAM.search(name) is not None or is_credential_param_name(name)
+
+
+def _unread_userinfo_hidden(url: str) -> str:
+    """`url` less a `user:password@` that urlsplit did not read as one, the URL being
+    written wrong (`redis//app:pw@cache`, `app:pw@db/kv`): the `:`-holding part just
+    before the last `@` goes, user and all."""
+    before, at, after = url.rpartition("@")
+    if not at:
+        return url
+    head, slash, userinfo = before.rpartition("/")
+    return f"{head}{slash}***@{after}" if ":" in userinfo else url

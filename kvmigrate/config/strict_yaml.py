@@ -4,6 +4,11 @@ A mapping that names a key twice (`rollout:` twice, `percent:` twice in it, two 
 one name) loads in PyYAML with the last one winning: the other is dropped without a word.
 Here it is a `ConfigError` naming the key's path and both lines. A key a merge (`<<: *base`)
 brings in and the mapping then sets itself is an override, as YAML means it, not a repeat.
+
+Aliases of aliases (a "billion laughs": a few hundred bytes standing for 9^9 values) are
+refused as the document is composed, at the alias that takes it past `MAX_EXPANDED` nodes:
+every reader after this one (the loader, `config check`, an error quoting a value) would
+otherwise walk or print each expanded copy.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kvmigrate.config.errors import ConfigError
@@ -21,6 +28,9 @@ _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 _VALUE = "tag:yaml.org,2002:value"  # `=` as a key, which PyYAML reads as the string "="
 _MERGE_KEY = object()  # `<<` as a key: the string "<<" is another key
+# Nodes a document may stand for with every alias expanded. A config holds hundreds; merges
+# of shared defaults, thousands.
+MAX_EXPANDED = 100_000
 
 
 class _DuplicateKey(Exception):
@@ -115,7 +125,42 @@ for _tag, _kind in (
     )
 
 
-class _SlowLoader(_StrictConstructor, yaml.SafeLoader):
+class _BoundedComposer(yaml.SafeLoader):
+    """The pure-Python composer, counting the nodes the document stands for as it goes: an
+    alias counts as every node under its anchor, so the alias that takes the count past
+    `MAX_EXPANDED` is refused with its own line before anything is expanded."""
+
+    _expanded: int
+    _open: set[str]  # anchors whose node is still being composed
+    _sizes: dict[int, int]
+
+    def compose_document(self) -> Node | None:
+        self._expanded, self._open, self._sizes = 0, set(), {}
+        return super().compose_document()
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, AliasEvent):
+            mark: Any = event.start_mark  # the stubs' events carry libyaml's marks too
+            target = self.anchors.get(event.anchor)
+            if target is not None:
+                if event.anchor in self._open:
+                    raise ComposerError(None, None, _recursive(event.anchor), mark)
+                self._expanded += expanded_size(target, self._sizes)
+                if self._expanded > MAX_EXPANDED:
+                    raise ComposerError(None, None, _too_many(event.anchor), mark)
+            return super().compose_node(parent, index)
+        self._expanded += 1
+        if event.anchor is None:
+            return super().compose_node(parent, index)
+        self._open.add(event.anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open.discard(event.anchor)
+
+
+class _SlowLoader(_StrictConstructor, _BoundedComposer):
     pass
 
 
@@ -150,9 +195,61 @@ def read_yaml(text: str, source: str) -> Any:
 def _load(text: str, loader_class: Any) -> Any:
     loader = loader_class(text)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        # libyaml's composer cannot count as it goes: the graph it built is measured here,
+        # and one too large is composed again by the slow one, which names the alias.
+        if "*" in text and expanded_size(node, {}) > MAX_EXPANDED:
+            raise ComposerError(None, None, _too_many(None), None)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def expanded_size(root: Node, sizes: dict[int, int]) -> int:
+    """How many nodes `root` stands for with every alias expanded, at most one more than
+    `MAX_EXPANDED`. In one pass over its distinct nodes, each size kept in `sizes` (an alias
+    is the node object itself): walking the expansion is what this guards against. A node
+    inside itself (`&a [*a]`) stands for endlessly many."""
+    over = MAX_EXPANDED + 1
+    opened: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:  # post-order without recursion: the nesting depth is the file's choice
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if children_done or not children:
+            sizes[id(node)] = min(over, 1 + sum(sizes[id(c)] for c in children))
+            continue
+        if id(node) in opened:
+            return over
+        opened.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _too_many(anchor: str | None) -> str:
+    alias = f"the alias *{anchor} takes" if anchor else "aliases take"
+    return (
+        f"{alias} the document past {MAX_EXPANDED:,} nodes, counting every copy an alias "
+        "stands for (aliases of aliases, a 'billion laughs'?); write the values out, or "
+        "alias fewer times"
+    )
+
+
+def _recursive(anchor: str) -> str:
+    return f"the alias *{anchor} is inside the node it names (&{anchor}), which never ends"
 
 
 def _duplicate_reason(dup: _DuplicateKey) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from kvmigrate.config import safe_text, safe_url
 from kvmigrate.doctor.endpoint import Endpoint, Reply
 from kvmigrate.doctor.families import tool_flags
 
@@ -98,7 +99,7 @@ async def check_models(endpoint: Endpoint, want: Expectations, facts: _Facts) ->
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return CheckResult(
             "reachable", "fail", True,
-            f"GET {endpoint.base_url}/models: {type(exc).__name__}: {exc}",
+            safe_text(f"GET {endpoint.base_url}/models: {type(exc).__name__}: {exc}"),
             "start the server, or correct --base-url: it must end in /v1, "
             "e.g. http://HOST:8000/v1",
         )  # fmt: skip
@@ -294,12 +295,13 @@ async def _guarded(name: str, required: bool, check: Awaitable[CheckResult]) -> 
     try:
         return await check
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return CheckResult(name, "fail", required, f"request failed: {type(exc).__name__}: {exc}")
+        problem = safe_text(f"request failed: {type(exc).__name__}: {exc}")
+        return CheckResult(name, "fail", required, problem)
 
 
 async def diagnose(endpoint: Endpoint, want: Expectations) -> Diagnosis:
     """Run every check in order; a check that cannot run after an earlier failure is skipped."""
-    result = Diagnosis(endpoint.base_url)
+    result = Diagnosis(safe_url(endpoint.base_url))  # printed, and kept in JSON
     facts = _Facts()
     reachable = await check_models(endpoint, want, facts)
     result.checks.append(reachable)
@@ -311,7 +313,8 @@ async def diagnose(endpoint: Endpoint, want: Expectations) -> Diagnosis:
     try:
         chat, reply = await check_chat(endpoint, facts)
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        chat = CheckResult(later[0], "fail", True, f"request failed: {type(exc).__name__}: {exc}")
+        problem = safe_text(f"request failed: {type(exc).__name__}: {exc}")
+        chat = CheckResult(later[0], "fail", True, problem)
     result.checks.append(chat)
     if chat.status == "fail":
         result.checks += [CheckResult(n, "skip", True, "no chat answer") for n in later[1:]]

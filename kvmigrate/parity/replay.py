@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 
 from kvmigrate.capped_body import read_capped
-from kvmigrate.config import BackendConfig, Config, Secret
+from kvmigrate.config import BackendConfig, Config, Secret, safe_url
 from kvmigrate.parity.compare import DEFAULT_SETTINGS, score_exchange_pair
 from kvmigrate.parity.dataset import DatasetItem
 from kvmigrate.parity.result import PairScore
@@ -40,7 +40,7 @@ class Target:
     kind: BackendKind = field(default_factory=BackendKind)
 
     def __repr__(self) -> str:  # the key must never reach a log
-        return f"Target({self.name!r}, {self.base_url!r})"
+        return f"Target({self.name!r}, {safe_url(self.base_url)!r})"
 
 
 def targets_from_config(

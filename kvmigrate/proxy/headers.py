@@ -6,11 +6,13 @@ primary has no key of its own), and never the self-hosted candidate.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode
 
 from multidict import CIMultiDictProxy
+
+from kvmigrate.credential_names import CREDENTIAL_HEADERS as CREDENTIAL_HEADERS
+from kvmigrate.credential_names import is_credential_header, is_credential_param_name
 
 # RFC 9110 section 7.6.1, plus the ones a proxy must recompute itself.
 HOP_BY_HOP = frozenset(
@@ -30,9 +32,6 @@ HOP_BY_HOP = frozenset(
         "accept-encoding",
         "content-encoding",
     }
-)
-CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "api-key", "x-api-key", "cookie", "openai-organization", "openai-project"}
 )
 # Where the APIs we relay read a key: replaced by the backend's own key when it has one.
 KEY_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
@@ -122,9 +121,10 @@ def upstream_headers(
 
 def candidate_allowlist(configured: Iterable[str]) -> frozenset[str]:
     """The allowlist above plus a backend's `candidate_headers`; a credential or hop-by-hop
-    header stays out even when configured."""
+    header stays out even when configured. The loader refuses such names already: this is
+    for a config built some other way."""
     extra = {name.lower() for name in configured} - CREDENTIAL_HEADERS - HOP_BY_HOP
-    return CANDIDATE_HEADERS | extra
+    return CANDIDATE_HEADERS | {name for name in extra if not is_credential_header(name)}
 
 
 def candidate_view(
@@ -138,29 +138,11 @@ def candidate_view(
     }
 
 
-# Beyond the names above, a name that says it holds a secret: `client_secret`,
-# `X-Amz-Security-Token`, `X-Amz-Signature`, `refresh_token`, `x-goog-api-key`, `password`.
-# Words anywhere in the name, and short ones as a whole part of it (`sig`, not `signal`).
-_CREDENTIAL_WORDS = (
-    "token",
-    "secret",
-    "passw",
-    "signature",
-    "credential",
-    "apikey",
-    "bearer",
-    "auth",
-)
-_CREDENTIAL_PARTS = frozenset({"key", "sig", "code", "pwd"})
-_NAME_PARTS = re.compile(r"[-_.\s\[\]]+")
-
-
 def is_credential_param(name: str) -> bool:
-    """Whether a query parameter may carry a credential, by its name."""
-    lowered = name.strip().lower()
-    if lowered in CREDENTIAL_QUERY_PARAMS or any([w in lowered for w in _CREDENTIAL_WORDS]):
-        return True
-    return not _CREDENTIAL_PARTS.isdisjoint(_NAME_PARTS.split(lowered))
+    """Whether a query parameter may carry a credential, by its name: one of the names
+    above, or one that says it holds a secret (`client_secret`, `X-Amz-Security-Token`,
+    `refresh_token`, `x-goog-api-key`, `password`)."""
+    return name.strip().lower() in CREDENTIAL_QUERY_PARAMS or is_credential_param_name(name)
 
 
 def upstream_query(query_string: str, pass_client_credentials: bool) -> str:

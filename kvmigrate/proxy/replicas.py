@@ -30,6 +30,7 @@ from typing import Literal
 
 import aiohttp
 
+from kvmigrate.config import safe_url
 from kvmigrate.policies.replicas import LOAD_FACTOR, VIRTUAL_NODES, HashRing, choose_replica
 
 log = logging.getLogger("kvmigrate.proxy")
@@ -167,7 +168,7 @@ class ReplicaSet:
     def mark_down(self, index: int) -> None:
         """Take a replica out of rotation and probe it until it answers again."""
         if self.healthy[index]:
-            log.warning("replica %s is down; its conversations move", self.bases[index])
+            log.warning("replica %s is down; its conversations move", safe_url(self.bases[index]))
         self.healthy[index] = False
         if index not in self._probes:
             task = asyncio.get_running_loop().create_task(self._probe_until_up(index))
@@ -175,7 +176,7 @@ class ReplicaSet:
 
     def mark_up(self, index: int) -> None:
         if not self.healthy[index]:
-            log.warning("replica %s is back", self.bases[index])
+            log.warning("replica %s is back", safe_url(self.bases[index]))
         self.healthy[index] = True
 
     async def _probe_until_up(self, index: int) -> None:

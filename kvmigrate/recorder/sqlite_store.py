@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kvmigrate.config.secret import safe_url
 from kvmigrate.recorder.store import Cursor, RecordStore, StoreError
 
 
@@ -14,7 +15,9 @@ def sqlite_path(url: str) -> str:
     """`sqlite:///relative/path.db`, `sqlite:////absolute/path.db` or `sqlite:///:memory:`."""
     path = url.removeprefix("sqlite://")
     if not path.startswith("/") or len(path) < 2:
-        raise StoreError(f"expected sqlite:///relative.db or sqlite:////absolute.db, got {url!r}")
+        raise StoreError(
+            f"expected sqlite:///relative.db or sqlite:////absolute.db, got {safe_url(url)!r}"
+        )
     return path[1:]
 
 

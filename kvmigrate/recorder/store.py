@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
+from kvmigrate.config.secret import safe_url
 from kvmigrate.lazy import implementation
 from kvmigrate.recorder.record import COLUMNS, Record
 from kvmigrate.recorder.schema import MIGRATIONS, MIGRATIONS_TABLE
@@ -161,7 +162,8 @@ def open_store(url: str, migrate: bool = True) -> RecordStore:
     """The store for `sqlite:///relative.db`, `sqlite:////absolute.db` or `postgresql://...`."""
     store_class: type[RecordStore] | None = implementation(url, STORES)
     if store_class is None:
-        raise StoreError(f"unsupported records URL {url!r}: use sqlite:/// or postgresql://")
+        where = safe_url(url)
+        raise StoreError(f"unsupported records URL {where!r}: use sqlite:/// or postgresql://")
     store = store_class(url)
     if migrate:
         try:

@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
+from kvmigrate.config import safe_text, safe_url
 from kvmigrate.policies.modes import Mode
 from kvmigrate.rollout.api import (
     CohortStatuses,
@@ -196,11 +197,12 @@ class RemoteRollout:
         except urllib.error.HTTPError as exc:
             raise _remote_error(exc) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise StoreError(f"cannot reach the proxy at {self.base}: {exc}") from None
+            problem = safe_text(f"cannot reach the proxy at {self.base}: {exc}")
+            raise StoreError(problem) from None
         try:
             return msgspec.json.decode(raw, type=answer)
         except msgspec.DecodeError as exc:
-            problem = f"the proxy at {self.base} answered {path} unexpectedly: {exc}"
+            problem = f"the proxy at {safe_url(self.base)} answered {path} unexpectedly: {exc}"
             raise RolloutError(problem) from None
 
 
@@ -211,7 +213,7 @@ def _remote_error(exc: urllib.error.HTTPError) -> Exception:
     except msgspec.DecodeError:
         message, gates = f"HTTP {exc.code}", []
     if exc.code == 404:  # the admin API never answers 404 itself
-        return EndpointMissing(f"{exc.url} answered 404 ({message})")
+        return EndpointMissing(f"{safe_url(exc.url)} answered 404 ({message})")
     if gates:
         refused = GatesRefused(0.0, gates)
         refused.args = (message,)

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from kvmigrate.config import safe_url
+from kvmigrate.config import safe_text, safe_url
 from kvmigrate.rollout.keys import StoreKeys, is_hashed, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_state
@@ -53,7 +53,7 @@ class RedisRolloutStore:
                     "bad Redis URL in rollout.state: it does not parse (percent-encode "
                     "any of / # ? @ : % in its password)"
                 ) from None
-            raise StoreError(f"bad Redis URL {url!r}: {exc}") from None
+            raise StoreError(f"bad Redis URL {safe_url(url)!r}: {safe_text(str(exc))}") from None
         self._where = f"Redis rollout store {safe_url(url)}"
         self._keys: StoreKeys | None = None
         # Read (and keys in the clear hashed) at open; a store opened while Redis is down

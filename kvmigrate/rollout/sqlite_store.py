@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.config.secret import safe_url
 from kvmigrate.rollout.keys import StoreKeys, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_state
@@ -68,7 +69,9 @@ def sqlite_path(url: str) -> Path:
     """`sqlite:///relative/path.db` or `sqlite:////absolute/path.db`."""
     path = url.removeprefix("sqlite://")
     if not path.startswith("/") or len(path) < 2:
-        raise StoreError(f"expected sqlite:///relative.db or sqlite:////absolute.db, got {url!r}")
+        raise StoreError(
+            f"expected sqlite:///relative.db or sqlite:////absolute.db, got {safe_url(url)!r}"
+        )
     return Path(path[1:])
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, Protocol
 
+from kvmigrate.config.secret import safe_url
 from kvmigrate.lazy import implementation
 from kvmigrate.rollout.keys import StoreKeys
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
@@ -115,5 +116,6 @@ def open_store(url: str, initial: RolloutState) -> RolloutStore:
     """A store for `rollout.state`; `initial` seeds it the first time it is used."""
     store_class: Callable[[str, RolloutState], RolloutStore] | None = implementation(url, STORES)
     if store_class is None:
-        raise StoreError(f"unsupported rollout store URL {url!r}: use sqlite:/// or redis://")
+        where = safe_url(url)
+        raise StoreError(f"unsupported rollout store URL {where!r}: use sqlite:/// or redis://")
     return store_class(url, initial)

@@ -3,9 +3,6 @@ its key, or loads, and never a traceback or a hang."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from kvmigrate.config import ConfigError, parse_config
@@ -38,22 +35,9 @@ def _alias_bomb(levels: int) -> str:
 
 
 def test_aliases_of_aliases_in_litellm_params_load_once_each() -> None:
-    """Each level read once: 25 levels of ten-fold aliases stand for 10**25 strings, which
-    a walk of every path never finished reading."""
-    script = (
-        "import sys\n"
-        "from kvmigrate.config import parse_config\n"
-        "config = parse_config(sys.stdin.read(), env={})\n"
-        "params = config.backends['hosted'].litellm_params\n"
-        "print(len(params['l25']), params['l1'][0])\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        input=_alias_bomb(25),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["10", "['x',", "'y']"]
+    """Each level read once: three levels of ten-fold aliases, within the alias bound
+    (tests/config/test_config_alias_bombs.py refuses 25 of them)."""
+    config = parse_config(_alias_bomb(3), env={})
+    params = config.backends["hosted"].litellm_params
+    assert len(params["l3"]) == 10  # type: ignore[arg-type]
+    assert params["l1"][0] == ["x", "y"]  # type: ignore[index]

@@ -7,11 +7,13 @@ import http.client
 import json
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import msgspec
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
-from proxy_support import VLLM_MODEL, ProxyFactory, Recorded
+from proxy_support import VLLM_MODEL, ProxyFactory, Recorded, proxy_config
 from test_forwarding import BODY, wait_for_both
 
+from kvmigrate.proxy import build_proxy_app
 from kvmigrate.proxy.headers import bearer_token, is_credential_param, relayed_response_headers
 from kvmigrate.serving import BackgroundServer
 
@@ -178,7 +180,7 @@ def test_candidate_gets_no_test_bed_header_by_default(
     assert lower_headers(primary)[name] == ALLOWED_VALUES[name]  # the primary gets everything
 
 
-def test_a_backends_candidate_headers_extend_the_allowlist_but_never_to_credentials(
+def test_a_backends_candidate_headers_extend_the_allowlist(
     make_proxy: ProxyFactory, recording_upstream: tuple[BackgroundServer, list[Recorded]]
 ) -> None:
     upstream, seen = recording_upstream
@@ -186,17 +188,52 @@ def test_a_backends_candidate_headers_extend_the_allowlist_but_never_to_credenti
         hosted_url=upstream.url,
         vllm_url=upstream.url,
         rollout=SHADOW,
-        vllm_extra=", candidate_headers: [X-Emulator-Fault, Cookie, Api-Key, Connection]",
+        vllm_extra=", candidate_headers: [X-Emulator-Fault, Connection]",
     )
     status, body = send(proxy.url, "/v1/chat/completions", client_headers())
     assert status == 200, body
     _, candidate = split_calls(seen)
     headers = lower_headers(candidate)
     assert headers["x-emulator-fault"] == ALLOWED_VALUES["x-emulator-fault"]
-    for name in ("cookie", "api-key"):  # a credential the proxy knows stays out, even named
-        assert name not in headers
-        assert secret(name) not in json.dumps(candidate.headers)
     assert "connection" not in headers
+
+
+# Named in `candidate_headers` by a config the loader did not read (built in code): the
+# proxy still keeps every one from the candidate. The loader refuses them all
+# (tests/test_config.py), the last line of defence is tested here.
+CONFIGURED_CREDENTIALS = (
+    "x-goog-api-key",
+    "x-amz-security-token",
+    "ocp-apim-subscription-key",
+    "cookie",
+    "authorization",
+    "x-api-key",
+    "proxy-authorization",
+    "api-key",
+)
+
+
+def test_credential_headers_named_in_a_config_built_in_code_never_reach_the_candidate(
+    recording_upstream: tuple[BackgroundServer, list[Recorded]],
+) -> None:
+    upstream, seen = recording_upstream
+    config = proxy_config(upstream.url, upstream.url, SHADOW)
+    vllm = msgspec.structs.replace(
+        config.backends["vllm"], candidate_headers=("x-emulator-fault", *CONFIGURED_CREDENTIALS)
+    )
+    config = msgspec.structs.replace(config, backends={**config.backends, "vllm": vllm})
+    headers = client_headers() | {name: secret(name) for name in CONFIGURED_CREDENTIALS}
+    with BackgroundServer(lambda: build_proxy_app(config)) as proxy:
+        status, body = send(proxy.url, "/v1/chat/completions", headers)
+    assert status == 200, body
+    primary, candidate = split_calls(seen)
+    received = lower_headers(candidate)
+    assert received["x-emulator-fault"] == ALLOWED_VALUES["x-emulator-fault"]
+    for name in CONFIGURED_CREDENTIALS:
+        assert name not in received, name
+        assert secret(name) not in json.dumps(candidate.headers), name
+        if name != "proxy-authorization":  # hop-by-hop: for the proxy, no backend's
+            assert secret(name) in lower_headers(primary)[name]  # the primary's to have
 
 
 @pytest.mark.parametrize("name", ["connection", "x-hop-a", "x-hop-b"])

@@ -68,3 +68,33 @@ def test_conversation_ids_from_people_are_hashed_unless_content_is_full(
         assert personal not in stored, personal
         assert personal not in rendered, personal
     assert all(c.startswith("k:") for c in conversations)
+
+
+def test_a_named_secret_reaches_the_database_in_no_part(backends: Backends, tmp_path: Path) -> None:
+    """A quoted value with spaces, and tool-call arguments naming a secret: nothing of
+    either is stored, in the history or in the body. (The emulator's answer echoes words
+    of the prompt as prose, with no name to know them by: the request side is checked.)"""
+    db = tmp_path / "records.db"
+    proxy = start_recording_proxy(
+        recorder_config(backends.hosted.url, backends.vllm.url, f"sqlite:///{db}", "redacted")
+    )
+    arguments = '{"user_name": "ops", "password": "hunter2 ostrich", "api_key": 904471}'
+    messages = [
+        {"role": "user", "content": 'log in; passphrase: "correct horse battery staple"'},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "login", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "logged in"},
+    ]  # fmt: skip
+    proxy.client().chat.completions.create(model=HOSTED_MODEL, messages=messages)  # type: ignore[arg-type]
+    wait_until(lambda: proxy.recorder.stats.written + proxy.recorder.queue_depth >= 2)
+    proxy.stop()
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT request_json, request_messages FROM records").fetchall()
+        rows += conn.execute("SELECT body, body FROM messages").fetchall()
+    stored = "\n".join(str(cell) for row in rows for cell in row)
+    assert "passphrase" in stored
+    assert "password" in stored
+    for word in ("correct", "horse", "battery", "staple", "hunter2", "ostrich", "904471"):
+        assert word not in stored, word
