@@ -74,7 +74,7 @@ class _AnyEnv(Mapping[str, str]):
     flag_value="latest",
     default=None,
     metavar="[ID]",
-    help="Restore the files of backup ID (default: the latest). Put PATH before it.",
+    help="Restore the files of backup ID (default: your latest). Put PATH before it.",
 )
 @click.option("--proxy-url", help="URL clients should use [default: from --config, else "
               f"{DEFAULT_PROXY_URL}]; Anthropic's SDKs and ANTHROPIC_BASE_URL get it "
@@ -119,7 +119,9 @@ def rewrite(
     \b
     Backups hold the files as they were, secrets in .env files included: they go to
     PATH/.kvmigrate/backups (0700, with a .gitignore so `git add -A` skips them), or to
-    --backup-dir.
+    --backup-dir. Each is sealed with a key of yours outside the tree
+    ($XDG_STATE_HOME/kvmigrate, else ~/.local/state/kvmigrate): --revert restores only
+    backups sealed for you, and never writes outside PATH.
 
     \b
     Exit codes:
