@@ -7,6 +7,7 @@ from pathlib import Path
 from kvmigrate.migrate.apply import BACKUP_DIR, ApplyResult, RevertResult, revert_command
 from kvmigrate.migrate.findings import Action, Finding, Severity
 from kvmigrate.migrate.plan import Plan
+from kvmigrate.redaction import mask_credentials
 
 JSON_VERSION = 1
 _SECTIONS = (
@@ -31,9 +32,9 @@ def plan_json(
         "proxy_url": plan.options.proxy_url,
         "summary": plan.summary(),
         "changes": [{"path": c.path, "edits": c.edits, "diff": c.diff()} for c in plan.changes],
-        "findings": [f.to_json() for f in plan.findings],
-        "problems": [p.to_json() for p in plan.problems],
-        "notes": plan.notes,
+        "findings": [_masked(f.to_json()) for f in plan.findings],
+        "problems": [_masked(p.to_json()) for p in plan.problems],
+        "notes": [mask_credentials(note) for note in plan.notes],
         "backup_id": applied.backup_id if applied else None,
         "error": error,
         "exit_code": exit_code,
@@ -52,6 +53,12 @@ def revert_json(
         "error": error,
         "exit_code": exit_code,
     }
+
+
+def _masked(fields: dict[str, object]) -> dict[str, object]:
+    """A finding or a problem as the report shows it: a parser's error quotes the line it
+    failed on, and a URL may carry a password; no credential is printed."""
+    return {k: mask_credentials(v) if isinstance(v, str) else v for k, v in fields.items()}
 
 
 def _anthropic_root(plan: Plan) -> str:
@@ -74,6 +81,7 @@ def plan_text(
     lines: list[str] = []
     if show_diff:
         lines.extend(c.diff().rstrip("\n") for c in plan.changes)
+    diffs = len(lines)
     summary = plan.summary()
     verb = "changed" if applied else "would change"
     lines.append(
@@ -101,7 +109,8 @@ def plan_text(
             f"  {p.path} ({p.reason}{': ' + p.detail if p.detail else ''})" for p in skipped
         )
     lines.append(_closing(plan, applied, apply_command, backup_dir))
-    return "\n".join(lines)
+    # The diff is masked already; findings, notes and parser errors quote the files too.
+    return "\n".join(lines[:diffs] + [mask_credentials(line) for line in lines[diffs:]])
 
 
 def _finding_line(finding: Finding) -> str:
