@@ -20,3 +20,10 @@ def printable(value: object, limit: int = LIMIT) -> str:
 
 def _escape(char: str) -> str:
     return char.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+def printable_lines(value: object, limit: int = 10_000) -> str:
+    """`value` for a terminal, line by line as `printable` makes each (a stored cohort
+    name, reason or actor may hold an escape sequence or a bidi control that reorders what
+    the operator reads), its line breaks kept."""
+    return "\n".join(printable(line, limit) for line in str(value).split("\n"))

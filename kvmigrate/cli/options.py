@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import click
 
 from kvmigrate.config import Config, ConfigError, default_config_path, load_config
+from kvmigrate.logtext import printable_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,8 +48,8 @@ def load_or_exit(path: str, secrets_required: bool = True) -> Config:
     need not be set to read a report."""
     try:
         return load_config(path, secrets_required=secrets_required)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    except ConfigError as exc:  # it may quote the file: escapes and bidi controls shown
+        raise click.ClickException(printable_lines(exc)) from None
 
 
 class OutputPath(click.Path):
