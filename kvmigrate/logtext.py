@@ -7,6 +7,8 @@ forged log line, and an escape sequence can rewrite what a terminal shows.
 from __future__ import annotations
 
 LIMIT = 300
+# A value a client gave, quoted in an error: a 2 MB cohort name came back whole in the 409.
+QUOTED_LIMIT = 256
 
 
 def printable(value: object, limit: int = LIMIT) -> str:
@@ -27,3 +29,9 @@ def printable_lines(value: object, limit: int = 10_000) -> str:
     name, reason or actor may hold an escape sequence or a bidi control that reorders what
     the operator reads), its line breaks kept."""
     return "\n".join(printable(line, limit) for line in str(value).split("\n"))
+
+
+def quoted(value: object, limit: int = QUOTED_LIMIT) -> str:
+    """`value` quoted in a message, as `!r` would, but printable and cut to `limit`: a
+    client's value must not come back unbounded, nor reach a terminal or a log raw."""
+    return "'" + printable(value, limit) + "'"
