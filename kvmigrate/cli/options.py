@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ import click
 
 from kvmigrate.config import Config, ConfigError, default_config_path, load_config
 from kvmigrate.logtext import printable_lines
+from kvmigrate.private_files import write_private
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,17 +70,10 @@ class OutputPath(click.Path):
 
 
 def write_output(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over
-    it, so a full disk or a Ctrl-C never leaves a truncated file that looks complete."""
+    """Write `text` to `path` whole or not at all, and 0600 (it may quote recorded prompts):
+    see `private_files.private_output`."""
     try:
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        write_private(path, text)
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
