@@ -21,7 +21,7 @@ import multiprocessing
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext
 from typing import Any
@@ -31,7 +31,7 @@ import orjson
 from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
 from kvmigrate.log_pipe import LogRelay
-from kvmigrate.recorder.convert import DEFAULT_HASH_KEY
+from kvmigrate.recorder.convert import new_hash_key
 from kvmigrate.recorder.writer import WriterSettings, WriterStats, describe
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
@@ -88,7 +88,8 @@ class WorkerSpec:
     source: str
     retention_days: int | None
     settings: WriterSettings
-    hash_key: bytes = DEFAULT_HASH_KEY
+    # What conversation ids are hashed with: one key for every worker of the recorder.
+    hash_key: bytes = field(default_factory=new_hash_key)
 
 
 class ProcessWriter:
