@@ -69,6 +69,12 @@ class OutputPath(click.Path):
         return path
 
 
+def prefer_env(envvar: str) -> str:
+    """What every option holding a secret says in --help: the same value from the
+    environment stays out of the process list."""
+    return f"Prefer setting {envvar}: a command line is visible to every user in `ps`."
+
+
 def write_output(path: Path, text: str) -> None:
     """Write `text` to `path` whole or not at all, and 0600 (it may quote recorded prompts):
     see `private_files.private_output`."""

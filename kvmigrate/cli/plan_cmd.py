@@ -17,6 +17,7 @@ from kvmigrate.cli.options import (
     OutputPath,
     config_option,
     load_or_exit,
+    prefer_env,
     write_output,
 )
 from kvmigrate.cli.report_cmd import open_records, parse_since
@@ -219,7 +220,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 @click.option(
     "--api-key",
     envvar="KVMIGRATE_BENCH_API_KEY",
-    help="Bearer key for --calibrate (env KVMIGRATE_BENCH_API_KEY).",
+    help="Bearer key for --calibrate. " + prefer_env("KVMIGRATE_BENCH_API_KEY"),
 )
 @click.option(
     "--save-cost-model",

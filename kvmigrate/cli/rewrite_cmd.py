@@ -12,7 +12,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kvmigrate.cli.options import config_option
+from kvmigrate.cli.options import config_option, prefer_env
 from kvmigrate.config import ConfigError, load_config
 from kvmigrate.config.loader import DEFAULT_CONFIG_PATH
 from kvmigrate.migrate import (
@@ -83,8 +83,8 @@ class _AnyEnv(Mapping[str, str]):
     "--proxy-key",
     envvar="KVMIGRATE_PROXY_KEY",
     help="Also rewrite literal OPENAI_API_KEY (and ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN) "
-    "values in .env and deployment files to this key "
-    "(env KVMIGRATE_PROXY_KEY). Off unless given.",
+    "values in .env and deployment files to this key. Off unless given. "
+    + prefer_env("KVMIGRATE_PROXY_KEY"),
 )
 @click.option("--allow-dirty", is_flag=True, help="Apply even with uncommitted git changes.")
 @click.option(
@@ -182,7 +182,8 @@ def _refuse(error: str, as_json: bool) -> int:
 
 def _apply_command(ctx: click.Context, path: str) -> str:
     """The dry run's own command with --apply: the options that shaped the diff, exactly.
-    A --proxy-key given on the command line is not printed (it is a secret)."""
+    A --proxy-key given on the command line is never printed, nor put back on one (where
+    `ps` shows it): the command reads it from KVMIGRATE_PROXY_KEY, which it says to set."""
     words = ["kvmigrate", "rewrite", path]
     given = {
         name
@@ -198,11 +199,12 @@ def _apply_command(ctx: click.Context, path: str) -> str:
         if name in given:
             words += [flag, str(ctx.params[name])]
     parts = [shlex.quote(w) for w in words]
-    if "proxy_key" in given:
-        parts.append('--proxy-key "$KVMIGRATE_PROXY_KEY"')
     if "allow_dirty" in given:
         parts.append("--allow-dirty")
-    return " ".join([*parts, "--apply"])
+    command = " ".join([*parts, "--apply"])
+    if "proxy_key" in given:
+        return f"{command} (with KVMIGRATE_PROXY_KEY set to the key)"
+    return command
 
 
 def _exit_code(changes: bool, errors: bool, applied: bool) -> int:

@@ -14,7 +14,7 @@ import click
 import msgspec
 from click.core import ParameterSource
 
-from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, prefer_env
 from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import gate_summary, render_gates
@@ -101,7 +101,7 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapped = click.option(
         "--admin-key",
         envvar="KVMIGRATE_ADMIN_KEY",
-        help="The proxy's server.admin_key (or $KVMIGRATE_ADMIN_KEY).",
+        help="The proxy's server.admin_key. " + prefer_env("KVMIGRATE_ADMIN_KEY"),
     )(wrapped)
     wrapped = click.option(
         "--proxy-url",

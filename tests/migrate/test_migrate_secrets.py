@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
-from migrate_support import PROXY, invoke
+from migrate_support import PROXY, invoke, run_cli
 
 OLD_ENV_KEY = "sk-old-key-123456"
 K8S_KEY = "sk-k8s-LITERAL-abcdef123"
@@ -78,3 +79,18 @@ def test_keys_rewrite_does_not_know_are_masked_in_context_and_errors(tmp_path: P
         assert "OPENAI_API_KEY_2=********\n" in shown
         assert "+OPENAI_BASE_URL=http://kvmigrate:4000/v1\n" in shown
         assert "broken.yaml" in out
+
+
+def test_the_apply_line_never_puts_the_proxy_key_on_a_command_line(tmp_path: Path) -> None:
+    """Pasted, `--proxy-key "$KVMIGRATE_PROXY_KEY"` put the key in `ps`: the apply line
+    reads it from the environment instead, and says to set it."""
+    tree = _tree(tmp_path / "tree")
+    dry = invoke(str(tree), "--proxy-url", PROXY, "--proxy-key", PROXY_KEY, cwd=tmp_path)
+    [line] = [x for x in dry.stdout.splitlines() if "Apply with: " in x]
+    assert line.endswith(" --apply (with KVMIGRATE_PROXY_KEY set to the key)")
+    assert "--proxy-key" not in line
+    assert PROXY_KEY not in dry.stdout
+    command = shlex.split(line.split("Apply with: ", 1)[1].split(" (with", 1)[0])
+    applied = run_cli(*command[2:], cwd=tmp_path, env={"KVMIGRATE_PROXY_KEY": PROXY_KEY})
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert f"OPENAI_API_KEY={PROXY_KEY}\n" in (tree / ".env").read_text()
