@@ -48,7 +48,8 @@ def _workload(
         if dataset is not None:
             loaded = from_jsonl(dataset)
             return pace(loaded, *pacing)
-        url = records or load_or_exit(config_path).record.db
+        # The plan calls no backend: the proxy's secrets need not be set (as for report).
+        url = records or load_or_exit(config_path, secrets_required=False).record.db
         with ExitStack() as stack:
             store = open_records(url)
             if store is None:
@@ -312,7 +313,7 @@ def _refined(o: _Options, fleet: Fleet) -> tuple[Fleet, tuple[str, ...]]:
         return fleet, ()
     if o.dataset is not None:
         raise click.UsageError("--refine-replicas needs recorded traffic, not --dataset")
-    candidate = load_or_exit(o.config_path).rollout.candidate
+    candidate = load_or_exit(o.config_path, secrets_required=False).rollout.candidate
     recorded = _workload(None, o.records, o.config_path, o.since, (1.0, 0.0), candidate)
     label = f"{fleet.cost.source}, refined on {len(recorded.requests):,} {candidate} records"
     try:

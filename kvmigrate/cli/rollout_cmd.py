@@ -56,7 +56,8 @@ class Target:
                     self.proxy_url, self.admin_key, cohort=name, candidate=candidate
                 )
                 return
-            config = load_or_exit(self.config_path)
+            # The store and the records only: the backends' secrets need not be set.
+            config = load_or_exit(self.config_path, secrets_required=False)
             if self.model is not None and config.route(self.model) is None:
                 known = ", ".join(m.model_name for m in config.models)
                 raise click.ClickException(
@@ -291,7 +292,7 @@ def auto(
     """Walk the cohort's steps (rollout.steps, e.g. 10, 50, 100) with a bake time each;
     exit non-zero when a gate fails or the cohort is rolled back meanwhile."""
     if bake is None:
-        config = load_or_exit(target.config_path)
+        config = load_or_exit(target.config_path, secrets_required=False)
         named = config.cohort(target.cohort_name) if target.cohort_name else None
         bake = named.bake_seconds if named and named.bake_seconds is not None else None
         bake = config.rollout.bake_seconds if bake is None else bake
