@@ -11,12 +11,13 @@ LIMIT = 300
 QUOTED_LIMIT = 256
 
 
-def printable(value: object, limit: int = LIMIT) -> str:
+def printable(value: object, limit: int = LIMIT, keep: str = "") -> str:
     """`value` as text with every non-printable character escaped (`\\r`, `\\x1b`, lone
-    surrogates from bytes that were not UTF-8), cut to `limit` characters."""
+    surrogates from bytes that were not UTF-8) but those in `keep`, cut to `limit`
+    characters."""
     text = str(value)
     if not text.isprintable():
-        text = "".join(c if c.isprintable() else _escape(c) for c in text)
+        text = "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
     return text if len(text) <= limit else text[:limit] + "..."
 
 

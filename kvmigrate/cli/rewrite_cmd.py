@@ -33,6 +33,7 @@ from kvmigrate.migrate import (
     validate_proxy_url,
 )
 from kvmigrate.migrate.gitstate import dirty_paths
+from kvmigrate.migrate.report import for_terminal
 
 EXIT_NOTHING, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -168,7 +169,7 @@ def rewrite(
             )
         )
         if error:
-            click.echo(f"Error: {error}", err=True)
+            click.echo(for_terminal(f"Error: {error}"), err=True)
     ctx.exit(code)
 
 
@@ -176,7 +177,7 @@ def _refuse(error: str, as_json: bool) -> int:
     if as_json:
         _echo_json({"version": 1, "mode": "apply", "error": error, "exit_code": EXIT_ERROR})
     else:
-        click.echo(f"Error: {error}", err=True)
+        click.echo(for_terminal(f"Error: {error}"), err=True)
     return EXIT_ERROR
 
 
@@ -231,7 +232,7 @@ def _revert(root: Path, backup_id: str | None, as_json: bool, backup_dir: Path |
         if as_json:
             _echo_json(revert_json(None, error=str(exc), exit_code=EXIT_ERROR))
         else:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(for_terminal(f"Error: {exc}"), err=True)
         return EXIT_ERROR
     if as_json:
         _echo_json(revert_json(result, error=None, exit_code=EXIT_NOTHING))

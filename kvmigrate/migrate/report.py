@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvmigrate.logtext import printable
 from kvmigrate.migrate.apply import BACKUP_DIR, ApplyResult, RevertResult, revert_command
 from kvmigrate.migrate.findings import Action, Finding, Severity
 from kvmigrate.migrate.plan import Plan
 from kvmigrate.redaction import mask_credentials
 
 JSON_VERSION = 1
+_LINE_LIMIT = 100_000  # a line of a minified file is cut in the text report, never in a file
 _SECTIONS = (
     (Action.NEEDS_HUMAN, "Needs a human"),
     (Action.FLAGGED, "Flagged, not rewritten"),
@@ -110,7 +112,9 @@ def plan_text(
         )
     lines.append(_closing(plan, applied, apply_command, backup_dir))
     # The diff is masked already; findings, notes and parser errors quote the files too.
-    return "\n".join(lines[:diffs] + [mask_credentials(line) for line in lines[diffs:]])
+    return for_terminal(
+        "\n".join(lines[:diffs] + [mask_credentials(line) for line in lines[diffs:]])
+    )
 
 
 def _finding_line(finding: Finding) -> str:
@@ -143,4 +147,13 @@ def revert_text(result: RevertResult) -> str:
     lines = [f"Reverted backup {result.backup_id}: {len(result.restored)} file(s) restored."]
     lines.extend(f"  restored {path}" for path in result.restored)
     lines.extend(f"  already original {path}" for path in result.unchanged)
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))
+
+
+def for_terminal(text: str) -> str:
+    """Text quoting a tree's files, as a terminal may show it. A scanned repository is
+    anyone's: an escape sequence, a lone carriage return or a bidi control in a line (as
+    in "Trojan Source") would make the diff a reviewer reads differ from the bytes written.
+    Each is shown escaped; tabs stay, and a CRLF line's CR goes (it shows as nothing)."""
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return "\n".join(printable(line, _LINE_LIMIT, keep="\t") for line in lines)
