@@ -98,8 +98,16 @@ def apply_plan(
             raise ApplyError(f"{change.path} changed since it was scanned; run again")
     try:
         key = seal_key(create=True)
+        if backup_dir is None:
+            # A repository can commit `.kvmigrate/backups` (or its .gitignore) as a symlink:
+            # the user's files as they were, secrets included, would go where it points.
+            for rel in (BACKUP_DIR, f"{STATE_DIR}/.gitignore"):
+                inside(plan.root, rel)
     except NoSealKey as exc:
         raise ApplyError(f"{exc}; nothing was rewritten") from None
+    except OutsideTree as exc:
+        raise ApplyError(f"{exc} (a symlink that may have come with the repository): remove "
+                         "it, or pass --backup-dir; nothing was rewritten") from None  # fmt: skip
     assert key is not None
     try:
         backup_id, where = _new_backup_dir(plan.root, backup_dir)

@@ -135,3 +135,27 @@ def test_the_seal_key_is_private_and_outside_the_tree(tmp_path: Path) -> None:
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
     assert not key.is_relative_to(tree)
+
+
+@pytest.mark.parametrize(
+    ("link", "named"),
+    [(".kvmigrate", ".kvmigrate/backups"), (".kvmigrate/backups", ".kvmigrate/backups"),
+     (".kvmigrate/.gitignore", ".kvmigrate/.gitignore")],
+)  # fmt: skip
+def test_backups_never_follow_a_committed_symlink_out_of_the_tree(
+    tmp_path: Path, link: str, named: str
+) -> None:
+    """`.kvmigrate/backups` committed as a symlink would have the apply copy the user's
+    files, secrets included, to wherever it points."""
+    tree = copy_corpus(tmp_path / "tree", cases=["dotenv"])
+    original = snapshot(tree)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tree / link).parent.mkdir(parents=True, exist_ok=True)
+    (tree / link).symlink_to(elsewhere / "target")  # dangling: a write would create it
+    result = run_cli(str(tree), "--proxy-url", PROXY, "--apply", "--allow-dirty", cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"'{named}' leads outside {tree}" in result.stderr
+    assert "nothing was rewritten" in result.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert snapshot(tree) == original
