@@ -14,7 +14,7 @@ from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.rollout.link_table import LinkTable
 from kvmigrate.rollout.live import LiveRollout
-from kvmigrate.rollout.store import RolloutStore
+from kvmigrate.rollout.store import RolloutStore, store_keys
 from kvmigrate.rollout.watcher import RollbackWatcher
 from kvmigrate.supervisor import Supervisor
 
@@ -32,7 +32,7 @@ def build_app(
     if record and config.record.enabled:
         from kvmigrate.recorder.addon import build_recorder
 
-        addons.append(build_recorder(config))
+        addons.append(build_recorder(config, store_keys(controller.store)))
     if config.cachecheck.enabled:
         from kvmigrate.cachecheck.addon import CacheBusterAddon
 

@@ -132,14 +132,24 @@ class EnvelopeRequestHandler(RequestHandler):
             self._keepalive_handle.cancel()
         self._next_keepalive_close_time = loop.time() + limits.header_timeout
         self._keepalive_handle = loop.call_at(
-            self._next_keepalive_close_time, self._close_if_no_request
+            self._next_keepalive_close_time, self._process_keepalive
         )
 
-    def _close_if_no_request(self) -> None:
+    def _process_keepalive(self) -> None:
+        """aiohttp's idle check, counting what it closes: a connection that never sent a
+        whole request head (header_timeout), or a kept-alive one with no next request
+        (idle: a client pool, not a slow client)."""
         limits = self._limits
-        if limits is not None and self._waiter is not None and not self._waiter.done():
-            limits.on_close("header_timeout")
-        self._process_keepalive()
+        if (
+            limits is not None
+            and self._keepalive
+            and not self._force_close
+            and self._loop.time() >= self._next_keepalive_close_time
+            and self._waiter is not None
+            and not self._waiter.done()
+        ):
+            limits.on_close("idle" if self._request_count else "header_timeout")
+        super()._process_keepalive()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._limits is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvmigrate.config import ConfigError, load_config
+from kvmigrate.recorder.store import open_store
 
 CONFIG = """
 server:
@@ -59,3 +60,23 @@ def test_an_unset_secret_fails_only_when_used(tmp_path: Path) -> None:
         key.reveal()
     with pytest.raises(ConfigError, match="not set"):
         load_config(config, env={})
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        # plan reads the records (empty here) and calls no backend
+        (["plan"], "no requests with token counts to replay"),
+        (["rollout", "status"], "mode shadow, candidate share 0%"),
+        (["rollout", "history"], "no changes recorded yet"),
+    ],
+)
+def test_commands_that_call_no_backend_run_without_its_secrets(
+    tmp_path: Path, args: list[str], shown: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG.format(tmp=tmp_path))
+    open_store(f"sqlite:///{tmp_path}/records.db").close()  # an empty records database
+    done = _cli(*args, "--config", str(config))
+    assert "KVM_TEST_UNSET" not in done.stdout + done.stderr
+    assert shown in done.stdout + done.stderr

@@ -50,6 +50,7 @@ from kvmigrate.proxy.errors import (
     ProxyError,
     body_too_large,
     model_not_found,
+    shown,
     sse_error_event,
     unauthorized,
 )
@@ -231,7 +232,7 @@ class LiteLLMGateway:
     async def _unsupported(self, request: web.Request) -> web.Response:
         raise ProxyError(
             404,
-            f"{request.method} {request.path} is not supported by a litellm backend "
+            f"{shown(request.method)} {shown(request.path)} is not supported by a litellm backend "
             f"(`{self.backend.name}`); it serves {', '.join('/v1/' + r for r in ROUTES)}.",
             code="unsupported_route",
         )

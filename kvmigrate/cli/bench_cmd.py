@@ -31,6 +31,7 @@ from kvmigrate.cli.options import (
     OutputPath,
     config_option,
     load_or_exit,
+    prefer_env,
     write_output,
 )
 from kvmigrate.progress import progress
@@ -79,10 +80,10 @@ def _run_all(
 )
 @click.option("--model", help="Model to request [default: the first one the endpoint lists].")
 @click.option("--vs-model", help="Model for --vs [default: --model, else its first listed].")
-@click.option("--api-key", envvar="KVMIGRATE_BENCH_API_KEY", help="Bearer key for --base-url "
-              "(env KVMIGRATE_BENCH_API_KEY).")  # fmt: skip
+@click.option("--api-key", envvar="KVMIGRATE_BENCH_API_KEY", help="Bearer key for --base-url. "
+              + prefer_env("KVMIGRATE_BENCH_API_KEY"))  # fmt: skip
 @click.option("--vs-api-key", envvar="KVMIGRATE_BENCH_VS_API_KEY", help="Bearer key for --vs "
-              "[default: --api-key] (env KVMIGRATE_BENCH_VS_API_KEY).")  # fmt: skip
+              "[default: --api-key]. " + prefer_env("KVMIGRATE_BENCH_VS_API_KEY"))  # fmt: skip
 @click.option("--conversations", type=_POSITIVE, default=16, help="Conversations to run.")
 @click.option("--turns", type=_POSITIVE, default=8, help="Turns per conversation.")
 @click.option("--system-tokens", type=click.IntRange(min=0), default=1000,

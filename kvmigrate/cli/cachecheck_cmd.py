@@ -10,6 +10,7 @@ from kvmigrate.cachecheck import CostModel, DatasetError, Summary, check_all, lo
 from kvmigrate.cachecheck.text import render_json, render_text
 from kvmigrate.cachecheck.waste import DEFAULT_PREFILL_TOKENS_PER_S
 from kvmigrate.cli.options import FiniteRange
+from kvmigrate.logtext import printable_lines
 
 EXIT_CLEAN, EXIT_ERROR, EXIT_BUSTERS = 0, 1, 2
 
@@ -85,6 +86,7 @@ def cachecheck(
     if as_json:
         click.echo(json.dumps(render_json(checked, summary, data.skipped), indent=2))
     else:
-        click.echo(render_text(checked, summary, data.skipped, show), nl=False)
+        # Conversation ids and fields come from the dataset: escapes and bidi made visible.
+        click.echo(printable_lines(render_text(checked, summary, data.skipped, show)), nl=False)
     breaks, _ = summary.lost(deliberate=False)
     ctx.exit(EXIT_BUSTERS if breaks else EXIT_CLEAN)

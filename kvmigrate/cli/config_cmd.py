@@ -14,6 +14,7 @@ from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config import BackendConfig, Config, ConfigError, safe_url
 from kvmigrate.config.access import describe_auth
 from kvmigrate.config.strict_yaml import read_yaml
+from kvmigrate.logtext import printable_lines
 
 
 @click.group("config")
@@ -31,22 +32,29 @@ def check(config_path: str) -> None:
     unset = _unset_secrets(config_path)
     if unset:
         raise click.ClickException(
-            f"{config_path}: {len(unset)} environment variable(s) to set:\n"
-            + "\n".join(f"  {path}: {problem}" for path, problem in unset)
+            printable_lines(
+                f"{config_path}: {len(unset)} environment variable(s) to set:\n"
+                + "\n".join(f"  {path}: {problem}" for path, problem in unset)
+            )
         )
     config = load_or_exit(config_path)
     problem = litellm_problem(config)
     if problem:
-        raise click.ClickException(f"{config.source}: {problem}")
-    click.echo(f"{config.source}: ok")
+        raise click.ClickException(printable_lines(f"{config.source}: {problem}"))
+    # Names and URLs are the file's: shown with escapes and bidi controls made visible.
+    _echo(f"{config.source}: ok")
     for backend in config.backends.values():
-        click.echo(_backend_line(config, backend))
+        _echo(_backend_line(config, backend))
     for route in config.models:
         served = ", ".join(f"{b}={m}" for b, m in route.served.items())
-        click.echo(f"  model {route.model_name}: {served}")
+        _echo(f"  model {route.model_name}: {served}")
     r = config.rollout
-    click.echo(f"  rollout: mode={r.mode} percent={r.percent:g} shadow_sample={r.shadow_sample:g}")
-    click.echo("  " + describe_auth(config))
+    _echo(f"  rollout: mode={r.mode} percent={r.percent:g} shadow_sample={r.shadow_sample:g}")
+    _echo("  " + describe_auth(config))
+
+
+def _echo(text: str) -> None:
+    click.echo(printable_lines(text))
 
 
 def _backend_line(config: Config, backend: BackendConfig) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import config_option, load_or_exit
+from kvmigrate.cli.options import config_option, load_or_exit, prefer_env
 from kvmigrate.config import Config
 from kvmigrate.doctor import Diagnosis, Endpoint, Expectations, diagnose, hosted_context
 from kvmigrate.doctor.report import as_json, text
@@ -78,7 +78,7 @@ async def _diagnose_all(plan: _Plan) -> list[Diagnosis]:
               "[default: every replica of the config's candidate backend].")  # fmt: skip
 @click.option("--model", help="The served model to check [default: the config's, else the "
               "first listed].")  # fmt: skip
-@click.option("--api-key", envvar="VLLM_API_KEY", help="Bearer key (env VLLM_API_KEY).")
+@click.option("--api-key", envvar="VLLM_API_KEY", help="Bearer key. " + prefer_env("VLLM_API_KEY"))
 @click.option("--hosted-context", type=click.IntRange(min=1),
               help="Context window the engine must match [default: the config's hosted "
               "model's].")  # fmt: skip

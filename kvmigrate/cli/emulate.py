@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kvmigrate.cli.options import FiniteRange
+from kvmigrate.cli.options import FiniteRange, prefer_env
 from kvmigrate.emulator import (
     PROFILES,
     EmulatorSettings,
@@ -46,7 +46,7 @@ _SECONDS = FiniteRange(min=0.0)
     "--api-key",
     envvar="KVMIGRATE_EMULATOR_API_KEY",
     default=None,
-    help="Require `Authorization: Bearer KEY` on /v1 (env KVMIGRATE_EMULATOR_API_KEY).",
+    help="Require `Authorization: Bearer KEY` on /v1. " + prefer_env("KVMIGRATE_EMULATOR_API_KEY"),
 )
 @click.option(
     "--max-model-len",

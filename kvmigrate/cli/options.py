@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +13,8 @@ import click
 
 from kvmigrate.config import Config, ConfigError, default_config_path, load_config
 from kvmigrate.config.secret import safe_url
+from kvmigrate.logtext import printable_lines
+from kvmigrate.private_files import write_private
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,8 +49,8 @@ def load_or_exit(path: str, secrets_required: bool = True) -> Config:
     need not be set to read a report."""
     try:
         return load_config(path, secrets_required=secrets_required)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    except ConfigError as exc:  # it may quote the file: escapes and bidi controls shown
+        raise click.ClickException(printable_lines(exc)) from None
 
 
 class OutputPath(click.Path):
@@ -69,18 +70,17 @@ class OutputPath(click.Path):
         return path
 
 
+def prefer_env(envvar: str) -> str:
+    """What every option holding a secret says in --help: the same value from the
+    environment stays out of the process list."""
+    return f"Prefer setting {envvar}: a command line is visible to every user in `ps`."
+
+
 def write_output(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over
-    it, so a full disk or a Ctrl-C never leaves a truncated file that looks complete."""
+    """Write `text` to `path` whole or not at all, and 0600 (it may quote recorded prompts):
+    see `private_files.private_output`."""
     try:
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        write_private(path, text)
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 

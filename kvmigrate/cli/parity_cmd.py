@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from kvmigrate.cli.options import FiniteRange, OutputPath, config_option, load_or_exit, write_output
+from kvmigrate.logtext import printable_lines
 from kvmigrate.parity.dataset import DatasetError, load_dataset
 from kvmigrate.parity.details import (
     BaselineError,
@@ -112,8 +113,9 @@ def parity(
         extra = {"per_request": requests, "changes": changes.to_dict() if changes else None}
         click.echo(render_json(report, result, min_score, extra))
     else:
-        click.echo(render_text(report, result))
+        # Request ids and backends' errors are the dataset's and the backends' own text.
+        click.echo(printable_lines(render_text(report, result)))
         if changes is not None:
-            click.echo(render_changes(changes))
+            click.echo(printable_lines(render_changes(changes)))
     regressed = changes is not None and bool(changes.new_divergences)
     sys.exit(result.exit_code or (1 if regressed else 0))

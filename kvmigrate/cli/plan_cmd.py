@@ -17,6 +17,7 @@ from kvmigrate.cli.options import (
     OutputPath,
     config_option,
     load_or_exit,
+    prefer_env,
     write_output,
 )
 from kvmigrate.cli.report_cmd import open_records, parse_since
@@ -48,7 +49,8 @@ def _workload(
         if dataset is not None:
             loaded = from_jsonl(dataset)
             return pace(loaded, *pacing)
-        url = records or load_or_exit(config_path).record.db
+        # The plan calls no backend: the proxy's secrets need not be set (as for report).
+        url = records or load_or_exit(config_path, secrets_required=False).record.db
         with ExitStack() as stack:
             store = open_records(url)
             if store is None:
@@ -221,7 +223,7 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
 @click.option(
     "--api-key",
     envvar="KVMIGRATE_BENCH_API_KEY",
-    help="Bearer key for --calibrate (env KVMIGRATE_BENCH_API_KEY).",
+    help="Bearer key for --calibrate. " + prefer_env("KVMIGRATE_BENCH_API_KEY"),
 )
 @click.option(
     "--save-cost-model",
@@ -313,7 +315,7 @@ def _refined(o: _Options, fleet: Fleet) -> tuple[Fleet, tuple[str, ...]]:
         return fleet, ()
     if o.dataset is not None:
         raise click.UsageError("--refine-replicas needs recorded traffic, not --dataset")
-    candidate = load_or_exit(o.config_path).rollout.candidate
+    candidate = load_or_exit(o.config_path, secrets_required=False).rollout.candidate
     recorded = _workload(None, o.records, o.config_path, o.since, (1.0, 0.0), candidate)
     label = f"{fleet.cost.source}, refined on {len(recorded.requests):,} {candidate} records"
     try:

@@ -114,8 +114,8 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool, p
             f'-d \'{{"model": "{HOSTED_MODEL}", "messages": '
             f'[{{"role": "user", "content": "hello"}}]}}\'',
             f"    curl -s http://{host}:{port}/metrics | grep kvmigrate_requests",
-            f"    kvmigrate rollout status --proxy-url http://{host}:{port} --admin-key "
-            f"{EMBEDDED_ADMIN_KEY}",
+            f"    KVMIGRATE_ADMIN_KEY={EMBEDDED_ADMIN_KEY} kvmigrate rollout status "
+            f"--proxy-url http://{host}:{port}",
             f"  state and records (removed at exit): {safe_url(config.rollout.state)}",
         ]
     problem = litellm_problem(config)

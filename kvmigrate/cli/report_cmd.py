@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, write_output
 from kvmigrate.config import Config, safe_text
+from kvmigrate.private_files import private_output
 from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
@@ -152,7 +153,7 @@ def report(
             except database_errors() as exc:
                 raise click.ClickException(f"exporting requests failed: {_one_line(exc)}") from None
     if out:
-        Path(out).write_text(text, encoding="utf-8")
+        write_output(Path(out), text)  # 0600: it quotes recorded traffic
         click.echo(f"wrote {out}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
@@ -186,8 +187,11 @@ def _render(
 def _export(
     store: RecordStore | None, since: float, until: float, path: str, config: Config
 ) -> None:
-    with open(path, "w", encoding="utf-8") as out:
-        count = export_requests(store, since, until, out) if store is not None else 0
+    try:
+        with private_output(Path(path)) as out:  # 0600: whole request bodies
+            count = export_requests(store, since, until, out) if store is not None else 0
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
     hint = ""
     if count == 0 and config.record.content == "none":
         hint = " (record.content is `none`: no request bodies are kept)"

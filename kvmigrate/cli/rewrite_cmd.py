@@ -12,7 +12,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kvmigrate.cli.options import config_option
+from kvmigrate.cli.options import config_option, prefer_env
 from kvmigrate.config import ConfigError, load_config
 from kvmigrate.config.loader import DEFAULT_CONFIG_PATH
 from kvmigrate.migrate import (
@@ -33,6 +33,7 @@ from kvmigrate.migrate import (
     validate_proxy_url,
 )
 from kvmigrate.migrate.gitstate import dirty_paths
+from kvmigrate.migrate.report import for_terminal
 
 EXIT_NOTHING, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -74,7 +75,7 @@ class _AnyEnv(Mapping[str, str]):
     flag_value="latest",
     default=None,
     metavar="[ID]",
-    help="Restore the files of backup ID (default: the latest). Put PATH before it.",
+    help="Restore the files of backup ID (default: your latest). Put PATH before it.",
 )
 @click.option("--proxy-url", help="URL clients should use [default: from --config, else "
               f"{DEFAULT_PROXY_URL}]; Anthropic's SDKs and ANTHROPIC_BASE_URL get it "
@@ -83,8 +84,8 @@ class _AnyEnv(Mapping[str, str]):
     "--proxy-key",
     envvar="KVMIGRATE_PROXY_KEY",
     help="Also rewrite literal OPENAI_API_KEY (and ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN) "
-    "values in .env and deployment files to this key "
-    "(env KVMIGRATE_PROXY_KEY). Off unless given.",
+    "values in .env and deployment files to this key. Off unless given. "
+    + prefer_env("KVMIGRATE_PROXY_KEY"),
 )
 @click.option("--allow-dirty", is_flag=True, help="Apply even with uncommitted git changes.")
 @click.option(
@@ -119,7 +120,9 @@ def rewrite(
     \b
     Backups hold the files as they were, secrets in .env files included: they go to
     PATH/.kvmigrate/backups (0700, with a .gitignore so `git add -A` skips them), or to
-    --backup-dir.
+    --backup-dir. Each is sealed with a key of yours outside the tree
+    ($XDG_STATE_HOME/kvmigrate, else ~/.local/state/kvmigrate): --revert restores only
+    backups sealed for you, and never writes outside PATH.
 
     \b
     Exit codes:
@@ -166,7 +169,7 @@ def rewrite(
             )
         )
         if error:
-            click.echo(f"Error: {error}", err=True)
+            click.echo(for_terminal(f"Error: {error}"), err=True)
     ctx.exit(code)
 
 
@@ -174,13 +177,14 @@ def _refuse(error: str, as_json: bool) -> int:
     if as_json:
         _echo_json({"version": 1, "mode": "apply", "error": error, "exit_code": EXIT_ERROR})
     else:
-        click.echo(f"Error: {error}", err=True)
+        click.echo(for_terminal(f"Error: {error}"), err=True)
     return EXIT_ERROR
 
 
 def _apply_command(ctx: click.Context, path: str) -> str:
     """The dry run's own command with --apply: the options that shaped the diff, exactly.
-    A --proxy-key given on the command line is not printed (it is a secret)."""
+    A --proxy-key given on the command line is never printed, nor put back on one (where
+    `ps` shows it): the command reads it from KVMIGRATE_PROXY_KEY, which it says to set."""
     words = ["kvmigrate", "rewrite", path]
     given = {
         name
@@ -196,11 +200,12 @@ def _apply_command(ctx: click.Context, path: str) -> str:
         if name in given:
             words += [flag, str(ctx.params[name])]
     parts = [shlex.quote(w) for w in words]
-    if "proxy_key" in given:
-        parts.append('--proxy-key "$KVMIGRATE_PROXY_KEY"')
     if "allow_dirty" in given:
         parts.append("--allow-dirty")
-    return " ".join([*parts, "--apply"])
+    command = " ".join([*parts, "--apply"])
+    if "proxy_key" in given:
+        return f"{command} (with KVMIGRATE_PROXY_KEY set to the key)"
+    return command
 
 
 def _exit_code(changes: bool, errors: bool, applied: bool) -> int:
@@ -227,7 +232,7 @@ def _revert(root: Path, backup_id: str | None, as_json: bool, backup_dir: Path |
         if as_json:
             _echo_json(revert_json(None, error=str(exc), exit_code=EXIT_ERROR))
         else:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(for_terminal(f"Error: {exc}"), err=True)
         return EXIT_ERROR
     if as_json:
         _echo_json(revert_json(result, error=None, exit_code=EXIT_NOTHING))

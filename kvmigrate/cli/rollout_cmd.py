@@ -14,7 +14,8 @@ import click
 import msgspec
 from click.core import ParameterSource
 
-from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
+from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, prefer_env
+from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import gate_summary, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
@@ -55,11 +56,12 @@ class Target:
                     self.proxy_url, self.admin_key, cohort=name, candidate=candidate
                 )
                 return
-            config = load_or_exit(self.config_path)
+            # The store and the records only: the backends' secrets need not be set.
+            config = load_or_exit(self.config_path, secrets_required=False)
             if self.model is not None and config.route(self.model) is None:
                 known = ", ".join(m.model_name for m in config.models)
                 raise click.ClickException(
-                    f"no model {self.model!r} in the config; models: {known}"
+                    printable_lines(f"no model {self.model!r} in the config; models: {known}")
                 )
             controller = open_controller(config)
             try:
@@ -67,10 +69,10 @@ class Target:
             finally:
                 controller.store.close()
         except GatesRefused as refused:
-            click.echo(render_gates([g.to_dict() for g in refused.results]), err=True)
-            raise click.ClickException(str(refused)) from None
+            _echo(render_gates([g.to_dict() for g in refused.results]), err=True)
+            raise click.ClickException(printable_lines(refused)) from None
         except (RolloutError, StoreError, UnreadableState) as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(printable_lines(exc)) from None
 
 
 def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,7 +102,7 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapped = click.option(
         "--admin-key",
         envvar="KVMIGRATE_ADMIN_KEY",
-        help="The proxy's server.admin_key (or $KVMIGRATE_ADMIN_KEY).",
+        help="The proxy's server.admin_key. " + prefer_env("KVMIGRATE_ADMIN_KEY"),
     )(wrapped)
     wrapped = click.option(
         "--proxy-url",
@@ -183,20 +185,20 @@ def rollout(
         return
     event = outcome.event
     if not outcome.changed:
-        click.echo(
+        _echo(
             (f"rollout of {event.cohort}: " if event.cohort else "rollout: ")
             + f"already {event.to_mode} {event.to_percent:g}% (version {event.version}); "
             "nothing changed"
         )
         return
-    click.echo(
+    _echo(
         (f"rollout of {event.cohort}: " if event.cohort else "rollout: ")
         + f"{event.from_mode} {event.from_percent:g}% -> "
         f"{event.to_mode} {event.to_percent:g}% (version {event.version})"
         + (" [forced past the gates]" if event.forced else "")
     )
     if outcome.gates:
-        click.echo(render_gates([g.to_dict() for g in outcome.gates]))
+        _echo(render_gates([g.to_dict() for g in outcome.gates]))
 
 
 @rollout.command("status")
@@ -212,7 +214,7 @@ def status(target: Target) -> None:
         if target.as_json:
             _echo_json(reports)
         else:
-            click.echo(render_status_table(reports))
+            _echo(render_status_table(reports))
         return
     report = reports[0]
     if target.as_json:
@@ -220,20 +222,20 @@ def status(target: Target) -> None:
         return
     state = report.state
     if report.cohort:
-        click.echo(f"cohort {report.cohort} (candidate {report.candidate})")
-    click.echo(
+        _echo(f"cohort {report.cohort} (candidate {report.candidate})")
+    _echo(
         f"mode {state.mode}, candidate share {state.percent:g}%, "
         f"version {state.version}, last good {state.last_good_percent:g}%"
     )
-    click.echo(f"changed {_when(state.updated_at)} by {state.updated_by or '-'}")
-    click.echo(
+    _echo(f"changed {_when(state.updated_at)} by {state.updated_by or '-'}")
+    _echo(
         f"steps {', '.join(f'{s:g}' for s in report.steps)}; next: "
         + (f"{report.next_step:g}%" if report.next_step else "none (complete)")
     )
     if len(report.candidates) > 1:
         _echo_candidates(report)
     elif report.gates_for_next_step:
-        click.echo(render_gates([g.to_dict() for g in report.gates_for_next_step]))
+        _echo(render_gates([g.to_dict() for g in report.gates_for_next_step]))
 
 
 @rollout.command("history", short_help="Every change: when, who, why, and the gates' verdicts.")
@@ -249,10 +251,10 @@ def history(limit: int, target: Target) -> None:
         _echo_json(events)
         return
     if not events:
-        click.echo("no changes recorded yet")
+        _echo("no changes recorded yet")
     for e in events:
         gates = gate_summary(e.gates)
-        click.echo(
+        _echo(
             f"v{e.version:<4} {_when(e.at)}  {e.cohort or '(fleet)':<14} {e.action:<13} "
             f"{e.from_mode} {e.from_percent:g}% -> {e.to_mode} "
             f"{e.to_percent:g}%  by {e.actor}"
@@ -290,17 +292,17 @@ def auto(
     """Walk the cohort's steps (rollout.steps, e.g. 10, 50, 100) with a bake time each;
     exit non-zero when a gate fails or the cohort is rolled back meanwhile."""
     if bake is None:
-        config = load_or_exit(target.config_path)
+        config = load_or_exit(target.config_path, secrets_required=False)
         named = config.cohort(target.cohort_name) if target.cohort_name else None
         bake = named.bake_seconds if named and named.bake_seconds is not None else None
         bake = config.rollout.bake_seconds if bake is None else bake
     settings = AutoSettings(bake, step_timeout, poll)
     with target.client(candidate) as client:
-        result = auto_rollout(client, settings, echo=lambda m: click.echo(m, err=target.as_json))
+        result = auto_rollout(client, settings, echo=lambda m: _echo(m, err=target.as_json))
     if target.as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps(result.to_dict(), indent=2))  # JSON escapes every control
     else:
-        click.echo(result.message)
+        _echo(result.message)
     if not result.completed:
         raise SystemExit(1)
 
@@ -318,7 +320,7 @@ def rollback(reason: str, target: Target) -> None:
         _echo_json(outcome)
         return
     event = outcome.event
-    click.echo(
+    _echo(
         f"rolled back: {event.from_percent:g}% -> {event.to_percent:g}% (version {event.version})"
     )
 
@@ -327,12 +329,12 @@ def _echo_candidates(report: RolloutStatus) -> None:
     """Each candidate's gates on its own traffic, then each pair compared."""
     for candidate in report.candidates:
         chosen = " (selected: a split serves it)" if candidate.serving else ""
-        click.echo(f"candidate {candidate.backend}{chosen}:")
+        _echo(f"candidate {candidate.backend}{chosen}:")
         if candidate.gates:
-            click.echo(render_gates([g.to_dict() for g in candidate.gates]))
-    click.echo("candidates compared (A - B):")
+            _echo(render_gates([g.to_dict() for g in candidate.gates]))
+    _echo("candidates compared (A - B):")
     for d in report.comparisons:
-        click.echo(f"  {d.measure:<10}  {d.detail}")
+        _echo(f"  {d.measure:<10}  {d.detail}")
 
 
 def _statuses(client: RolloutClient) -> list[RolloutStatus]:
@@ -341,16 +343,22 @@ def _statuses(client: RolloutClient) -> list[RolloutStatus]:
     try:
         return client.statuses()
     except EndpointMissing as missing:
-        click.echo(
+        _echo(
             f"note: {missing}: the proxy predates cohorts; showing its one rollout's status",
             err=True,
         )
         return [client.status()]
 
 
+def _echo(text: object, err: bool = False) -> None:
+    """Text for the terminal: cohort names, reasons and actors come from a config, a store
+    or an admin API client, and may hold terminal escapes or bidi controls."""
+    click.echo(printable_lines(text), err=err)
+
+
 def _echo_json(value: object) -> None:
     """The answer as the admin API sends it (`--json` is the same either way)."""
-    click.echo(json.dumps(msgspec.to_builtins(value), indent=2))
+    click.echo(json.dumps(msgspec.to_builtins(value), indent=2))  # escapes every control
 
 
 def _when(at: float) -> str:

@@ -188,7 +188,8 @@ class RecordConfig(ConfigSection, frozen=True):
     content: ContentPolicy = "redacted"
     retention_days: Annotated[int, Meta(ge=1)] = 30
     # Keys the hash of conversation ids taken from `user` or `X-Session-ID` (personal data)
-    # in records, unless `content: full`. Unset: the rollout's salt.
+    # in records, unless `content: full`. Unset: a key derived from the rollout store's
+    # secret (the same for every proxy on the store, and after a restart).
     hash_key: Secret | None = None
     # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
     # the second raises the sustained rate (README, Performance), and at idle CPU priority

@@ -33,6 +33,7 @@ from kvmigrate.embedded import (
     emulated_backends,
 )
 from kvmigrate.policies.gates import Verdict, render_gates
+from kvmigrate.private_files import write_private
 from kvmigrate.progress import progress
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, build_report
@@ -103,7 +104,7 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         _phase("2. Rollout 10% -> 50% -> 100%, checked by the gates", echo)
         ok = _walk(controller, base_url, settings, echo)
         _phase("3. Report", echo)
-        settings.out.write_text(_report(config, "html", started), encoding="utf-8")
+        write_private(settings.out, _report(config, "html", started))
         echo(f"wrote {settings.out.resolve()}")
         return ok
 

@@ -61,7 +61,7 @@ from kvmigrate.recorder.addon import RecorderAddon, build_recorder
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.live import LiveRollout
-from kvmigrate.rollout.store import open_store
+from kvmigrate.rollout.store import open_store, store_keys
 
 if TYPE_CHECKING:
     _CustomLogger = object
@@ -127,7 +127,9 @@ class KvmigrateRouter(_CustomLogger):
         self.live = LiveRollout(config, self.store, poll_interval=poll_interval)
         self.identity = ContinuityResolver(self.store, config.rollout.pin_ttl_seconds)
         self.cohorts = CohortResolver(config)
-        self.recorder: RecorderAddon | None = build_recorder(config) if record else None
+        self.recorder: RecorderAddon | None = (
+            build_recorder(config, store_keys(self.store)) if record else None
+        )
         timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
         self.shadows = ShadowCopies(
             self._llm_router, self._record, config.rollout.shadow_max_concurrency, timeout

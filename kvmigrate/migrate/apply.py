@@ -18,7 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.migrate.confine import OutsideTree, inside
 from kvmigrate.migrate.gitstate import dirty_paths
+from kvmigrate.migrate.ownership import NoSealKey, is_sealed, private_to_me, seal, seal_key
 from kvmigrate.migrate.plan import FileChange, Plan
 from kvmigrate.migrate.walk import BACKUP_GITIGNORE
 
@@ -85,14 +87,31 @@ def apply_plan(
         raise DirtyTree(dirty)
     for change in plan.changes:
         try:
+            inside(plan.root, change.path)
+        except OutsideTree as exc:
+            raise ApplyError(f"{exc}; nothing was rewritten") from None
+        try:
             current: bytes | None = _read(plan.root / change.path)
         except OSError:  # deleted (or made unreadable) since the scan
             current = None
         if current != change.old:
             raise ApplyError(f"{change.path} changed since it was scanned; run again")
     try:
+        key = seal_key(create=True)
+        if backup_dir is None:
+            # A repository can commit `.kvmigrate/backups` (or its .gitignore) as a symlink:
+            # the user's files as they were, secrets included, would go where it points.
+            for rel in (BACKUP_DIR, f"{STATE_DIR}/.gitignore"):
+                inside(plan.root, rel)
+    except NoSealKey as exc:
+        raise ApplyError(f"{exc}; nothing was rewritten") from None
+    except OutsideTree as exc:
+        raise ApplyError(f"{exc} (a symlink that may have come with the repository): remove "
+                         "it, or pass --backup-dir; nothing was rewritten") from None  # fmt: skip
+    assert key is not None
+    try:
         backup_id, where = _new_backup_dir(plan.root, backup_dir)
-        manifest = _write_backups(plan, backup_id, where)
+        manifest = _write_backups(plan, backup_id, where, key)
     except OSError as exc:
         base = backup_base(plan.root, backup_dir)
         raise ApplyError(f"could not write the backup under {base} ({exc}); nothing was "
@@ -107,7 +126,7 @@ def apply_plan(
             _rollback(plan.root, backup_id, written, exc, replace, backup_dir)
         ) from exc
     manifest["status"] = "applied"
-    _write_json(where / MANIFEST, manifest)
+    _write_manifest(where, manifest, key)
     return ApplyResult(backup_id, written)
 
 
@@ -159,7 +178,7 @@ def _private_dir(path: Path) -> None:
     os.chmod(path, DIR_MODE)
 
 
-def _write_backups(plan: Plan, backup_id: str, backup_dir: Path) -> dict[str, Any]:
+def _write_backups(plan: Plan, backup_id: str, backup_dir: Path, key: bytes) -> dict[str, Any]:
     files: list[dict[str, Any]] = []
     for change in plan.changes:
         target = plan.root / change.path
@@ -178,7 +197,7 @@ def _write_backups(plan: Plan, backup_id: str, backup_dir: Path) -> dict[str, An
         "status": "applying",
         "files": files,
     }
-    _write_json(backup_dir / MANIFEST, manifest)
+    _write_manifest(backup_dir, manifest, key)
     _fsync_dir(backup_dir.parent)
     return manifest
 
@@ -208,9 +227,12 @@ def revert(
     replace: Replace = os.replace,
     backup_dir: Path | None = None,
 ) -> RevertResult:
-    """Restore every file of a backup (default: the latest not yet reverted), exactly."""
+    """Restore every file of a backup (default: this user's latest not yet reverted),
+    exactly. Only a backup --apply wrote for this user is ever read (see ownership), and
+    every path it names must stay inside the tree: else nothing is written."""
     root = root.resolve()
-    backup_dir = _find_backup(root, backup_id, backup_dir)
+    key = seal_key(create=False)
+    backup_dir = _find_backup(root, backup_id, backup_dir, key)
     manifest = _read_manifest(backup_dir)
     todo, unchanged, conflicts = _classify(root, backup_dir, manifest)
     if conflicts:
@@ -224,7 +246,8 @@ def revert(
     for entry in manifest["files"]:
         _remove_temp(root / entry["path"], manifest["id"])
     manifest["status"] = "reverted"
-    _write_json(backup_dir / MANIFEST, manifest)
+    assert key is not None  # _find_backup found a sealed manifest
+    _write_manifest(backup_dir, manifest, key)
     return RevertResult(manifest["id"], [e["path"] for e in todo], unchanged)
 
 
@@ -234,17 +257,24 @@ def _classify(
     todo: list[dict[str, Any]] = []
     unchanged: list[str] = []
     conflicts: list[str] = []
-    for entry in manifest["files"]:
-        backup = backup_dir / "files" / entry["path"]
-        if not backup.is_file() or sha256(_read(backup)) != entry["sha256_before"]:
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(isinstance(e, dict) for e in files):
+        raise RevertError(f"unknown manifest format in {backup_dir}")
+    for entry in files:
+        try:
+            target = inside(root, entry.get("path"))
+            backup = inside(backup_dir / "files", entry.get("path"))
+        except OutsideTree as exc:
+            raise RevertError(f"refused: {exc}; nothing was written") from None
+        if not backup.is_file() or sha256(_read(backup)) != entry.get("sha256_before"):
             raise RevertError(f"backup of {entry['path']} is missing or corrupt in {backup_dir}")
         try:
-            current = sha256(_read(root / entry["path"]))
+            current = sha256(_read(target))
         except FileNotFoundError:
             current = None  # deleted since: restoring it loses nothing
         if current == entry["sha256_before"]:
             unchanged.append(entry["path"])
-        elif current in (entry["sha256_after"], None):
+        elif current in (entry.get("sha256_after"), None):
             todo.append(entry)
         else:
             conflicts.append(entry["path"])
@@ -252,24 +282,51 @@ def _classify(
 
 
 def list_backups(root: Path, backup_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Manifests of this tree's backups, newest first. A shared `backup_dir` may hold other
-    trees' backups too: only those made from `root` are listed."""
+    """Manifests of this tree's backups that --apply wrote for this user, newest first. A
+    shared `backup_dir` may hold other trees' backups too: only those made from `root` are
+    listed. Anything else in the folder (a committed look-alike) is passed over."""
     base = backup_base(root, backup_dir)
-    if not base.is_dir():
+    key = seal_key(create=False)
+    if key is None or not base.is_dir():
         return []
-    found = [
-        _read_manifest(d) for d in sorted(base.iterdir(), reverse=True) if (d / MANIFEST).is_file()
-    ]
     mine = str(root.resolve())
-    return [m for m in found if m.get("root", mine) == mine]
+    found = []
+    for path in base.iterdir():
+        manifest = _own_manifest(path, key)
+        if manifest is not None and manifest.get("root") == mine:
+            found.append(manifest)
+    # Each id is its apply's UTC time: sorted among our own, the newest comes first.
+    return sorted(found, key=lambda m: str(m["id"]), reverse=True)
 
 
-def _find_backup(root: Path, backup_id: str | None, backup_dir: Path | None) -> Path:
+def _own_manifest(path: Path, key: bytes | None) -> dict[str, Any] | None:
+    """The manifest in `path` if this user's --apply wrote it there, else None."""
+    if not private_to_me(path) or not (path / MANIFEST).is_file():
+        return None
+    try:
+        manifest = _read_manifest(path)
+    except RevertError:
+        return None
+    if not is_sealed(manifest, key) or manifest.get("id") != path.name:
+        return None
+    return manifest
+
+
+def _find_backup(
+    root: Path, backup_id: str | None, backup_dir: Path | None, key: bytes | None
+) -> Path:
     base = backup_base(root, backup_dir)
     if backup_id is not None:
         path = base / backup_id
         if os.sep in backup_id or "/" in backup_id or not (path / MANIFEST).is_file():
             raise RevertError(f"no backup {backup_id!r} under {base}")
+        _read_manifest(path)  # an unreadable one says so
+        if _own_manifest(path, key) is None:
+            raise RevertError(
+                f"backup {backup_id!r} under {base} was not written by `kvmigrate rewrite "
+                "--apply` as this user (it may have come with the repository): refused, "
+                "nothing was written"
+            )
         return path
     for manifest in list_backups(root, backup_dir):
         if manifest.get("status") != "reverted":
@@ -285,6 +342,11 @@ def _read_manifest(backup_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("version") != 1:
         raise RevertError(f"unknown manifest format in {backup_dir}")
     return data
+
+
+def _write_manifest(backup_dir: Path, manifest: dict[str, Any], key: bytes) -> None:
+    manifest.update(seal(manifest, key))
+    _write_json(backup_dir / MANIFEST, manifest)
 
 
 # --- durable writes ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from kvmigrate.migrate.python_rewriter import scan_python
 from kvmigrate.migrate.text import NotUtf8, OverlappingEdits, decode, splice
 from kvmigrate.migrate.values import ANTHROPIC_URL_VARS, OPENAI_URL_VARS, RewriteOptions
 from kvmigrate.migrate.walk import Candidate, walk
+from kvmigrate.redaction import mask_credentials
 
 Scanner = Callable[[str, str, RewriteOptions], ScanResult]
 _CONTAINER_KINDS = frozenset({"docker-compose", "kubernetes", "helm"})
@@ -54,7 +55,9 @@ class FileChange:
         for secret in self.secrets:
             if len(secret) >= 4:  # masking a one-letter value would mangle the whole diff
                 text = text.replace(secret, "********")
-        return text
+        # Keys the rewriters do not know (AZURE_OPENAI_API_KEY, OPENAI_API_KEY_2, a
+        # password) show up as context lines: every credential's value is masked.
+        return mask_credentials(text)
 
 
 @dataclass

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvmigrate.logtext import printable
 from kvmigrate.migrate.apply import BACKUP_DIR, ApplyResult, RevertResult, revert_command
 from kvmigrate.migrate.findings import Action, Finding, Severity
 from kvmigrate.migrate.plan import Plan
+from kvmigrate.redaction import mask_credentials
 
 JSON_VERSION = 1
+_LINE_LIMIT = 100_000  # a line of a minified file is cut in the text report, never in a file
 _SECTIONS = (
     (Action.NEEDS_HUMAN, "Needs a human"),
     (Action.FLAGGED, "Flagged, not rewritten"),
@@ -31,9 +34,9 @@ def plan_json(
         "proxy_url": plan.options.proxy_url,
         "summary": plan.summary(),
         "changes": [{"path": c.path, "edits": c.edits, "diff": c.diff()} for c in plan.changes],
-        "findings": [f.to_json() for f in plan.findings],
-        "problems": [p.to_json() for p in plan.problems],
-        "notes": plan.notes,
+        "findings": [_masked(f.to_json()) for f in plan.findings],
+        "problems": [_masked(p.to_json()) for p in plan.problems],
+        "notes": [mask_credentials(note) for note in plan.notes],
         "backup_id": applied.backup_id if applied else None,
         "error": error,
         "exit_code": exit_code,
@@ -52,6 +55,12 @@ def revert_json(
         "error": error,
         "exit_code": exit_code,
     }
+
+
+def _masked(fields: dict[str, object]) -> dict[str, object]:
+    """A finding or a problem as the report shows it: a parser's error quotes the line it
+    failed on, and a URL may carry a password; no credential is printed."""
+    return {k: mask_credentials(v) if isinstance(v, str) else v for k, v in fields.items()}
 
 
 def _anthropic_root(plan: Plan) -> str:
@@ -74,6 +83,7 @@ def plan_text(
     lines: list[str] = []
     if show_diff:
         lines.extend(c.diff().rstrip("\n") for c in plan.changes)
+    diffs = len(lines)
     summary = plan.summary()
     verb = "changed" if applied else "would change"
     lines.append(
@@ -101,7 +111,10 @@ def plan_text(
             f"  {p.path} ({p.reason}{': ' + p.detail if p.detail else ''})" for p in skipped
         )
     lines.append(_closing(plan, applied, apply_command, backup_dir))
-    return "\n".join(lines)
+    # The diff is masked already; findings, notes and parser errors quote the files too.
+    return for_terminal(
+        "\n".join(lines[:diffs] + [mask_credentials(line) for line in lines[diffs:]])
+    )
 
 
 def _finding_line(finding: Finding) -> str:
@@ -134,4 +147,13 @@ def revert_text(result: RevertResult) -> str:
     lines = [f"Reverted backup {result.backup_id}: {len(result.restored)} file(s) restored."]
     lines.extend(f"  restored {path}" for path in result.restored)
     lines.extend(f"  already original {path}" for path in result.unchanged)
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))
+
+
+def for_terminal(text: str) -> str:
+    """Text quoting a tree's files, as a terminal may show it. A scanned repository is
+    anyone's: an escape sequence, a lone carriage return or a bidi control in a line (as
+    in "Trojan Source") would make the diff a reviewer reads differ from the bytes written.
+    Each is shown escaped; tabs stay, and a CRLF line's CR goes (it shows as nothing)."""
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return "\n".join(printable(line, _LINE_LIMIT, keep="\t") for line in lines)

@@ -27,6 +27,7 @@ import msgspec
 from aiohttp import web
 
 from kvmigrate.config import Secret, ServerConfig
+from kvmigrate.logtext import printable
 from kvmigrate.proxy.errors import ProxyError, bad_request
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.intake import read_body
@@ -42,6 +43,9 @@ from kvmigrate.rollout.controller import GatesRefused, RolloutController, Rollou
 from kvmigrate.rollout.store import StoreError, UnreadableState
 
 T = TypeVar("T")
+# Every refusal's message is cut to this, whatever it quotes: the values a client sent are
+# bounded where they are quoted, and this bounds what no one thought to.
+MESSAGE_LIMIT = 2048
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
@@ -64,7 +68,7 @@ def add_admin_routes(
                 return _json(
                     {
                         "error": {
-                            "message": str(exc),
+                            "message": _message(exc),
                             "type": "gates_refused",
                             "param": None,
                             "code": "gates_refused",
@@ -75,11 +79,14 @@ def add_admin_routes(
                 )
             except RolloutError as exc:
                 raise ProxyError(
-                    409, str(exc), "invalid_request_error", "rollout_refused"
+                    409, _message(exc), "invalid_request_error", "rollout_refused"
                 ) from None
             except (StoreError, UnreadableState) as exc:  # down, or written by a newer version
                 raise ProxyError(
-                    503, f"rollout store unavailable: {exc}", "server_error", "store_unavailable"
+                    503,
+                    f"rollout store unavailable: {_message(exc)}",
+                    "server_error",
+                    "store_unavailable",
                 ) from None
 
         return wrapper
@@ -162,7 +169,11 @@ async def _body(request: web.Request, server: ServerConfig, cls: type[T]) -> T:
     try:
         return decode_request(raw, cls)
     except BodyError as exc:
-        raise bad_request(str(exc), param=exc.param) from None
+        raise bad_request(_message(exc), param=exc.param) from None
+
+
+def _message(exc: Exception) -> str:
+    return printable(str(exc), MESSAGE_LIMIT)
 
 
 def _json(data: object, status: int = 200) -> web.Response:

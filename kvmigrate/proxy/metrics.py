@@ -84,7 +84,8 @@ class ProxyMetrics:
         self.connections_closed = Counter(
             "kvmigrate_connections_closed",
             "Client connections the proxy closed itself, by reason (header_timeout: no "
-            "whole request head in time; over_limit: server.max_connections reached).",
+            "whole request head in time; idle: a kept-alive connection sent no next request "
+            "in time; over_limit: server.max_connections reached).",
             ["reason"],
             registry=r,
         )

@@ -8,21 +8,20 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from kvmigrate.config import Config
 from kvmigrate.exchange import Exchange
-from kvmigrate.recorder.convert import (
-    CONTENT_POLICIES,
-    DEFAULT_HASH_KEY,
-    RecordConverter,
-)
+from kvmigrate.recorder.convert import CONTENT_POLICIES, RecordConverter, new_hash_key
 from kvmigrate.recorder.store import open_store, pruner
 from kvmigrate.recorder.worker import ProcessWriter, WorkerSpec
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings, WriterStats
+
+if TYPE_CHECKING:
+    from kvmigrate.rollout.keys import StoreKeys
 
 WORKERS = ("process", "thread")
 DROP_REASONS = ("queue_full", "write_error", "invalid", "worker_lost", "stop_timeout")
@@ -57,7 +56,7 @@ class RecorderAddon:
         source: str | None = None,
         worker: str = "process",
         workers: int = 1,
-        hash_key: bytes = DEFAULT_HASH_KEY,
+        hash_key: bytes | None = None,
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
@@ -68,6 +67,9 @@ class RecorderAddon:
         self.retention_days = retention_days
         self.source = source or f"{socket.gethostname()}:{os.getpid()}"
         settings = settings or WriterSettings()
+        # Unset: a key of this recorder's own (ids match within its records only).
+        self.hash_key = new_hash_key() if hash_key is None else hash_key
+        hash_key = self.hash_key
         self._writer: Writer
         if worker == "process":
             spec = WorkerSpec(url, content, self.source, retention_days, settings, hash_key)
@@ -154,13 +156,24 @@ class RecorderCollector:
         yield depth
 
 
-def build_recorder(config: Config, **overrides: Any) -> RecorderAddon:
-    """The recorder the config asks for (`record.db`, `content`, `retention_days`, `workers`)."""
+def build_recorder(
+    config: Config, keys: StoreKeys | None = None, **overrides: Any
+) -> RecorderAddon:
+    """The recorder the config asks for (`record.db`, `content`, `retention_days`, `workers`).
+
+    Conversation ids are hashed with `record.hash_key`, else with a key derived from the
+    rollout store's secret (`keys`): the same for every proxy on the store and across
+    restarts, and not in the records. Without a store, with a key of this process only."""
     record = config.record
-    key = record.hash_key.reveal() if record.hash_key else config.rollout.salt
+    if record.hash_key is not None:
+        key: bytes | None = record.hash_key.reveal().encode("utf-8", "surrogateescape")
+    elif keys is not None:
+        key = keys.records_key()
+    else:
+        key = None  # RecorderAddon makes one
     options: dict[str, Any] = {
         "retention_days": record.retention_days,
         "workers": record.workers,
-        "hash_key": key.encode("utf-8", "surrogateescape"),
+        "hash_key": key,
     }
     return RecorderAddon(record.db, record.content, **(options | overrides))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from kvmigrate.wire.sse import sse_payloads
 from kvmigrate.wire.usage import token_counts
 
 CONTENT_POLICIES = ("none", "redacted", "full")
-DEFAULT_HASH_KEY = b"kvmigrate"
+HASH_KEY_BYTES = 32
 # Answers kept until their shadow copies finish; beyond this the oldest go unscored.
 MAX_MIRRORED = 2_000
 # Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
@@ -42,13 +43,13 @@ class RecordConverter:
         content: str,
         source: str,
         redactor: Redactor | None = None,
-        hash_key: bytes = DEFAULT_HASH_KEY,
+        hash_key: bytes | None = None,
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
         self.content = content
         self.source = source
-        self.hash_key = hash_key
+        self.hash_key = new_hash_key() if hash_key is None else hash_key
         self._redactor = redactor or Redactor()
         self.history = HistoryMemo()
         # Answers awaiting their copies, with the answer reassembled once for all scorings.
@@ -79,7 +80,12 @@ class RecordConverter:
         )
 
 
-def stored_conversation(conversation: str, content: str, key: bytes = DEFAULT_HASH_KEY) -> str:
+def new_hash_key() -> bytes:
+    """A key no one else knows: ids hashed with it match only ids hashed with it."""
+    return secrets.token_bytes(HASH_KEY_BYTES)
+
+
+def stored_conversation(conversation: str, content: str, key: bytes) -> str:
     """The conversation id as records keep it. An id from `user` or `X-Session-ID` is often
     personal data (an email, a user id): unless `content: full` it is stored as a keyed
     hash, stable across turns, so reports still group a conversation without naming anyone.
@@ -100,13 +106,14 @@ def to_record(
     history: HistoryMemo | None = None,
     answer: Any = UNSET,
     mirrored_answer: Any = UNSET,
-    hash_key: bytes = DEFAULT_HASH_KEY,
+    hash_key: bytes | None = None,
 ) -> Record:
     """`ts` is the wall-clock time the call started (the Exchange keeps monotonic times).
     Pass one `redactor` and one `history` per writer to reuse their memos across records.
     `mirrored` is the primary answer a shadow copy or noise call mirrors: the pair is
     scored for parity. `answer` and `mirrored_answer`: those answers already reassembled
-    (`kvmigrate.wire.assemble.assemble`), when the caller has them."""
+    (`kvmigrate.wire.assemble.assemble`), when the caller has them. `hash_key`: what a
+    conversation id is hashed with (None: a fresh key, matching no other record's)."""
     redactor = redactor or Redactor()
     x = exchange
     if answer is UNSET:
@@ -135,7 +142,7 @@ def to_record(
         served_model=x.served_model,
         conversation=x.conversation
         if content == "full"
-        else stored_conversation(x.grouping_key, content, hash_key),
+        else stored_conversation(x.grouping_key, content, hash_key or new_hash_key()),
         turn=x.turn,
         stream=x.stream,
         status=x.status,

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kvmigrate.config.secret import safe_url
+from kvmigrate.private_files import create_private
 from kvmigrate.recorder.store import Cursor, RecordStore, StoreError
 
 
@@ -28,7 +29,9 @@ class SqliteStore(RecordStore):
         super().__init__(url)
         self.path = sqlite_path(url)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Whole prompts, with `content: full`: private before SQLite opens it (its -wal
+            # and -shm get the database's mode).
+            create_private(Path(self.path))
         # Autocommit mode with explicit BEGIN: the transaction boundaries are ours.
         self._conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=10.0

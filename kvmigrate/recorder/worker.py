@@ -17,12 +17,12 @@ yet fed into the pipe, at most `feed_interval` seconds of them.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import multiprocessing
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext
 from typing import Any
 
@@ -30,7 +30,8 @@ import orjson
 
 from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
-from kvmigrate.recorder.convert import DEFAULT_HASH_KEY
+from kvmigrate.log_pipe import LogRelay
+from kvmigrate.recorder.convert import new_hash_key
 from kvmigrate.recorder.writer import WriterSettings, WriterStats, describe
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 
@@ -87,7 +88,8 @@ class WorkerSpec:
     source: str
     retention_days: int | None
     settings: WriterSettings
-    hash_key: bytes = DEFAULT_HASH_KEY
+    # What conversation ids are hashed with: one key for every worker of the recorder.
+    hash_key: bytes = field(default_factory=new_hash_key)
 
 
 class ProcessWriter:
@@ -104,12 +106,13 @@ class ProcessWriter:
         self._feed_interval = feed_interval
         context = multiprocessing.get_context("spawn")
         # The children's log records come back here and go through this process's handlers.
-        self._logs: Any = context.Queue()
-        self._log_listener = logging.handlers.QueueListener(self._logs, _Relay())
+        # Nothing here is a named semaphore (a multiprocessing Queue or Lock): one left by
+        # a process killed mid-drain made the resource tracker warn at every pool shutdown.
+        self._logs = LogRelay()
         self._listening = False
         # Several workers writing one SQLite file take turns on a lock of ours (see
         # RecordWriter); PostgreSQL takes concurrent writers as they come.
-        lock = context.Lock() if workers > 1 and spec.url.startswith("sqlite") else None
+        lock = writers_lock_path(spec.url) if workers > 1 else None
         self._lanes = [_Lane(context, spec, self._logs, lock) for _ in range(workers)]
         self._pending: deque[tuple[Exchange, float]] = deque()
         self._parent_drops = 0  # queue_full on this side; written by the event loop only
@@ -149,7 +152,7 @@ class ProcessWriter:
 
     def start(self) -> None:
         if self._feeder is None:
-            self._log_listener.start()
+            self._logs.start()
             self._listening = True
             for lane in self._lanes:
                 lane.spawn()
@@ -178,9 +181,11 @@ class ProcessWriter:
                 timeout,
             )
             return
+        for lane in self._lanes:
+            lane.close_log_pipe()
         if self._listening:
             self._listening = False
-            self._log_listener.stop()
+            self._logs.stop()
 
     def _feed(self) -> None:
         while True:
@@ -214,9 +219,11 @@ class _Lane:
     """One worker process and its counters (the process started again if it dies)."""
 
     def __init__(
-        self, context: SpawnContext, spec: WorkerSpec, logs: Any, write_lock: Any = None
+        self, context: SpawnContext, spec: WorkerSpec, logs: LogRelay, write_lock: str | None
     ) -> None:
         self._shared = context.Array("q", len(SHARED_COUNTERS), lock=False)
+        self._logs = logs
+        self._log_pipe: Connection | None = None  # this process's copy of the worker's end
         self._counted = [0] * len(SHARED_COUNTERS)  # what the workers gone before counted
         self.lost = 0  # what a worker that died took with it; written by the feeder only
         self.sent = 0  # into the pipe, to this lane's workers so far; written by the feeder only
@@ -225,10 +232,20 @@ class _Lane:
             "kvmigrate-recorder",
             # By name: the worker's main imports this module.
             "kvmigrate.recorder.worker_main:run_worker",
-            lambda: (spec, self._shared, logs, log.getEffectiveLevel(), write_lock),
+            lambda: (spec, self._shared, self._new_log_pipe(), log.getEffectiveLevel(), write_lock),
             pipe_bytes=_PIPE_BYTES,
             on_start=self._carry_counts,
         )
+
+    def _new_log_pipe(self) -> Connection:
+        self.close_log_pipe()  # the worker before has its own copy, or is gone
+        self._log_pipe = self._logs.new_pipe()
+        return self._log_pipe
+
+    def close_log_pipe(self) -> None:
+        if self._log_pipe is not None:
+            self._log_pipe.close()
+            self._log_pipe = None
 
     def count(self, name: str) -> int:
         index = SHARED_COUNTERS.index(name)
@@ -280,12 +297,12 @@ class _Lane:
         return self._worker.join(deadline - time.monotonic())
 
 
-class _Relay(logging.Handler):
-    """Hands a record from the worker to this process's logger of the same name."""
+def writers_lock_path(url: str) -> str | None:
+    """The file several workers writing one SQLite file take turns on (a lock the kernel
+    drops when its holder dies); None for a database that needs none."""
+    if not url.startswith("sqlite"):
+        return None
+    from kvmigrate.recorder.sqlite_store import sqlite_path
 
-    def handle(self, record: logging.LogRecord) -> bool:
-        logging.getLogger(record.name).handle(record)
-        return True
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.handle(record)
+    path = sqlite_path(url)
+    return None if path == ":memory:" else path + "-kvmigrate-writers.lock"

@@ -7,14 +7,16 @@ trade the GIL back and forth.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import logging
-import logging.handlers
+import os
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kvmigrate.log_pipe import PipeHandler
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.worker import SHARED_COUNTERS, Packed, WorkerSpec, unpack
@@ -25,14 +27,14 @@ def run_worker(
     conn: Connection,
     spec: WorkerSpec,
     shared: Any,
-    logs: Any,
+    logs: Connection,
     log_level: int,
-    write_lock: Any = None,
+    write_lock: str | None = None,
 ) -> None:
     """The child's main: it ends when the proxy says so or goes away, after writing what
     it holds. It runs at the lowest priority (kvmigrate.background)."""
     package_log = logging.getLogger("kvmigrate")
-    package_log.handlers[:] = [logging.handlers.QueueHandler(logs)]
+    package_log.handlers[:] = [PipeHandler(logs)]
     package_log.setLevel(log_level)
     package_log.propagate = False
     # Records are acyclic: the cyclic collector would only rescan the memo and the answers
@@ -48,7 +50,7 @@ def run_worker(
         spec.settings,
         maintain=pruner(spec.retention_days),
         on_write_error=convert.history.forget,
-        write_lock=None if write_lock is None else lambda: _turn(write_lock),
+        write_lock=None if write_lock is None else _Turns(write_lock),
     )
     batches = _Batches(writer, spec.settings, shared)
     try:
@@ -136,13 +138,21 @@ def _receive(conn: Connection, batches: _Batches) -> None:
         batches.publish()
 
 
-@contextlib.contextmanager
-def _turn(lock: Any, timeout: float = 5.0) -> Iterator[None]:
-    """Hold the writers' lock, or after `timeout` go ahead without it: a worker killed while
-    holding it must not stop the others (SQLite's own locking still keeps the file whole)."""
-    held = lock.acquire(timeout=timeout)
-    try:
-        yield
-    finally:
-        if held:
-            lock.release()
+class _Turns:
+    """The writers' lock: an exclusive `flock` of a file beside the database. The kernel
+    drops it when its holder dies, so a worker killed while writing stops no other."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self._fd is None:
+            os.makedirs(os.path.dirname(self._path) or ".", exist_ok=True)
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)  # woken as soon as it is free
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)

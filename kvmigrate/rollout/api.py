@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 from msgspec import inspect as mi
 
+from kvmigrate.logtext import quoted
 from kvmigrate.policies.gates import GateResult
 from kvmigrate.policies.modes import Mode
 from kvmigrate.rollout.controller import RolloutStatus
@@ -98,7 +99,8 @@ def _body_error(problem: str, cls: type) -> BodyError:
     unknown = re.search(r"unknown field `(.*)`", problem)
     if unknown:
         known = ", ".join(fields)
-        return BodyError(f"unknown field {unknown.group(1)!r}; known: {known}", unknown.group(1))
+        name = quoted(unknown.group(1))  # the client's own key: bounded
+        return BodyError(f"unknown field {name}; known: {known}", name[1:-1])
     return BodyError("the body must be a JSON object")
 
 

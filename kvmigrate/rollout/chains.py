@@ -85,12 +85,12 @@ class ChainMap:
             if is_hashed(conversation) and self.links.store is not None:
                 candidates = (declared, ref.conversation_key)
                 conversation = self.links.store.keys.recover(conversation, candidates)
-            return Identity(conversation, entry.turn + 1, "chain"), entry.backend
+            return self.links.count(Identity(conversation, entry.turn + 1, "chain")), entry.backend
         if ref.previous is None:
             # A Conversations API id seen for the first time: its first turn. Conversations
             # are created through the primary (a pass-through route), so they live there.
             key = ref.conversation_key or ""
-            return Identity(key, 1, "chain"), None
+            return self.links.count(Identity(key, 1, "chain")), None
         self.misses += 1
         if self._misses is not None:
             self._misses.inc()
@@ -101,7 +101,7 @@ class ChainMap:
                 "kvmigrate_chain_misses_total counts these",
                 printable(ref.previous, 64),  # the client's: no forged lines, no megabytes
             )
-        return Identity(ref.guessed_conversation, 2, "guess"), None
+        return self.links.count(Identity(ref.guessed_conversation, 2, "guess")), None
 
     async def find(self, key: str) -> ChainEntry | None:
         """The entry of `key`: this process's first, else the store's (then kept here)."""

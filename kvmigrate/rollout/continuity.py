@@ -156,12 +156,12 @@ class ContinuityResolver:
     ) -> Identity:
         declared = declared_key(headers, body, route)
         if declared is not None:
-            return self._count(Identity(declared.value, turn_index(body), declared.source))
+            return self.count(Identity(declared.value, turn_index(body), declared.source))
         history = request_history(route, body)
         if history is None:
             whole = derived_key(body, model)
             source = "opening" if whole.source == "prefix" else "body"
-            return self._count(Identity(whole.value, turn_index(body), source))
+            return self.count(Identity(whole.value, turn_index(body), source))
         found = self._local_link(history) if history.lookup is not None else None
         if found is None and history.lookup is not None and self.table is not None:
             found = self._table_link(history)
@@ -179,7 +179,7 @@ class ContinuityResolver:
             # by this link alone, and the answer need not wait for another write (`settle`).
             self._write_soon()
         pending = Pending(route, history, identity.conversation, identity.turn, self._queued)
-        return self._count(Identity(identity.conversation, identity.turn, identity.source, pending))
+        return self.count(Identity(identity.conversation, identity.turn, identity.source, pending))
 
     def in_store(self, conversation: str) -> str:
         """The conversation as the store keeps it (a declared key's keyed hash), or "" where
@@ -218,7 +218,8 @@ class ContinuityResolver:
                 return found
         return None
 
-    def _count(self, identity: Identity) -> Identity:
+    def count(self, identity: Identity) -> Identity:
+        """Count a request under its identity's source (kvmigrate_conversation_identity)."""
         self.counts[identity.source] += 1
         return identity
 

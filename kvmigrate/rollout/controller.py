@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kvmigrate.config import Config, safe_url
+from kvmigrate.logtext import quoted
 from kvmigrate.policies import Mode
 from kvmigrate.policies.candidate_compare import PairDifference, compare_candidates
 from kvmigrate.policies.gates import GateResult, Verdict, all_passed, evaluate_gates
@@ -116,7 +117,9 @@ class RolloutController:
                 )
             return names[0] if names else ""
         if selector not in names:
-            raise RolloutError(f"no cohort {selector!r}; cohorts: {', '.join(names) or 'none'}")
+            raise RolloutError(
+                f"no cohort {quoted(selector)}; cohorts: {', '.join(names) or 'none'}"
+            )
         return selector
 
     def read(self, cohort: str | None = None) -> RolloutState:
@@ -171,7 +174,7 @@ class RolloutController:
         candidates = self.config.candidates_of(cohort)
         if candidate not in candidates:
             raise RolloutError(
-                f"{candidate!r} is not a candidate of {cohort}; its: {', '.join(candidates)}"
+                f"{quoted(candidate)} is not a candidate of {cohort}; its: " + ", ".join(candidates)
             )
         if state.mode == Mode.SPLIT and state.percent > 0:
             raise RolloutError(
@@ -363,7 +366,7 @@ def _checked(percent: float | None, mode: str | None) -> tuple[float | None, Mod
     if percent is not None and not 0 <= percent <= 100:  # NaN fails both comparisons
         raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
     if mode is not None and mode not in tuple(Mode):
-        raise RolloutError(f"mode must be shadow or split, got {mode!r}")
+        raise RolloutError(f"mode must be shadow or split, got {quoted(mode)}")
     # -0 would be stored and shown as "-0%"
     return (0.0 if percent == 0 else percent), (None if mode is None else Mode(mode))
 

@@ -62,6 +62,12 @@ class StoreKeys:
         digest = hmac.digest(self._secret, data, "sha256")
         return HASHED_PREFIX + digest[: HASH_HEX_DIGITS // 2].hex()
 
+    def records_key(self) -> bytes:
+        """The key the recorder hashes conversation ids with (`record.hash_key` unset):
+        derived from the store's secret, so every proxy on the store hashes alike, across
+        restarts, and a copy of the records alone cannot test a guessed id."""
+        return hmac.digest(self._secret, b"kvmigrate records conversation key", "sha256")
+
     def conversation(self, conversation: str) -> str:
         """A link's conversation as the store keeps it: hashed unless derived."""
         return conversation if is_derived_key(conversation) else self.key(conversation)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmigrate.config.secret import safe_url
+from kvmigrate.private_files import create_private
 from kvmigrate.rollout.keys import StoreKeys, new_secret
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_state
@@ -84,7 +85,9 @@ class SqliteRolloutStore:
         # One connection, used from the CLI's thread or the proxy's worker threads in turn.
         self._lock = threading.RLock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # It keeps the HMAC key of conversation keys: private before SQLite opens it
+            # (its -wal and -shm get the database's mode).
+            create_private(self.path)
             self._db = sqlite3.connect(
                 self.path, timeout=10.0, isolation_level=None, check_same_thread=False
             )

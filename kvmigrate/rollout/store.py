@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, Protocol
@@ -15,6 +16,9 @@ from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, Rollo
 # A change computes the new state and its audit event from the current state, so the
 # store can apply it atomically (and retry it after losing a race).
 Change = Callable[[RolloutState], tuple[RolloutState, RolloutEvent]]
+
+
+log = logging.getLogger("kvmigrate.rollout")
 
 
 class StoreError(Exception):
@@ -110,6 +114,19 @@ STORES: Final[Mapping[str, str]] = MappingProxyType(
         "rediss": "kvmigrate.rollout.redis_store:RedisRolloutStore",
     }
 )
+
+
+def store_keys(store: RolloutStore) -> StoreKeys | None:
+    """The store's keys, or None while it cannot be read (a Redis store down at start)."""
+    try:
+        return store.keys
+    except StoreError as exc:
+        log.warning(
+            "%s: the recorder hashes conversation ids with a key of this process until a "
+            "restart finds the store (set record.hash_key to need no store)",
+            exc,
+        )
+        return None
 
 
 def open_store(url: str, initial: RolloutState) -> RolloutStore:

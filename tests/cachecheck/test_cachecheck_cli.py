@@ -173,3 +173,15 @@ def test_bad_invocations_exit_1_without_traceback(args: list[str]) -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip()
+
+
+def test_a_conversation_id_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    """The dataset is anyone's: an escape sequence or a bidi control in an id is shown
+    escaped, never acted on by the terminal."""
+    name, spec, *_ = PLANTED[0]
+    line = whole(agent(name, spec)) | {"conversation": "agent\x1b[2J\u202eeliforp"}
+    proc = run_here("--dataset", write(tmp_path / "c.jsonl", [line]))
+    assert proc.returncode == 2, proc.stderr
+    assert "\x1b" not in proc.stdout
+    assert "\u202e" not in proc.stdout
+    assert "conversation agent\\x1b[2J\\u202eeliforp" in proc.stdout

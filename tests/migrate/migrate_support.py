@@ -46,9 +46,10 @@ def temp_files(root: Path) -> list[str]:
 def run_cli(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**os.environ}
     full_env.pop("KVMIGRATE_CONFIG", None)
     full_env.pop("KVMIGRATE_PROXY_KEY", None)
+    full_env.update(env or {})  # what the test sets itself
     return subprocess.run(
         [sys.executable, "-m", "kvmigrate", "rewrite", *args],
         cwd=cwd,

@@ -177,13 +177,22 @@ def test_a_backup_dir_whose_parents_do_not_exist_yet(tmp_path: Path) -> None:
     assert revert(tree, backup_dir=shared).backup_id == result.backup_id
 
 
-def test_a_manifest_without_a_root_counts_as_this_trees(tmp_path: Path) -> None:
-    """Manifests written before `root` was recorded belong to the tree they sit in."""
+def test_a_manifest_edited_after_the_apply_is_no_longer_ours(tmp_path: Path) -> None:
+    """Its seal covers every field: a manifest whose root (or anything) was changed is
+    somebody else's, by id or as the latest."""
     tree, backup_dir, _ = applied(tmp_path)
     manifest = json.loads((backup_dir / MANIFEST).read_text())
     del manifest["root"]
     (backup_dir / MANIFEST).write_text(json.dumps(manifest))
-    assert revert(tree).backup_id == backup_dir.name
+    with pytest.raises(RevertError) as caught:
+        revert(tree, backup_dir.name)
+    assert str(caught.value) == (
+        f"backup {backup_dir.name!r} under {backup_dir.parent} was not written by `kvmigrate "
+        "rewrite --apply` as this user (it may have come with the repository): refused, "
+        "nothing was written"
+    )
+    with pytest.raises(RevertError, match=r"^no backup left to revert under "):
+        revert(tree)
 
 
 def failing_replace(after: int, once: bool = False) -> Callable[[Path, Path], None]:

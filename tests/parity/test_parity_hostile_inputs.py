@@ -105,3 +105,28 @@ def test_details_in_a_missing_folder_is_refused_before_any_request(
     _clean_exit(result, 2)
     assert "does not exist" in result.output
     assert HOSTED_MODEL not in result.output
+
+
+def test_request_ids_from_the_dataset_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    """A dataset's custom_id is anyone's text: named in the report's list of divergences,
+    an escape sequence or a bidi control in it is shown escaped."""
+    bodies = chat_requests(6)
+    lines = [
+        json.dumps({"custom_id": f"req\x1b[2J\u202e{i}", "method": "POST",
+                    "url": "/v1/chat/completions", "body": body})
+        for i, body in enumerate(bodies)
+    ]  # fmt: skip
+    dataset = tmp_path / "requests.jsonl"
+    dataset.write_text("\n".join(lines) + "\n")
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text('{"per_request": []}')  # every divergence is new
+    with (
+        emulator("hosted") as hosted,
+        emulator("vllm", min_output_tokens=4, max_output_tokens_default=5) as short,
+    ):
+        config = write_config(tmp_path / "config.yaml", hosted.url, short.url)
+        result = parity(config, dataset, "--repeats", "1", "--baseline", str(baseline))
+    assert "new divergences" in result.output, result.output
+    assert "\x1b" not in result.output
+    assert "\u202e" not in result.output
+    assert "req\\x1b[2J\\u202e" in result.output

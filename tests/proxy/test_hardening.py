@@ -207,6 +207,10 @@ def test_an_idle_kept_alive_connection_is_closed(make_proxy: ProxyFactory) -> No
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         assert _closed_by_peer(sock)
+    # An operator reads header_timeout as slow or hostile clients: a pool's idle
+    # connection is neither.
+    assert proxy.metric("kvmigrate_connections_closed_total", reason="idle") == 1
+    assert proxy.metric("kvmigrate_connections_closed_total", reason="header_timeout") == 0
 
 
 def test_connections_over_the_cap_are_closed_counted_and_logged(

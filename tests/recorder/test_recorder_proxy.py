@@ -69,7 +69,8 @@ def test_serve_and_shadow_calls_are_recorded_with_pairs_turns_and_tokens(
     # Each shadow copy points at the primary answer it mirrors.
     assert {r[13] for r in shadow} == {r[0] for r in serve}
     # Redacted records keep a keyed hash of an X-Session-ID, the same for every turn.
-    a, b = (stored_conversation(c, "redacted") for c in ("conv-a", "conv-b"))
+    key = proxy.recorder.hash_key
+    a, b = (stored_conversation(c, "redacted", key) for c in ("conv-a", "conv-b"))
     assert sorted((r[3], r[4]) for r in serve) == sorted([(a, 1), (a, 2), (a, 3), (b, 1), (b, 2)])
     for r in rows:
         assert r[5] == 200

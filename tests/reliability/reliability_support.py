@@ -96,13 +96,19 @@ class Row:
     stream: bool
 
 
-def rows_for(db: Path, conversation: str, grouped_as: str | None = None) -> list[Row]:
+def rows_for(
+    db: Path, conversation: str, grouped_as: str | None = None, hash_key: bytes | None = None
+) -> list[Row]:
     """The records of a session. Redacted records keep a keyed hash of its key as the
     rollout store keys it (`grouped_as`: by default from the SQLite store beside `db`), or
-    of the key itself where no store keyed it."""
+    of the key itself where no store keyed it; hashed with `hash_key` (by default the one
+    the SQLite store beside `db` gives)."""
     if grouped_as is None:
         grouped_as = in_sqlite_store(db.parent / "state.db", conversation)
-    keys = {stored_conversation(key, "redacted") for key in (conversation, grouped_as) if key}
+    hash_key = hash_key or records_key(db.parent / "state.db")
+    keys = {
+        stored_conversation(key, "redacted", hash_key) for key in (conversation, grouped_as) if key
+    }
     raw = query(
         db,
         "SELECT request_id, role, backend, status, error, fallback_from, pair_id, stream "
@@ -110,6 +116,13 @@ def rows_for(db: Path, conversation: str, grouped_as: str | None = None) -> list
         (conversation, *keys),
     )
     return [Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in raw]
+
+
+def records_key(state: Path) -> bytes:
+    """What the proxy hashes record conversation ids with: derived from the SQLite rollout
+    store's secret (no record.hash_key in these configs)."""
+    found = query(state, "SELECT value FROM rollout_meta WHERE name = ?", (KEY_SECRET,))
+    return StoreKeys(str(found[0][0])).records_key()
 
 
 def in_sqlite_store(state: Path, conversation: str) -> str:
@@ -127,18 +140,19 @@ def wait_rows(
     proxy_url: str,
     timeout: float = 30.0,
     grouped_as: str | None = None,
+    hash_key: bytes | None = None,
 ) -> list[Row]:
     """The conversation's records once `count` are written (the writer flushes every 0.2 s;
     a shadow copy lands only after its own timeout) and the proxy at `proxy_url` has settled:
     nothing in flight, every exchange it counted written, so any record beyond the expected
     ones would be there too."""
     wait_until(
-        lambda: len(rows_for(db, conversation, grouped_as)) >= count,
+        lambda: len(rows_for(db, conversation, grouped_as, hash_key)) >= count,
         timeout,
         f"{count} records of {conversation}",
     )
     wait_settled(proxy_url, timeout)
-    return rows_for(db, conversation, grouped_as)
+    return rows_for(db, conversation, grouped_as, hash_key)
 
 
 def describe(rows: list[Row]) -> str:

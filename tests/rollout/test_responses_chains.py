@@ -264,10 +264,35 @@ def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
     client.responses.create(model=MODEL, input="And then?", previous_response_id=answer.parse().id)
     misses = _metric(proxy, "kvmigrate_chain_misses_total")
     skipped = _metric(proxy, "kvmigrate_shadow_dropped_total", 'reason="no_candidate_chain"')
+    sources = _identity_sources(proxy)
     client.close()
     proxy.stop()
     assert misses == 1
     assert skipped == 2
+    assert (sources["guess"], sources["chain"]) == (1, 1)  # the miss, then the chain
+
+
+def test_every_turn_of_a_chain_is_counted_by_how_it_was_identified(
+    config_for: ConfigFor,
+) -> None:
+    """kvmigrate_conversation_identity_total{source="chain"} counts the turns that continue
+    a stored response; the first turn is an opening."""
+    proxy = start(config_for("mode: shadow, shadow_sample: 0"))
+    client = client_for(proxy)
+    previous = None
+    for turn in range(3):
+        previous = ask(client, f"Turn {turn}.", previous, stream=False)
+    sources = _identity_sources(proxy)
+    client.close()
+    proxy.stop()
+    assert {s: n for s, n in sources.items() if n} == {"opening": 1, "chain": 2}
+
+
+def _identity_sources(proxy: BackgroundServer) -> dict[str, float]:
+    sources = ("header", "user", "continuity", "opening", "guess", "body", "chain")
+    return {
+        s: _metric(proxy, "kvmigrate_conversation_identity_total", f'source="{s}"') for s in sources
+    }
 
 
 def test_a_chain_whose_backend_is_down_gets_a_clear_error_not_another_backend(
