@@ -248,17 +248,18 @@ class _Copy:
             and self.judges(exchange)
         ):
             return False
-        judging = self.copies.judging
-        if not judging.start(
-            lambda: self.judge_and_record(response, exchange), exchange.answer_bytes
+        # Its times are the answer's, not the judging's.
+        exchange.status = response.status
+        exchange.first_byte = response.first_body_at or None
+        exchange.finished = time.perf_counter()
+        if not self.copies.judging.start(
+            lambda: self.judge_and_record(exchange), exchange.answer_bytes
         ):
             self.settle()
         return True
 
-    async def judge_and_record(self, response: Response, exchange: Exchange) -> None:
+    async def judge_and_record(self, exchange: Exchange) -> None:
         try:
-            exchange.status = response.status
-            exchange.first_byte = response.first_body_at or None
             await self.judge_on_loop(exchange, event_stream=True)
             self.done(exchange)
         finally:

@@ -1,8 +1,8 @@
 """A client's compressed request body: `Content-Encoding: gzip` (or `x-gzip`) and `deflate`.
 
 aiohttp's parser would inflate such a body itself, on the event loop, as its bytes arrive:
-before any handler has checked a key, and past `server.max_body_bytes` (a 1 MB body can
-hold 1 GB of zeros). The proxy's server is built without that (`handler_args` in
+before any handler has checked a key, and past `server.max_body_bytes` (deflate packs a
+run of zeros a thousandfold). The proxy's server is built without that (`handler_args` in
 `build_proxy_app`), and a route inflates the body here instead, once it has authenticated
 the request and read the compressed bytes within the size and time limits: never more
 than `server.max_body_bytes` of output (a 413 past it), in slices, with a thread doing

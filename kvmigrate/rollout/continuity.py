@@ -372,11 +372,13 @@ class ContinuityResolver:
         """`exchange_done` before the answer's last byte: a long one is reassembled here, a
         slice at a time, and the last byte waits for it (the loop does not)."""
         pending = self._answered(exchange)
-        if pending is not None and exchange.long_answer:
-            await self.long_answers.remember(pending, exchange)
-        elif pending is not None:
-            self.exchange_done(exchange)
         exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
+        if pending is None:
+            return
+        if exchange.long_answer:
+            await self.long_answers.remember(pending, exchange)
+        elif (response := exchange.answer()) is not None:
+            self.remember(pending, response)
 
     def _put(self, link: str, value: tuple[str, int]) -> None:
         self._local[link] = value
