@@ -6,7 +6,7 @@ to a worker process."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from operator import attrgetter
@@ -16,7 +16,7 @@ import orjson
 
 from kvmigrate.policies.outcome import ttft_counts
 from kvmigrate.wire import anthropic_stream
-from kvmigrate.wire.assemble import assemble
+from kvmigrate.wire.assemble import SLICE_BYTES, assemble, assemble_sliced
 from kvmigrate.wire.chunk_log import ChunkLog
 from kvmigrate.wire.sse import decode_all, json_objects, sse_payloads
 from kvmigrate.wire.usage import token_counts
@@ -106,6 +106,43 @@ class Exchange:
             self._answer_parsed = True
             self._answer = assemble(self.route, self.body())
         return self._answer
+
+    @property
+    def answer_bytes(self) -> int:
+        chunks = self.chunks
+        return chunks.size if isinstance(chunks, ChunkLog) else sum(map(len, chunks))
+
+    @property
+    def answer_cut(self) -> bool:
+        """Whether the answer's middle was not kept (`ChunkLog`): it cannot be reassembled."""
+        chunks = self.chunks
+        return isinstance(chunks, ChunkLog) and chunks.dropped > 0
+
+    def events_body(self) -> bytes:
+        """The answer's bytes up to its last line end where its middle was not kept (whole
+        otherwise): the head's events, which a check of each event can read as they are."""
+        chunks = self.chunks
+        if not isinstance(chunks, ChunkLog) or not chunks.dropped:
+            return self.body()
+        head = b"".join(chunks.head())
+        return head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
+
+    @property
+    def long_answer(self) -> bool:
+        """Whether reassembling the answer takes more than one slice of `answer_in_slices`:
+        in the proxy's process, such an answer is reassembled that way, never whole."""
+        return self.answer_bytes > SLICE_BYTES
+
+    def answer_in_slices(self) -> Generator[None, None, dict[str, Any] | None]:
+        """`answer()`, reassembled a slice at a time (drive it with kvmigrate.slices):
+        on the proxy's loop, or on a thread beside it, a long answer in one go held the
+        loop for as long as it took."""
+        if self._answer_parsed:
+            return self._answer
+        answer = yield from assemble_sliced(self.route, self.body())
+        if not self._answer_parsed:  # another reader may have been at it meanwhile
+            self._answer, self._answer_parsed = answer, True
+        return answer
 
     @property
     def usage(self) -> dict[str, Any] | None:

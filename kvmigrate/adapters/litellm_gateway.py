@@ -127,7 +127,13 @@ class LiteLLMGateway:
         )
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._boundary], client_max_size=self.max_body_bytes)
+        # The proxy sends it bodies as they are: nothing arriving here is inflated (aiohttp
+        # would, as the bytes arrive, before the key is checked).
+        app = web.Application(
+            middlewares=[self._boundary],
+            client_max_size=self.max_body_bytes,
+            handler_args={"auto_decompress": False},
+        )
         for path, route in ROUTES.items():
             app.router.add_post(f"/v1/{path}", self._handler(route))
         app.router.add_get("/v1/models", self._list_models)

@@ -101,7 +101,8 @@ async def _ask(
 ) -> dict[str, Any]:
     headers = {"X-Session-ID": session}
     content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
+    # Each call's id, name pieces and argument pieces, joined once the stream ends.
+    calls: dict[int, tuple[list[str], list[str], list[str]]] = {}
     chunks = await client.chat.completions.create(
         model=model,
         messages=cast(Any, messages),
@@ -117,18 +118,21 @@ async def _ask(
         delta = chunk.choices[0].delta
         content.append(delta.content or "")
         for part in delta.tool_calls or ():
-            call = calls.setdefault(
-                part.index,
-                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-            )
-            call["id"] = part.id or call["id"]
+            ids, names, arguments = calls.setdefault(part.index, ([], [], []))
+            if part.id:
+                ids.append(part.id)
             if part.function is not None:
-                call["function"]["name"] += part.function.name or ""
-                call["function"]["arguments"] += part.function.arguments or ""
+                names.append(part.function.name or "")
+                arguments.append(part.function.arguments or "")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        message["tool_calls"] = [_call(*calls[i]) for i in sorted(calls)]
     return message
+
+
+def _call(ids: list[str], names: list[str], arguments: list[str]) -> dict[str, Any]:
+    function = {"name": "".join(names), "arguments": "".join(arguments)}
+    return {"id": ids[-1] if ids else "", "type": "function", "function": function}
 
 
 def tool_result(name: str, turn: int) -> str:

@@ -79,8 +79,12 @@ def build_proxy_app(
     identity: ContinuityResolver | None = None,
 ) -> web.Application:
     service = ProxyService(config, rollout, addons, identity)
+    # A compressed body stays compressed until a route has checked the key (proxy.inflate):
+    # aiohttp's parser would inflate it as it arrives, on the loop and past any limit.
     app = web.Application(
-        middlewares=[error_boundary], client_max_size=config.server.max_body_bytes
+        middlewares=[error_boundary],
+        client_max_size=config.server.max_body_bytes,
+        handler_args={"auto_decompress": False},
     )
     app[SERVICE_KEY] = service
     app[CONNECTION_LIMITS] = _connection_limits(config, service)

@@ -31,8 +31,12 @@ from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher, candidate_dispa
 from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
-from kvmigrate.tasks import Flight, Work
+from kvmigrate.slices import run_on_loop
+from kvmigrate.tasks import BoundedTasks, Flight, Work
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES
+
+JUDGING_MAX = 16
+JUDGING_MAX_BYTES = 256 * 1024 * 1024
 
 
 class Copies:
@@ -57,11 +61,21 @@ class Copies:
         self.unserved = unserved
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.shadow, self.shadows = candidate_dispatchers(config, metrics, shadow_timeout)
+        # Long answers judged a slice at a time (`_Copy.judged_later`), after their copy's
+        # own slot is free: bounded apart from the copies, in number and in bytes held.
+        dropped = metrics.shadow_dropped
+        self.judging = BoundedTasks(
+            JUDGING_MAX,
+            dropped.labels("concurrency_limit").inc,
+            byte_limit=JUDGING_MAX_BYTES,
+            on_over_bytes=dropped.labels("bytes_limit").inc,
+        )
 
     async def close(self) -> None:
         await self.shadow.close()
         for dispatcher in self.shadows.values():
             await dispatcher.close()
+        await self.judging.close()
 
     def mirror(self, request: web.Request, routed: Routed, exchange: Exchange) -> None:
         """After the client has its answer, so the copies cannot compete with it."""
@@ -170,7 +184,7 @@ class _Copy:
                 exchange.status = response.status
                 event_stream = is_event_stream(response)
                 await drain(response, exchange)
-                self.judge(exchange, event_stream)
+                await self.judge_on_loop(exchange, event_stream)
             self.done(exchange)
         finally:
             self.settle()
@@ -184,6 +198,8 @@ class _Copy:
         error = response.error if response is not None else None
         retried = isinstance(error, ServerDisconnected) and error.before_answer
         if retried and dispatcher.dispatch(lambda: self.run(exchange), len(self.call.body)):
+            return
+        if response is not None and error is None and self.judged_later(response, exchange):
             return
         try:
             if response is not None:
@@ -203,11 +219,51 @@ class _Copy:
                 self.judge(exchange, is_event_stream(response))
         self.done(exchange)
 
+    def judges(self, exchange: Exchange) -> bool:
+        return exchange.error is None and self.routed.route.is_candidate(self.backend)
+
     def judge(self, exchange: Exchange, event_stream: bool) -> None:
-        if exchange.error is None and self.routed.route.is_candidate(self.backend):
+        if self.judges(exchange):
             exchange.error = self.copies.unserved.copy_error(
                 exchange, event_stream, self.primary_status
             )
+
+    async def judge_on_loop(self, exchange: Exchange, event_stream: bool) -> None:
+        """`judge`, a long answer read a slice at a time, the loop free between slices."""
+        if self.judges(exchange):
+            verdict = self.copies.unserved.copy_error_sliced(
+                exchange, event_stream, self.primary_status
+            )
+            exchange.error = await run_on_loop(verdict)
+
+    def judged_later(self, response: Response, exchange: Exchange) -> bool:
+        """Whether a task judges and records the copy: a candidate's long event stream is
+        read a slice at a time (judged at once, it held the loop for as long as that took).
+        Past the bound of such tasks the copy is dropped and counted, as one past the
+        dispatcher's is."""
+        if not (
+            response.status == 200
+            and is_event_stream(response)
+            and exchange.long_answer
+            and self.judges(exchange)
+        ):
+            return False
+        # Its times are the answer's, not the judging's.
+        exchange.status = response.status
+        exchange.first_byte = response.first_body_at or None
+        exchange.finished = time.perf_counter()
+        if not self.copies.judging.start(
+            lambda: self.judge_and_record(exchange), exchange.answer_bytes
+        ):
+            self.settle()
+        return True
+
+    async def judge_and_record(self, exchange: Exchange) -> None:
+        try:
+            await self.judge_on_loop(exchange, event_stream=True)
+            self.done(exchange)
+        finally:
+            self.settle()
 
     def done(self, exchange: Exchange) -> None:
         exchange.finished = exchange.finished or time.perf_counter()

@@ -1,5 +1,6 @@
 """Taking a client's request in: its key checked against the proxy's own, its body read
-within the size and time limits. Every route that answers a client starts here."""
+within the size and time limits (and inflated, when it came compressed, only then: see
+`kvmigrate.proxy.inflate`). Every route that answers a client starts here."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from aiohttp.http import HttpVersion11
 from kvmigrate.config import ServerConfig
 from kvmigrate.config.secret import Secret
 from kvmigrate.proxy.envelopes import envelope_for_path
-from kvmigrate.proxy.errors import ProxyError, bad_request, body_too_large, unauthorized
+from kvmigrate.proxy.errors import ProxyError, body_too_large, unauthorized
 from kvmigrate.proxy.headers import bearer_token
+from kvmigrate.proxy.inflate import body_coding, inflate, undecodable
 
 ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
@@ -32,6 +34,14 @@ def authorize(request: web.Request, master_key: Secret | None) -> None:
 
 
 async def read_body(request: web.Request, server: ServerConfig) -> bytes:
+    """The body, inflated when it came compressed. Every caller has authenticated the
+    request first: no one without a key makes the proxy inflate anything."""
+    coding = body_coding(request.headers)  # a coding it cannot inflate: 415, nothing read
+    raw = await _read_raw(request, server)
+    return raw if coding is None else await inflate(raw, coding, server.max_body_bytes)
+
+
+async def _read_raw(request: web.Request, server: ServerConfig) -> bytes:
     limit = server.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise body_too_large(limit)
@@ -43,13 +53,10 @@ async def read_body(request: web.Request, server: ServerConfig) -> bytes:
         async with asyncio.timeout(server.body_timeout_seconds):
             return await _read(request.content, limit)
     except web.RequestPayloadError:
-        # A body aiohttp could not decode: a Content-Encoding its bytes do not match, a
-        # broken chunked framing. The client's mistake, so a 400 and no traceback.
+        # A body aiohttp could not read: a broken chunked framing. The client's mistake,
+        # so a 400 and no traceback.
         _end_broken_body(request)
-        raise bad_request(
-            "The request body could not be decoded: check that it matches its "
-            "Content-Encoding and Transfer-Encoding headers."
-        ) from None
+        raise undecodable() from None
     except TimeoutError:
         raise ProxyError(
             408,
@@ -88,13 +95,18 @@ def _end_broken_body(request: web.Request) -> None:
 def expect_handler(server: ServerConfig, refused: Callable[[int], None]) -> ExpectHandler:
     """The answer to `Expect: 100-continue`: `100 Continue`, as aiohttp's own handler sends,
     except to a body whose Content-Length is over the limit, which gets its 413 at once (in
-    the route's envelope; `refused` counts it). Before, the client was told to go on, sent
-    the whole body (curl waits for the 100 before any large upload), and got the 413 after."""
+    the route's envelope; `refused` counts it), and to one in a coding the proxy cannot
+    inflate (its 415). Before, the client was told to go on, sent the whole body (curl
+    waits for the 100 before any large upload), and got the 413 after."""
 
     async def expect(request: web.Request) -> web.StreamResponse | None:
         limit = server.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return _refused_before_the_body(request, body_too_large(limit), refused)
+        try:
+            body_coding(request.headers)
+        except ProxyError as unsupported:
+            return _refused_before_the_body(request, unsupported, refused)
         if request.version != HttpVersion11:
             return None
         if request.headers.get(hdrs.EXPECT, "").strip().lower() != "100-continue":

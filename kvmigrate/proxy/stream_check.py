@@ -10,10 +10,13 @@ primary; after it, the stream ends with an SSE error event.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import orjson
 
 from kvmigrate.policies.outcome import ErrorKind
-from kvmigrate.wire.sse import LineDecoder, field
+from kvmigrate.wire.assemble import SLICE_BYTES
+from kvmigrate.wire.sse import LineDecoder, event_slices, field
 
 # Field names a line may have; the empty name is a comment's.
 _KNOWN = frozenset({b"data", b"event", b"id", b"retry", b""})
@@ -52,21 +55,21 @@ class SseCheck:
         self._lines = LineDecoder()
 
     def feed(self, chunk: bytes) -> bool:
-        return all([_line_ok(line) for line in self._lines.feed(chunk)]) and _pending_ok(
-            self._lines.pending
-        )
+        lines = self._lines
+        return all([_line_ok(line) for line in lines.feed(chunk)]) and _pending_ok(lines)
 
     def end(self) -> bool:
         """Whether the stream's last line, one that no line end closed, is well formed."""
         return all([_line_ok(line) for line in self._lines.flush()])
 
 
-def _pending_ok(line: bytes) -> bool:
+def _pending_ok(lines: LineDecoder) -> bool:
     """Whether a line still on its way can become a well-formed one: its field name so far
-    must begin a known one, and it must not outgrow any event."""
-    if len(line) > MAX_LINE_BYTES:
+    must begin a known one, and it must not outgrow any event. Read without joining its
+    pieces: this runs at every chunk of the line."""
+    if lines.pending_size > MAX_LINE_BYTES:
         return False
-    name, colon, _ = line[: _LONGEST_NAME + 1].partition(b":")
+    name, colon, _ = lines.pending_head(_LONGEST_NAME + 1).partition(b":")
     if colon:
         return name in _KNOWN
     return any([known.startswith(name) for known in _KNOWN])
@@ -128,3 +131,16 @@ def malformed_kind(body: bytes, event_stream: bool) -> str | None:
         check = SseCheck()
         return None if check.feed(body) and check.end() else ErrorKind.MALFORMED_STREAM
     return None if json_ok(body) else ErrorKind.MALFORMED_BODY
+
+
+def malformed_kind_sliced(body: bytes, event_stream: bool) -> Generator[None, None, str | None]:
+    """`malformed_kind`, an event stream read a slice of whole events at a time (drive it
+    with kvmigrate.slices): a long answer judged at once held the proxy's loop."""
+    if not event_stream or len(body) <= SLICE_BYTES:
+        return malformed_kind(body, event_stream)
+    check = SseCheck()
+    for events in event_slices(body, SLICE_BYTES):
+        if not _all_data_parses(events) and not check.feed(events):
+            return ErrorKind.MALFORMED_STREAM
+        yield
+    return None if check.end() else ErrorKind.MALFORMED_STREAM

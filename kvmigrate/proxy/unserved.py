@@ -9,10 +9,11 @@ primary gave as well is the request's, not the candidate's (`blame`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 
 from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.proxy.exchange import Exchange
-from kvmigrate.proxy.stream_check import framing_error, malformed_kind
+from kvmigrate.proxy.stream_check import framing_error, malformed_kind, malformed_kind_sliced
 from kvmigrate.wire.errors import read_error
 
 log = logging.getLogger("kvmigrate.proxy")
@@ -62,10 +63,18 @@ class UnservedRoutes:
         if framing := framing_error(copy.status, copy.stream, event_stream):
             return framing
         if copy.status == 200:
-            return malformed_kind(copy.body(), event_stream)
+            return malformed_kind(copy.events_body(), event_stream)
         if blame(ErrorKind.REJECTED, primary_status) is None:
             return None  # asked before `refusal`, which logs a route it thinks not served
         return self.refusal(copy.backend, copy.route, copy.status, copy.body())
+
+    def copy_error_sliced(
+        self, copy: Exchange, event_stream: bool, primary_status: int | None
+    ) -> Generator[None, None, str | None]:
+        """`copy_error`, a long event stream read a slice at a time (kvmigrate.slices)."""
+        if copy.status == 200 and not framing_error(copy.status, copy.stream, event_stream):
+            return (yield from malformed_kind_sliced(copy.events_body(), event_stream))
+        return self.copy_error(copy, event_stream, primary_status)
 
 
 REFUSALS = frozenset({ErrorKind.ROUTE_NOT_SERVED, ErrorKind.REJECTED})

@@ -36,6 +36,7 @@ from kvmigrate.policies.continuity import History, answer_digest, iter_answer, r
 from kvmigrate.policies.conversation import declared_key, derived_key, turn_index
 from kvmigrate.rollout.keys import StoreKeys
 from kvmigrate.rollout.link_table import LinkTable, fits
+from kvmigrate.rollout.long_answers import LongAnswers
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
@@ -148,6 +149,7 @@ class ContinuityResolver:
         self.store_errors = 0
         self._failing = False  # the last batch failed: answers do not wait for the store
         self._keys: StoreKeys | None = None
+        self.long_answers = LongAnswers(self.remember)
 
     # -- resolving ----------------------------------------------------------------------------
 
@@ -317,15 +319,13 @@ class ContinuityResolver:
             return  # declared by the client, or no history: no link of ours finds its next turn
         if self.table is not None and fits(pending.conversation):
             if not pending.history.continued_by_request:
-                self.exchange_done(exchange)
-                exchange.continuity = None
+                await self._remember_now(exchange)
             return
         if pending.history.continued_by_request:
             # The answer is remembered after the relay, as a single proxy does it.
             needed = pending.request_link_seq
         else:
-            self.exchange_done(exchange)
-            exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
+            await self._remember_now(exchange)
             needed = self._queued  # every link queued so far, the answer's among them
         if self._stored >= needed or self._failing:
             return
@@ -347,14 +347,38 @@ class ContinuityResolver:
         so this proxy knows the link before the client can send its next turn. Every
         exchange (a copy, a failure too) learns its conversation as the store keys it, by
         which the recorder, an addon after this one, groups its turns. A copy has its
-        answer's already, or none if its answer had none: it must not differ from it."""
+        answer's already, or none if its answer had none: it must not differ from it. A
+        long answer is remembered by a task of its own (`LongAnswers`)."""
+        pending = self._answered(exchange)
+        if pending is None:
+            return
+        if exchange.long_answer:
+            self.long_answers.start(pending, exchange)
+            return
+        response = exchange.answer()
+        if response is not None:
+            self.remember(pending, response)
+
+    def _answered(self, exchange: Any) -> Pending | None:
+        """What to remember of a whole answer, once the exchange knows its stored key."""
         if exchange.conversation and not exchange.conversation_in_store and not exchange.pair_id:
             exchange.conversation_in_store = self.in_store(exchange.conversation)
         pending = exchange.continuity
         if not isinstance(pending, Pending) or exchange.status != 200 or not exchange.ok:
+            return None
+        # An answer whose middle was not kept reassembles to no answer the client has.
+        return None if exchange.answer_cut else pending
+
+    async def _remember_now(self, exchange: Any) -> None:
+        """`exchange_done` before the answer's last byte: a long one is reassembled here, a
+        slice at a time, and the last byte waits for it (the loop does not)."""
+        pending = self._answered(exchange)
+        exchange.continuity = None  # remembered: `exchange_done` after the relay skips it
+        if pending is None:
             return
-        response = exchange.answer()
-        if response is not None:
+        if exchange.long_answer:
+            await self.long_answers.remember(pending, exchange)
+        elif (response := exchange.answer()) is not None:
             self.remember(pending, response)
 
     def _put(self, link: str, value: tuple[str, int]) -> None:
@@ -383,6 +407,7 @@ class ContinuityResolver:
             self._task = self.supervisor.start("conversation-links", self._writer)
 
     async def done(self) -> None:
+        await self.long_answers.close()
         await self.supervisor.stop(self._task)
         with contextlib.suppress(StoreError):
             await self._flush()

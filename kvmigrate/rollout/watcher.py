@@ -30,6 +30,7 @@ from kvmigrate.rollout.controller import RolloutController, RolloutError
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.rollout.store import StoreError
+from kvmigrate.slices import run_through
 
 if TYPE_CHECKING:
     from kvmigrate.proxy.exchange import Exchange
@@ -164,7 +165,9 @@ class RollbackWatcher:
         while self._unchecked:
             exchange = self._unchecked.popleft()
             window = self.windows.get((exchange.cohort, exchange.backend))
-            response = exchange.answer()
+            # In slices: on this thread, a long answer decoded at once held the GIL, and so
+            # the event loop, for as long as that took.
+            response = run_through(exchange.answer_in_slices())
             try:
                 request = orjson.loads(exchange.request_body)
             except orjson.JSONDecodeError:

@@ -28,30 +28,55 @@ def assemble_messages(body: bytes) -> JSON | None:
     A stream cut short keeps the blocks that arrived; a tool input whose JSON never
     completed is the text as sent (a string, not the object a tool takes), so that parity
     and the broken-tool-call count still see the call."""
-    message: JSON | None = None
-    partial: dict[int, list[str]] = {}
-    for event in sse_data(body):
+    assembly = MessagesStream()
+    assembly.feed(body)
+    return assembly.result()
+
+
+class MessagesStream:
+    """A Messages stream fed a slice of whole events at a time, in order."""
+
+    __slots__ = ("growing", "message")
+
+    def __init__(self) -> None:
+        self.message: JSON | None = None
+        self.growing: dict[int, _Growing] = {}
+
+    def feed(self, events: bytes) -> bool:
+        """Always False: what follows `message_stop` is read as it comes (the SDKs do)."""
+        for event in sse_data(events):
+            self.add(event)
+        return False
+
+    def add(self, event: JSON) -> None:
+        """One event's data object."""
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
-            message = dict(event["message"])
-            message["content"] = list(message.get("content") or [])
-            usage = message.get("usage")
-            message["usage"] = dict(usage) if isinstance(usage, dict) else {}
-        elif message is None:
-            continue
-        elif kind == "content_block_start":
-            _start_block(message["content"], event)
+            started = self.message = dict(event["message"])
+            started["content"] = list(started.get("content") or [])
+            usage = started.get("usage")
+            started["usage"] = dict(usage) if isinstance(usage, dict) else {}
+            self.growing.clear()
+            return
+        message = self.message
+        if message is None:
+            return
+        if kind == "content_block_start":
+            _start_block(message["content"], event, self.growing)
         elif kind == "content_block_delta":
-            _add_delta(message["content"], event, partial)
+            _add_delta(message["content"], event, self.growing)
         elif kind == "content_block_stop":
-            _finish_input(message["content"], event.get("index"), partial)
+            _finish_block(message["content"], event.get("index"), self.growing)
         elif kind == "message_delta":
             _apply_message_delta(message, event)
-    if message is None:
-        return None
-    for index in list(partial):
-        _finish_input(message["content"], index, partial)
-    return message
+
+    def result(self) -> JSON | None:
+        """The Message (once: it joins what its blocks grew into them)."""
+        message = self.message
+        if message is not None:
+            for index in list(self.growing):
+                _finish_block(message["content"], index, self.growing)
+        return message
 
 
 def merged_stream_usage(events: list[JSON]) -> JSON | None:
@@ -80,7 +105,21 @@ def _block_at(content: list[Any], index: Any) -> JSON | None:
     return None
 
 
-def _start_block(content: list[Any], event: JSON) -> None:
+class _Growing:
+    """A block's streamed pieces, joined into it once, at its end: grown with `+` instead,
+    a long answer (hundreds of thousands of text or thinking deltas) cost time in the
+    square of its length. None: no delta of that kind came."""
+
+    __slots__ = ("citations", "input", "text", "thinking")
+
+    def __init__(self) -> None:
+        self.text: list[str] | None = None
+        self.thinking: list[str] | None = None
+        self.input: list[str] | None = None
+        self.citations: list[Any] | None = None
+
+
+def _start_block(content: list[Any], event: JSON, growing: dict[int, _Growing]) -> None:
     block = event.get("content_block")
     if not isinstance(block, dict):
         return
@@ -93,37 +132,56 @@ def _start_block(content: list[Any], event: JSON) -> None:
         content.append(copy)
     else:
         content[index] = copy
+        growing.pop(index, None)  # a block started again: what the old one grew is gone
 
 
-def _add_delta(content: list[Any], event: JSON, partial: dict[int, list[str]]) -> None:
-    block, delta = _block_at(content, event.get("index")), event.get("delta")
+def _add_delta(content: list[Any], event: JSON, growing: dict[int, _Growing]) -> None:
+    index = event.get("index")
+    block, delta = _block_at(content, index), event.get("delta")
     if block is None or not isinstance(delta, dict):
         return
+    assert isinstance(index, int)  # `_block_at` found it
+    grown = growing.get(index) or growing.setdefault(index, _Growing())
     kind = delta.get("type")
     if kind == "text_delta" and isinstance(delta.get("text"), str):
-        block["text"] = str(block.get("text") or "") + delta["text"]
+        if grown.text is None:
+            grown.text = [str(block.get("text") or "")]
+        grown.text.append(delta["text"])
     elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-        partial.setdefault(event["index"], []).append(delta["partial_json"])
+        if grown.input is None:
+            grown.input = []
+        grown.input.append(delta["partial_json"])
     elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
-        block["thinking"] = str(block.get("thinking") or "") + delta["thinking"]
+        if grown.thinking is None:
+            grown.thinking = [str(block.get("thinking") or "")]
+        grown.thinking.append(delta["thinking"])
     elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
         block["signature"] = delta["signature"]
     elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
-        block["citations"] = [*(block.get("citations") or ()), delta["citation"]]
+        if grown.citations is None:
+            grown.citations = list(block.get("citations") or ())
+        grown.citations.append(delta["citation"])
 
 
-def _finish_input(content: list[Any], index: Any, partial: dict[int, list[str]]) -> None:
-    """A tool_use block's input from its `input_json_delta` pieces (the start event's
-    `input` is always `{}` when the input streams)."""
-    pieces = partial.pop(index, None) if isinstance(index, int) else None
+def _finish_block(content: list[Any], index: Any, growing: dict[int, _Growing]) -> None:
+    """A block's pieces joined into it. A tool_use block's input is its `input_json_delta`
+    pieces parsed (the start event's `input` is always `{}` when the input streams)."""
+    grown = growing.pop(index, None) if isinstance(index, int) else None
     block = _block_at(content, index)
-    if pieces is None or block is None:
+    if grown is None or block is None:
         return
-    text = "".join(pieces)
-    try:
-        block["input"] = orjson.loads(text) if text.strip() else {}
-    except orjson.JSONDecodeError:
-        block["input"] = text
+    if grown.text is not None:
+        block["text"] = "".join(grown.text)
+    if grown.thinking is not None:
+        block["thinking"] = "".join(grown.thinking)
+    if grown.citations is not None:
+        block["citations"] = grown.citations
+    if grown.input is not None:
+        text = "".join(grown.input)
+        try:
+            block["input"] = orjson.loads(text) if text.strip() else {}
+        except orjson.JSONDecodeError:
+            block["input"] = text
 
 
 def _apply_message_delta(message: JSON, event: JSON) -> None:

@@ -109,7 +109,7 @@ def plain_choice(array: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | 
 
 
 class ChoiceSink(Protocol):
-    """Where one choice's deltas go (`kvmigrate.wire.assemble._Choice`)."""
+    """Where one choice's deltas go (`kvmigrate.wire.chat_stream._Choice`)."""
 
     content: list[str]
     finish_reason: str | None
@@ -123,12 +123,15 @@ _EMPTY = _Delta()
 
 
 def feed_chunks(
-    array: bytes, new_sink: Callable[[], ChoiceSink]
+    array: bytes,
+    new_sink: Callable[[], ChoiceSink],
+    sinks: dict[int, ChoiceSink] | None = None,
 ) -> tuple[dict[int, ChoiceSink], dict[str, Any] | None]:
-    """Decode a JSON array of chat chunks and feed each choice's deltas to its sink;
-    returns the sinks by choice index and the last non-empty usage. Raises one of
-    `DecodeError` when the chunks do not fit the types."""
-    sinks: dict[int, ChoiceSink] = {}
+    """Decode a JSON array of chat chunks and feed each choice's deltas to its sink (in
+    `sinks`, when earlier chunks made some); returns the sinks by choice index and the last
+    non-empty usage of these chunks. Raises one of `DecodeError` when the chunks do not
+    fit the types, before any sink is fed."""
+    sinks = {} if sinks is None else sinks
     usage: dict[str, Any] | None = None
     for chunk in _DECODER.decode(array):
         if chunk.usage:

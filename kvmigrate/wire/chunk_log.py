@@ -24,6 +24,16 @@ class ChunkLog(list[bytes]):
         self._head = 0
         self._kept = 0
 
+    @property
+    def size(self) -> int:
+        """The bytes logged so far, less the last few chunks after the head filled up."""
+        return self._kept + self.dropped
+
+    def head(self) -> list[bytes]:
+        """The chunks before the gap where chunks were dropped (all of them, if none was).
+        Joined with the tail, they meet mid-line: what reads events reads the head alone."""
+        return self[: self._head] if self.dropped else self[:]
+
     def append(self, chunk: bytes) -> None:
         if self._kept < MAX_RECORDED_BYTES:
             self._kept += len(chunk)

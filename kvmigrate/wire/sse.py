@@ -36,12 +36,17 @@ class ServerSentEvent(NamedTuple):
 
 
 class LineDecoder:
-    """Chunks in, whole lines out, without their ends (`\\r\\n`, `\\r` or `\\n`)."""
+    """Chunks in, whole lines out, without their ends (`\\r\\n`, `\\r` or `\\n`).
 
-    __slots__ = ("_cr", "_partial")
+    A line still on its way is kept as the pieces that came and joined once its end
+    arrives: joined at every chunk instead, a long line trickling in small chunks cost
+    time in the square of its length."""
+
+    __slots__ = ("_cr", "_partial", "_size")
 
     def __init__(self) -> None:
-        self._partial = b""  # the start of a line whose end has not arrived
+        self._partial: list[bytes] = []  # the start of a line whose end has not arrived
+        self._size = 0  # its length
         self._cr = False  # the last chunk ended with `\r`: a `\n` starting the next is its pair
 
     def feed(self, chunk: bytes) -> list[bytes]:
@@ -54,25 +59,41 @@ class LineDecoder:
                 if not chunk:
                     return []
         if self._partial:
-            chunk = self._partial + chunk
-            self._partial = b""
+            if b"\n" not in chunk and b"\r" not in chunk:  # the line goes on
+                self._partial.append(chunk)
+                self._size += len(chunk)
+                return []
+            self._partial.append(chunk)
+            chunk = b"".join(self._partial)
+            self._partial, self._size = [], 0
         # bytes.splitlines splits at exactly `\r\n`, `\r` and `\n`, in C.
         lines = chunk.splitlines()
         last = chunk[-1]
         if last == _CR:
             self._cr = True
         elif last != _LF:
-            self._partial = lines.pop()
+            tail = lines.pop()
+            self._partial, self._size = [tail], len(tail)
         return lines
 
     @property
-    def pending(self) -> bytes:
-        """The start of a line whose end has not arrived yet."""
-        return self._partial
+    def pending_size(self) -> int:
+        """The length of a line whose end has not arrived yet."""
+        return self._size
+
+    def pending_head(self, length: int) -> bytes:
+        """The first `length` bytes of a line whose end has not arrived yet."""
+        head = b""
+        for piece in self._partial:
+            head += piece[: length - len(head)]
+            if len(head) >= length:
+                break
+        return head
 
     def flush(self) -> list[bytes]:
         """The last line of a stream that ended without a line end."""
-        partial, self._partial, self._cr = self._partial, b"", False
+        partial = b"".join(self._partial)
+        self._partial, self._size, self._cr = [], 0, False
         return [partial] if partial else []
 
 
@@ -200,3 +221,20 @@ def sse_payloads(body: bytes) -> list[bytes]:
     """The raw JSON object of every `data:` line, in order: the fast path for the framing
     OpenAI and vLLM use (a payload it cuts wrong fails to parse, and callers fall back)."""
     return _DATA_OBJECT.findall(body)
+
+
+# The end of an event: a blank line (`\n\n`, `\r\n\r\n`). No event spans one, so a body
+# cut after it is cut between events.
+_EVENT_END = re.compile(rb"\n\r?\n")
+
+
+def event_slices(body: bytes, size: int) -> Iterator[bytes]:
+    """A whole body in slices of about `size` bytes (more when an event is longer), each
+    cut after an event's blank line: what reads each slice on its own reads every event
+    whole, as it would reading the body at once."""
+    start = 0
+    while start < len(body):
+        found = _EVENT_END.search(body, start + size)
+        end = len(body) if found is None else found.end()
+        yield body[start:end]
+        start = end

@@ -5,6 +5,7 @@ real litellm runs in tests/integrations/test_litellm_backend.py."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import sys
@@ -312,6 +313,29 @@ def test_the_gateway_answers_bad_requests_in_openai_envelopes(
     with caught.value as refused:
         assert refused.code == status
         assert message in json.loads(refused.read())["error"]["message"]
+    assert fake.calls == []
+
+
+def test_the_gateway_inflates_nothing(proxy: BackgroundServer, fake: FakeLiteLLM) -> None:
+    """The proxy never compresses what it sends the gateway: a compressed body reaching it
+    stays as it came (aiohttp's parser inflated it as it arrived, before the key's check)."""
+    gateway = proxy.app[SERVICE_KEY].gateways["hosted"]
+    key = gateway.upstream_config().api_key
+    assert key is not None
+    request = urllib.request.Request(
+        gateway.url + "/chat/completions",
+        data=gzip.compress(b'{"model": "gpt-4o-mini", "messages": []}'),
+        headers={
+            "Authorization": "Bearer " + key.reveal(),
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+        },
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    with caught.value as refused:
+        assert refused.code == 400
+        assert "not valid JSON" in json.loads(refused.read())["error"]["message"]
     assert fake.calls == []
 
 

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from kvmigrate.proxy.exchange import Exchange
 from kvmigrate.recorder.convert import to_record
-from kvmigrate.wire.assemble import _assemble_chat_dicts, assemble
+from kvmigrate.wire.assemble import assemble
 from kvmigrate.wire.chat_chunks import plain_choice
+from kvmigrate.wire.chat_stream import assemble_chat_dicts
 from kvmigrate.wire.sse import sse_data
 
 TEXT = st.text(max_size=12)
@@ -55,7 +56,7 @@ def _stream(chunks: list[dict[str, Any]]) -> bytes:
 @given(st.lists(CHUNK, min_size=1, max_size=8))
 def test_the_typed_path_agrees_with_the_general_path(chunks: list[dict[str, Any]]) -> None:
     body = _stream(chunks)
-    assert assemble("chat/completions", body) == _assemble_chat_dicts(sse_data(body))
+    assert assemble("chat/completions", body) == assemble_chat_dicts(sse_data(body))
 
 
 def test_chunks_the_types_do_not_admit_take_the_general_path() -> None:
@@ -66,7 +67,7 @@ def test_chunks_the_types_do_not_admit_take_the_general_path() -> None:
     ]
     body = _stream(odd)
     assembled = assemble("chat/completions", body)
-    assert assembled == _assemble_chat_dicts(sse_data(body))
+    assert assembled == assemble_chat_dicts(sse_data(body))
     assert assembled is not None
     assert assembled["choices"]
 
@@ -149,7 +150,7 @@ PLAIN_CHUNK = st.fixed_dictionaries(
 def test_the_plain_path_takes_text_only_streams_and_agrees(chunks: list[dict[str, Any]]) -> None:
     body = _stream(chunks)
     assert plain_choice(b"[" + b",".join(orjson.dumps(c) for c in chunks) + b"]") is not None
-    assert assemble("chat/completions", body) == _assemble_chat_dicts(sse_data(body))
+    assert assemble("chat/completions", body) == assemble_chat_dicts(sse_data(body))
 
 
 @pytest.mark.parametrize(
@@ -170,7 +171,7 @@ def test_anything_but_text_leaves_the_plain_path(delta: dict[str, Any]) -> None:
     ]
     assert plain_choice(orjson.dumps(chunks)) is None
     body = _stream(chunks)
-    assert assemble("chat/completions", body) == _assemble_chat_dicts(sse_data(body))
+    assert assemble("chat/completions", body) == assemble_chat_dicts(sse_data(body))
 
 
 def test_a_second_choice_leaves_the_plain_path() -> None:

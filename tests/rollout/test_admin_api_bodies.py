@@ -182,6 +182,22 @@ def test_a_body_that_does_not_match_its_content_encoding_is_a_400(proxy: Backgro
     assert (status, error["param"]) == (400, "percent")
 
 
+def test_a_gzipped_body_is_held_to_the_limit_inflated_and_other_codings_are_a_415(
+    proxy: BackgroundServer,
+) -> None:
+    packed = gzip.compress(b'{"percent": 10, "reason": "' + b"x" * 8000 + b'"}')
+    assert len(packed) < 4096  # within the limit as sent, over it inflated
+    headers = [b"Content-Encoding: gzip", b"Content-Length: %d" % len(packed)]
+    status, error = error_of(send_raw(proxy, headers, packed))
+    assert (status, error["code"]) == (413, "request_too_large")
+    # Before: aiohttp's parser tried any coding (a 400), and inflated a second gzip layer.
+    for coding in (b"br", b"gzip, gzip"):
+        headers = [b"Content-Encoding: " + coding, b"Content-Length: 4"]
+        status, error = error_of(send_raw(proxy, headers, b"abcd"))
+        assert (status, error["code"]) == (415, "unsupported_content_encoding")
+        assert "gzip" in str(error["message"])
+
+
 def test_a_body_over_the_servers_limit_is_a_413(proxy: BackgroundServer) -> None:
     body = b'{"percent": 10, "reason": "' + b"x" * 8000 + b'"}'
     response = send_raw(proxy, [b"Content-Length: %d" % len(body)], body)
