@@ -78,7 +78,7 @@ class Calls:
         """A new exchange with `backend`; `routed` None: a pass-through call, on no model
         route and in no conversation."""
         exchange = Exchange(
-            request_id="req_" + os.urandom(12).hex(),
+            request_id=new_request_id(),
             route=routed.path if routed else "other",
             backend=backend,
             role=role,
@@ -100,3 +100,8 @@ class Calls:
                     routed.conversation, routed.turn, routed.body, routed.chain
                 )
         return exchange
+
+
+def new_request_id() -> str:
+    """The id the proxy gives an answer (`x-request-id`), and its records."""
+    return "req_" + os.urandom(12).hex()

@@ -21,50 +21,66 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
-import orjson
+from aiohttp import web
+from multidict import CIMultiDictProxy
 from prometheus_client import Counter
 
 from kvmigrate.config import Config
 from kvmigrate.config.access import AuthMode, auth_mode
 from kvmigrate.policies.outcome import refused_client
 from kvmigrate.proxy.client import Response, UpstreamError
-from kvmigrate.proxy.errors import ProxyError, shown
-from kvmigrate.proxy.headers import CREDENTIAL_HEADERS, KEY_HEADERS, is_credential_param
+from kvmigrate.proxy.client_answer import ClientAnswer
+from kvmigrate.proxy.errors import ProxyError
+from kvmigrate.proxy.headers import (
+    CREDENTIAL_HEADERS,
+    KEY_HEADERS,
+    is_credential_param,
+    relayed_response_headers,
+)
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.upstream import Upstream
 
 # Verdicts kept at most: each is a 32-byte hash and a few fields.
 MAX_VERDICTS = 10_000
-# A refused key is asked about again this soon at the latest: an attacker trying keys
-# costs the primary one call per key, and a key just created is not refused for long.
-REFUSED_TTL_S = 10.0
-# The primary's answers that do not say a key passed: its refusals, a proxy's, a limit.
-NOT_PAST_AUTH = frozenset({401, 403, 407, 429})
 # What the question to the primary carries of the client's headers: its credentials, and
 # what decides whether they are accepted (an OpenAI organisation or project; Anthropic's
 # API wants its version on every call). Nothing else: the question is the proxy's own.
 ASKED_WITH = CREDENTIAL_HEADERS - {"cookie"} | {"anthropic-version"}
-# A refusal's body is read up to this, for the message the client is shown.
+# A refusal's body is read up to this, to be relayed to the client.
 REFUSAL_BODY_LIMIT = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """The primary's word on one key: accepted until `until`, or its refusal as it came
+    (status, headers, body); neither (status 0): it could not say."""
+
     accepted: bool
     until: float
     status: int = 0
-    message: str = ""
+    headers: CIMultiDictProxy[str] | None = None
+    body: bytes = b""
 
 
-def passed_authentication(status: int) -> bool:
-    """Whether an answer of the primary says it got past checking the key. A 429 does not:
-    a gateway may limit by address before it looks at a key."""
-    return 200 <= status < 300 or (400 <= status < 500 and status not in NOT_PAST_AUTH)
+class KeyRefused(Exception):
+    """The primary refused the client's key. The client gets that refusal as the primary
+    gave it, with the headers of any answer the proxy relays from the primary: a keyless
+    client cannot tell a conversation the candidate serves from one the primary serves."""
 
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(f"the primary refused the key ({verdict.status})")
+        self.verdict = verdict
 
-class KeyRefused(ProxyError):
-    """The primary refused the client's key: its status, and its message where it gave one
-    (the client sees what the primary itself would have told it)."""
+    async def answer(
+        self, request: web.Request, extra: list[tuple[str, str]]
+    ) -> web.StreamResponse:
+        verdict = self.verdict
+        assert verdict.headers is not None
+        client = ClientAnswer(
+            request, verdict.status, relayed_response_headers(verdict.headers, extra)
+        )
+        await client.send_whole(verdict.body)
+        return client
 
 
 class KeyGate:
@@ -90,14 +106,38 @@ class KeyGate:
     def gating(self) -> bool:
         return self.mode is AuthMode.PASS_THROUGH
 
-    def fingerprint(self, headers: Mapping[str, str], raw_query: str) -> bytes:
-        """The keyed hash of every credential the client sent (headers and query)."""
+    def fingerprint(self, headers: CIMultiDictProxy[str], raw_query: str) -> bytes:
+        """The keyed hash of every credential the client sent (headers and query), each
+        value of a header sent twice in order: the verdict is kept for exactly what the
+        primary was shown."""
         mac = hmac.new(self._hash_key, digestmod=hashlib.sha256)
         for name in sorted(KEY_HEADERS):
-            mac.update(name.encode() + b"\0" + headers.get(name, "").encode("utf-8", "replace"))
-            mac.update(b"\0")
+            for value in headers.getall(name, ()):
+                mac.update(name.encode() + b"\0" + value.encode("utf-8", "replace") + b"\0")
+            mac.update(b"\1")
         mac.update(_credential_query(raw_query).encode("utf-8", "replace"))
         return mac.digest()
+
+    def key_of(self, request: web.Request) -> bytes | None:
+        """The client key's fingerprint where the primary vouches for keys, else None."""
+        if not self.gating:
+            return None
+        return self.fingerprint(request.headers, request.rel_url.raw_query_string)
+
+    async def check(
+        self, request: web.Request, fingerprint: bytes | None, primary: Upstream
+    ) -> KeyRefused | None:
+        """Before a request goes to a backend other than the primary: None when it may
+        (no gate, or a key the primary accepted), else the primary's refusal to answer
+        with. Raises the 503 when the primary could not say."""
+        if fingerprint is None or self.accepted(fingerprint):
+            return None
+        raw_query = request.rel_url.raw_query_string
+        try:
+            await self.admit(fingerprint, request.headers, raw_query, primary)
+        except KeyRefused as refused:
+            return refused
+        return None
 
     def accepted(self, fingerprint: bytes | None) -> bool:
         """Whether a fresh verdict says the primary accepted this key. None: no gate."""
@@ -107,17 +147,15 @@ class KeyGate:
         return verdict is not None and verdict.accepted and verdict.until > time.monotonic()
 
     def learn(self, fingerprint: bytes | None, status: int | None) -> None:
-        """The primary's own answer to the client's request is a verdict too: the APIs the
-        proxy relays authenticate a call before they validate it, so a success or a
-        complaint about the request itself (a 400, a 404 for a model) means the key passed."""
+        """The primary's own answer to the client's request is a verdict too, when it is a
+        success: only serving a request proves a key passed (a 400 can come from a front
+        end that never looked at the key). A refusal drops an acceptance at once, so a
+        revoked key stops reaching the candidate."""
         if fingerprint is None or status is None:
             return
         if refused_client(status):
-            # A key revoked since it was accepted stops reaching the candidate now. The
-            # refusal itself is not kept: the candidate's path asks the primary, and shows
-            # the client the primary's own words.
             self._verdicts.pop(fingerprint, None)
-        elif passed_authentication(status) and not self.accepted(fingerprint):
+        elif 200 <= status < 300 and not self.accepted(fingerprint):
             self._keep(fingerprint, Verdict(True, time.monotonic() + self.ttl))
 
     async def admit(
@@ -129,7 +167,8 @@ class KeyGate:
     ) -> None:
         """Return once the primary accepted the key; raise KeyRefused (its refusal) or a
         503 (it could not say) otherwise. Concurrent requests with one new key wait for one
-        question to the primary."""
+        question to the primary. A refusal is not kept: each request with a refused key
+        costs the primary one call, as it would if the primary served it."""
         verdict = self._verdicts.get(fingerprint)
         if verdict is None or verdict.until <= time.monotonic():
             asking = self._asking.get(fingerprint)
@@ -141,12 +180,7 @@ class KeyGate:
         if verdict.accepted:
             return
         if verdict.status:
-            raise KeyRefused(
-                verdict.status,
-                verdict.message or "The primary API refused this API key.",
-                "invalid_request_error",
-                "invalid_api_key",
-            )
+            raise KeyRefused(verdict)
         raise ProxyError(
             503,
             "The API key could not be verified: the primary API did not answer the check. "
@@ -170,6 +204,7 @@ class KeyGate:
                 response = await primary.send("GET", url, sent)
                 try:
                     body = await _read_prefix(response, REFUSAL_BODY_LIMIT)
+                    headers = response.headers
                 finally:
                     response.close()
         except (TimeoutError, UpstreamError, OSError):
@@ -179,12 +214,12 @@ class KeyGate:
         if 200 <= status < 300:
             verdict = Verdict(True, time.monotonic() + self.ttl)
         elif refused_client(status):
-            message = _error_message(body)
-            verdict = Verdict(False, time.monotonic() + REFUSED_TTL_S, status, message)
+            self.checks.labels("refused").inc()
+            return Verdict(False, 0.0, status, headers, body)
         else:  # a 404, a 429, a 5xx: no word on the key, and nothing kept
             self.checks.labels("unknown").inc()
             return Verdict(False, 0.0)
-        self.checks.labels("accepted" if verdict.accepted else "refused").inc()
+        self.checks.labels("accepted").inc()
         self._keep(fingerprint, verdict)
         return verdict
 
@@ -212,15 +247,3 @@ def _credential_query(raw_query: str) -> str:
         return ""
     pairs = parse_qsl(raw_query, keep_blank_values=True)
     return urlencode([(k, v) for k, v in pairs if is_credential_param(k)])
-
-
-def _error_message(body: bytes) -> str:
-    """The message of the primary's error (OpenAI's, Azure's and Anthropic's envelopes all
-    carry `error.message`), cut as the proxy's own errors cut a client's value."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    return shown(message) if isinstance(message, str) else ""

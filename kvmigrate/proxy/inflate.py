@@ -32,6 +32,10 @@ SUPPORTED_TEXT = "identity (uncompressed), gzip (or x-gzip) or deflate"
 INLINE_OUTPUT = 256 * 1024
 # How much one call into zlib may produce: the output cap is checked between slices.
 SLICE = 1024 * 1024
+# How much of the body one call into zlib is given.
+IN_SLICE = 64 * 1024
+# Gzip members one body may hold (`cat a.gz b.gz` makes two).
+MAX_MEMBERS = 64
 
 
 def unsupported_coding() -> ProxyError:
@@ -96,23 +100,36 @@ def _zlib_header(data: bytes) -> bool:
 
 
 class _Inflater:
-    """One body's inflation, resumable: `run` goes on where the last call stopped."""
+    """One body's inflation, resumable: `run` goes on where the last call stopped.
 
-    __slots__ = ("_coding", "_limit", "_parts", "_pending", "_size", "_stream")
+    zlib is fed the body a slice at a time, and a gzip body may hold at most `MAX_MEMBERS`
+    members: at each member's end zlib copies whatever input it was given past it, so a
+    body of thousands of empty members fed whole cost the square of its size."""
+
+    __slots__ = (
+        "_coding", "_data", "_limit", "_members", "_offset", "_parts", "_pending", "_size",
+        "_stream",
+    )  # fmt: skip
 
     def __init__(self, coding: str, data: bytes, limit: int) -> None:
         self._coding = coding
         self._limit = limit
         self._stream = zlib.decompressobj(_wbits(coding, data))
-        self._pending = data
+        self._data = memoryview(data)
+        self._offset = 0
+        self._pending: bytes | memoryview = b""
+        self._members = 1
         self._parts: list[bytes] = []
         self._size = 0
 
     def run(self, budget: int | None) -> bytes | None:
         """Inflate on until the body ends (its bytes, joined) or, with a `budget`, until
-        that much more output came out first (None: call again)."""
+        that much more output came out, or a second member began (None: call again)."""
         left = budget
         while True:
+            if not self._pending:
+                self._pending = self._data[self._offset : self._offset + IN_SLICE]
+                self._offset += len(self._pending)
             room = self._limit + 1 - self._size  # one byte past the limit proves it passed
             want = min(SLICE, room) if left is None else min(SLICE, room, left)
             try:
@@ -128,7 +145,9 @@ class _Inflater:
             if self._stream.eof:
                 if not self._next_member():
                     return self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
-            elif not out and not self._pending:
+                if left is not None:
+                    return None  # several members: the rest is a thread's work
+            elif not out and not self._pending and self._offset >= len(self._data):
                 raise undecodable()  # every byte read, and the stream did not end
             if left is not None:
                 left -= len(out)
@@ -138,11 +157,18 @@ class _Inflater:
     def _next_member(self) -> bool:
         """After a stream's end: a gzip body may hold several members, one after another
         (what `cat a.gz b.gz` makes); any other bytes after the end are no part of it."""
-        rest = self._stream.unused_data
+        rest = self._stream.unused_data or self._data[self._offset : self._offset + IN_SLICE]
         if not rest:
             return False
-        if self._coding == "deflate" or rest[:2] != b"\x1f\x8b":
+        if self._coding == "deflate" or bytes(rest[:2]) != b"\x1f\x8b":
             raise undecodable()
+        if self._members >= MAX_MEMBERS:
+            raise bad_request(
+                f"The request body holds more than {MAX_MEMBERS} gzip members: join them into one."
+            )
+        self._members += 1
+        if not self._stream.unused_data:
+            self._offset += len(rest)
         self._stream = zlib.decompressobj(_GZIP_WBITS)
         self._pending = rest
         return True

@@ -18,7 +18,7 @@ from kvmigrate.policies.outcome import ErrorKind, refused_client, worth_mirrorin
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
-from kvmigrate.proxy.calls import Calls
+from kvmigrate.proxy.calls import Calls, new_request_id
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.client import Response
 from kvmigrate.proxy.client_keys import KeyGate
@@ -156,35 +156,29 @@ class ProxyService:
         served = self._served(path, body)
         cohort = self.cohorts.resolve(body.model, request.headers, body.data)
         ref = chain_ref(body.data) if path == RESPONSES else None
-        key = self._key_of(request)
+        key = self.keys.key_of(request)
         early = self._send_early(request, path, body, served, cohort, key) if ref is None else None
         try:
             routed = await self._route(request, path, body, served, cohort, ref, key)
+            primary = routed.route.snapshot.primary
+            asked_at = time.perf_counter()
+            refused = None
             if not routed.route.is_primary(routed.route.serve):
-                await self._admit(request, key, routed.route.snapshot.primary)
+                refused = await self.keys.check(request, key, self.upstreams[primary])
         except BaseException:
             if early is not None:
                 self.upstreams[early.backend].abandon(early.sent)
             raise
+        if refused is not None:
+            overhead = asked_at - started
+            served_model = routed.served.get(primary, body.model)
+            return await refused.answer(request, relayed_headers(primary, overhead, served_model))
         if early is not None and early.backend != routed.route.serve:
             # The rollout changed while the conversation was identified: its new state rules.
             self.upstreams[early.backend].abandon(early.sent)
             early = None
         exchange = self.calls.exchange(routed, routed.route.serve, SERVE, started)
         return await self._answer(request, routed, exchange, started, early)
-
-    def _key_of(self, request: web.Request) -> bytes | None:
-        """The client key's fingerprint, where the primary vouches for keys (KeyGate)."""
-        if not self.keys.gating:
-            return None
-        return self.keys.fingerprint(request.headers, request.rel_url.raw_query_string)
-
-    async def _admit(self, request: web.Request, key: bytes | None, primary: str) -> None:
-        """A request for a backend other than the primary goes on only with a key the
-        primary accepted (raises the primary's refusal otherwise)."""
-        if key is not None and not self.keys.accepted(key):
-            raw_query = request.rel_url.raw_query_string
-            await self.keys.admit(key, request.headers, raw_query, self.upstreams[primary])
 
     def _served(self, path: str, body: RequestBody) -> dict[str, str]:
         """The backends that serve the request's model, each by its own model name."""
@@ -351,12 +345,9 @@ class ProxyService:
         now = time.perf_counter()
         overhead = before_call + (now - (exchange.first_byte or now))
         self.metrics.observe(self.metrics.overhead, overhead)
-        extra = [
-            ("x-request-id", exchange.request_id),
-            ("x-kvmigrate-backend", exchange.backend),
-            ("x-kvmigrate-overhead-ms", f"{overhead * 1000:.3f}"),
-            ("x-kvmigrate-served-model", exchange.served_model),
-        ]
+        extra = relayed_headers(
+            exchange.backend, overhead, exchange.served_model, exchange.request_id
+        )
         rewrite = self._answer_model(exchange)
         client: web.StreamResponse
         try:
@@ -460,7 +451,11 @@ class ProxyService:
         primary = self.rollout.current().primary
         backend = await self.chained.stored_on(suffix, self.config.backends) or primary
         if backend != primary:  # a response the candidate stored: the primary vouches first
-            await self._admit(request, self._key_of(request), primary)
+            key = self.keys.key_of(request)
+            refused = await self.keys.check(request, key, self.upstreams[primary])
+            if refused is not None:
+                extra = [("x-request-id", new_request_id()), ("x-kvmigrate-backend", primary)]
+                return await refused.answer(request, extra)
         upstream = self.upstreams[backend]
         call = self.calls.call(request, backend, suffix, raw, primary=backend == primary)
         exchange = self.calls.exchange(None, backend, SERVE, started)
@@ -476,3 +471,15 @@ class ProxyService:
             client = await send_buffered(request, response, body, extra)
         self.addons.exchange_done(exchange)
         return client
+
+
+def relayed_headers(
+    backend: str, overhead: float, served_model: str, request_id: str | None = None
+) -> list[tuple[str, str]]:
+    """The proxy's own headers on a model route's answer relayed from `backend`."""
+    return [
+        ("x-request-id", request_id or new_request_id()),
+        ("x-kvmigrate-backend", backend),
+        ("x-kvmigrate-overhead-ms", f"{overhead * 1000:.3f}"),
+        ("x-kvmigrate-served-model", served_model),
+    ]

@@ -50,6 +50,8 @@ class Primary:
         self.seen.append(Recorded(request.method, request.path_qs, dict(request.headers), body))
         if request.path == "/v1/models" and self.models_status is not None:
             return web.json_response({"error": {"message": "down"}}, status=self.models_status)
+        if "X-Break" in request.headers:  # a front end's complaint before any key is read
+            return web.json_response({"error": {"message": "Malformed request"}}, status=400)
         if request.headers.get("Authorization") != f"Bearer {GOOD_KEY}":
             return web.json_response(
                 {
@@ -107,18 +109,30 @@ def bed_factory() -> Iterator[object]:
         server.stop()
 
 
-def chat(url: str, key: str | None, session: str = "s-1", path: str = "/v1/chat/completions"):
-    headers = {"Content-Type": "application/json", "X-Session-ID": session}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
+def exchange(
+    url: str, headers: list[tuple[str, str]], path: str = "/v1/chat/completions"
+) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of one POST whose headers go as listed (a name twice too)."""
     body = json.dumps({"model": HOSTED_MODEL, "messages": [{"role": "user", "content": "hi"}]})
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", path, body=body, headers=headers)
+    conn.putrequest("POST", path)
+    for name, value in [("Content-Type", "application/json"), *headers]:
+        conn.putheader(name, value)
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders(body.encode())
     response = conn.getresponse()
-    status, data = response.status, json.loads(response.read())
+    answer = response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     conn.close()
-    return status, data
+    return answer
+
+
+def chat(url: str, key: str | None, session: str = "s-1", path: str = "/v1/chat/completions"):
+    headers = [("X-Session-ID", session)]
+    if key is not None:
+        headers.append(("Authorization", f"Bearer {key}"))
+    status, _, body = exchange(url, headers, path)
+    return status, json.loads(body)
 
 
 @pytest.mark.parametrize("key", [None, *NEAR_MISSES])
@@ -321,7 +335,7 @@ rollout: {{mode: shadow}}
     assert VLLM_MODEL.encode() in seen[0].body
 
 
-def test_messages_route_refusal_is_in_anthropics_envelope(bed_factory) -> None:
+def test_a_refusal_on_the_messages_route_is_the_primarys_own(bed_factory) -> None:
     bed = bed_factory("{mode: split, percent: 100}")
     body = json.dumps(
         {"model": HOSTED_MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
@@ -337,10 +351,11 @@ def test_messages_route_refusal_is_in_anthropics_envelope(bed_factory) -> None:
     response = conn.getresponse()
     data = json.loads(response.read())
     conn.close()
+    # As the primary's own refusal of a request it serves would reach the client: relayed.
     assert response.status == 401
-    assert data["type"] == "error"
     assert data["error"]["message"] == "Incorrect API key provided (primary's own words)."
     assert bed.candidate_seen == []
+    assert bed.primary.seen[-1].headers["x-api-key"] == "sk-ant-made-up"
 
 
 @pytest.mark.parametrize(
@@ -386,3 +401,78 @@ models:
     out = capsys.readouterr().out
     assert "auth: pass_through (each client's key goes to the primary hosted" in out
     assert "verdicts kept 300 s" in out
+
+
+def test_a_front_end_complaint_before_the_key_is_read_opens_nothing(bed_factory) -> None:
+    """A 400 the primary's front end gives before it looks at a key (an oversized head, a
+    malformed request) says nothing of the key: it neither unlocks the candidate for
+    other keyless requests nor earns the request a shadow copy."""
+    bed = bed_factory("{mode: split, percent: 50, noise_sample: 0}")
+    sessions = (f"s-{i}" for i in range(40))
+    key = [("Authorization", f"Bearer {GOOD_KEY}")]
+    primary_bound = next(
+        s
+        for s in sessions
+        if exchange(bed.proxy.url, [*key, ("X-Session-ID", s)])[1]["x-kvmigrate-backend"]
+        == "hosted"
+    )
+    wait_for_copy(bed, primary_bound)
+    bed.candidate_seen.clear()
+    bed.primary.seen.clear()
+    status, headers, _ = exchange(
+        bed.proxy.url, [("X-Session-ID", primary_bound), ("X-Break", "1")]
+    )
+    assert status == 400
+    assert headers["x-kvmigrate-backend"] == "hosted"
+    answers = [chat(bed.proxy.url, None, session=f"other-{i}") for i in range(12)]
+    assert {status for status, _ in answers} == {401}
+    # A later request with an accepted key is mirrored: its copy marks that every earlier
+    # copy was dispatched.
+    assert chat(bed.proxy.url, GOOD_KEY, session=primary_bound)[0] == 200
+    wait_for_copy(bed, primary_bound)
+    time.sleep(0.2)
+    assert len(bed.candidate_seen) == 1
+    assert bed.candidate_seen[0].headers["X-Session-ID"] == primary_bound
+
+
+def wait_for_copy(bed: Bed, session: str) -> None:
+    """Until a copy of `session`'s request reached the candidate: it follows the answer."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(r.headers.get("X-Session-ID") == session for r in list(bed.candidate_seen)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no copy of {session} reached the candidate")
+
+
+def test_a_key_sent_twice_is_judged_as_the_primary_saw_it(bed_factory) -> None:
+    """An empty Authorization before a good one: the primary is shown the good one, and the
+    verdict is kept for the pair, not for the empty key every keyless client sends."""
+    bed = bed_factory("{mode: split, percent: 100}")
+    status, _, _ = exchange(
+        bed.proxy.url, [("Authorization", ""), ("Authorization", f"Bearer {GOOD_KEY}")]
+    )
+    assert status == 200
+    for headers in ([("Authorization", "")], []):
+        status, _, body = exchange(bed.proxy.url, headers)
+        assert status == 401
+        assert json.loads(body)["error"]["message"].endswith("(primary's own words).")
+    assert len(bed.candidate_seen) == 1
+
+
+def test_a_keyless_client_cannot_tell_where_a_session_is_served(bed_factory) -> None:
+    """Refused on its way to the candidate or by the primary itself, a keyless request gets
+    the same status, the same body and the same headers (values that vary aside)."""
+    bed = bed_factory("{mode: split, percent: 50, noise_sample: 0}")
+    answers = {}
+    for i in range(24):
+        session = f"probe-{i}"
+        status, headers, body = exchange(bed.proxy.url, [("X-Session-ID", session)])
+        asked_primary_models = bed.primary.seen[-1].path == "/v1/models"
+        answers[asked_primary_models] = (status, sorted(headers), body)
+    assert set(answers) == {True, False}  # both kinds of session were tried
+    assert answers[True] == answers[False]
+    status, names, _ = answers[True]
+    assert status == 401
+    assert "x-kvmigrate-backend" in names
+    assert "x-request-id" in names

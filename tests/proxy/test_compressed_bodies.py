@@ -292,3 +292,32 @@ def test_a_broken_stream_is_a_400_and_members_join(
         assert seen == []
     else:
         assert CHAT_BODY in [r.body for r in seen]
+
+
+def test_a_body_of_many_gzip_members_is_refused_without_holding_the_loop(
+    make_proxy: ProxyFactory, recording_upstream: Upstream
+) -> None:
+    """Thousands of empty members inflate to nothing, but zlib copied the rest of the body
+    at each member's end: the square of its size, on the loop, before any output counted."""
+    upstream, seen = recording_upstream
+    proxy = make_proxy(hosted_url=upstream.url, vllm_url=upstream.url)
+    many = gzip.compress(b"") * 200_000
+    before = loop_cpu(proxy)
+    answer = send_raw(
+        proxy.url, b"POST /v1/chat/completions HTTP/1.1", [b"Content-Encoding: gzip"], many
+    )
+    assert status_of(answer) == 400
+    assert "more than 64 gzip members" in str(error_of(answer)["message"])
+    assert seen == []
+    # The refusal came at the 65th member: far less CPU than inflating 200,000 of them
+    # (about 10 s on the loop before), whatever else the machine is doing.
+    assert loop_cpu(proxy) - before < inflating_cost()
+    # Up to the bound, members still join: the body is the members' bytes in order.
+    parts = [CHAT_BODY[i : i + 2] for i in range(0, len(CHAT_BODY), 2)][:63]
+    rest = CHAT_BODY[sum(map(len, parts)) :]
+    joined = b"".join(gzip.compress(p) for p in (*parts, rest))
+    answer = send_raw(
+        proxy.url, b"POST /v1/chat/completions HTTP/1.1", [b"Content-Encoding: gzip"], joined
+    )
+    assert status_of(answer) == 200, answer[:300]
+    assert CHAT_BODY in [r.body for r in seen]
