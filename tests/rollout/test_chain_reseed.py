@@ -10,6 +10,7 @@ the client's key to the primary, as its own call does, and the candidate never s
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ SERVED = "meta-llama/Llama-3.1-8B-Instruct"
 CLIENT_KEY = "sk-client-key-0123456789"
 VLLM_KEY = "sk-vllm-own-key"
 Handler = Callable[[web.Request], Any]
+# What a reasoning model's agent sends back: opaque to any other model.
+REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,17 @@ class Bed:
     hosted: Recording
     vllm: Recording
     proxy: BackgroundServer
+    hosted_url: str
+
+    def primary_items(self, response_id: str) -> list[dict[str, Any]]:
+        """The primary's input items of a response it stores, asked of it directly."""
+        request = urllib.request.Request(
+            f"{self.hosted_url}/v1/responses/{response_id}/input_items?order=asc&limit=100",
+            headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            items: list[dict[str, Any]] = orjson.loads(response.read())["data"]
+        return items
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(
@@ -111,7 +125,7 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
             env={},
         )
         with BackgroundServer(lambda: build_runtime_app(config, poll_interval=0.1)) as proxy:
-            yield Bed(hosted, vllm, proxy)
+            yield Bed(hosted, vllm, proxy, hosted_server.url)
 
 
 def texts(items: list[Any]) -> list[str]:
@@ -127,8 +141,6 @@ def texts(items: list[Any]) -> list[str]:
 
 
 def metric(bed: Bed, name: str, labels: str = "") -> float:
-    import urllib.request
-
     text = urllib.request.urlopen(bed.proxy.url + "/metrics", timeout=5).read().decode()
     return sum(
         float(line.rpartition(" ")[2])
@@ -143,15 +155,20 @@ def test_a_failed_copy_is_followed_by_a_reseeded_one_and_the_chain_is_mirrored_a
     client = bed.client()
     asked = ["Plan a day in Rome.", "And the evening?", "Where to eat?", "And then?"]
     answers: list[str] = []
+    ids: list[str] = []
     previous: str | None = None
     for turn, text in enumerate(asked, start=1):
         # Turn 2's copy fails: the candidate answers 500 (the primary ignores the fault).
         headers = {"x-emulator-fault": "vllm:500"} if turn == 2 else {}
         extra: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        # Turn 2 also sends back a reasoning item, as an agent on a reasoning model does:
+        # the primary keeps it among the chain's items; no other model can read it.
+        given: Any = [REASONING, {"role": "user", "content": text}] if turn == 2 else text
         answer = client.responses.create(
-            model=MODEL, input=text, max_output_tokens=32, extra_headers=headers, **extra
+            model=MODEL, input=given, max_output_tokens=32, extra_headers=headers, **extra
         )
         answers.append(answer.output_text)
+        ids.append(answer.id)
         previous = answer.id
         wait_settled(bed.proxy.url, answers=turn)  # each copy ends before the next turn
     client.close()
@@ -171,6 +188,10 @@ def test_a_failed_copy_is_followed_by_a_reseeded_one_and_the_chain_is_mirrored_a
         answers[1],
         asked[2],
     ]
+    # The primary's items for turn 3 hold the reasoning; the re-seeded copy does not.
+    kept = bed.primary_items(ids[2])
+    assert [item["type"] for item in kept].count("reasoning") == 1
+    assert "reasoning" not in [item.get("type") for item in copies[2].body["input"]]
     # Turn 4's copy continues the candidate's own answer to that copy.
     assert copies[3].body["previous_response_id"] == copies[2].answer_id
     assert [s.method for s in bed.vllm.seen] == ["POST"] * 4  # asked for nothing else
