@@ -117,7 +117,10 @@ class Copies:
 
         def read_call(path: str) -> Call:
             primary = routed.route.is_primary(stored_on)
-            return self.calls.call(request, stored_on, path, b"", primary=primary, method="GET")
+            call = self.calls.call(request, stored_on, path, b"", primary=primary, method="GET")
+            # A GET has no body to describe.
+            headers = {k: v for k, v in call.headers.items() if k.lower() != "content-type"}
+            return Call(call.method, call.url, call.body, headers)
 
         return ChainContext(self.upstreams[stored_on], read_call, self.max_body, dispatcher.hold)
 

@@ -12,9 +12,9 @@ While that copy runs, a future stands for its id in this process; once it is kno
 into the map as the primary entry's `mirror`. The workers of one pool also write each
 copy's end into the table they share (kvmigrate.rollout.mirror_table), where another
 worker's copy of the next turn waits for it; proxies sharing a Redis store wait for the
-store. A model with several candidates mirrors each
-on its own chain: their ids are kept by candidate (the "owner" below; "" where the model
-has only one, which keeps such entries in the layout earlier releases wrote and read).
+store. A model with several candidates mirrors each on its own chain: their ids are kept
+by candidate (the "owner" below; "" where the model has only one, which keeps such entries
+in the layout earlier releases wrote and read).
 
 Proxy addon: `exchange_done` reads ids, `register_metrics` adds the miss counter.
 """
