@@ -16,6 +16,7 @@ candidate's record of what reached it), less the later turns it served itself (s
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -146,7 +147,7 @@ def node_chains(url: str) -> None:
         pytest.skip(str(exc))
     done = subprocess.run(
         ["node", str(NODE_SCRIPT), url + "/v1", str(CHAINS), str(TURNS), "4"],
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "NODE_PATH": str(modules)},
+        env={**os.environ, "NODE_PATH": str(modules)},
         capture_output=True,
         text=True,
         timeout=120,
