@@ -36,7 +36,7 @@ from kvmigrate.logtext import printable
 from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.keys import is_hashed
-from kvmigrate.rollout.mirror_table import MirrorTable
+from kvmigrate.rollout.mirror_table import ENDED, IN_STORE, MirrorTable
 from kvmigrate.rollout.state import Link
 from kvmigrate.wire.response_id import response_id
 
@@ -171,6 +171,8 @@ class ChainMap:
     def expect_mirror(self, primary_id: str, owner: str = "") -> None:
         """A shadow copy (to `owner`) of the turn that answered `primary_id` is on its way."""
         self._mirrors[primary_id, owner] = asyncio.get_running_loop().create_future()
+        if (mirrors := self._shared_mirrors()) is not None:
+            mirrors.running(primary_id, owner, time.time() + self.links.ttl_seconds)
 
     def mirrored(self, primary_id: str, candidate_id: str | None, owner: str = "") -> None:
         """The copy of `primary_id`'s turn to `owner` ended: with the candidate's own id, or
@@ -179,8 +181,7 @@ class ChainMap:
         if future is not None and not future.done():
             future.set_result(candidate_id)
             # Its end, once: a later call (the copy settling) knows no more than the first.
-            mirrors = self.links.table.mirrors if self.links.table is not None else None
-            if mirrors is not None:
+            if (mirrors := self._shared_mirrors()) is not None:
                 expires = time.time() + self.links.ttl_seconds
                 mirrors.ended(primary_id, owner, candidate_id, expires)
         entry = self._local.get(RESPONSE_PREFIX + primary_id)
@@ -199,27 +200,35 @@ class ChainMap:
             return None
         if entry.mirror_for(owner):
             return entry.mirror_for(owner)
-        table = self.links.table
-        if table is not None and table.mirrors is not None:
-            return await self._mirror_from_table(table.mirrors, primary_id, owner)
+        if (mirrors := self._shared_mirrors()) is not None:
+            return await self._mirror_from_table(mirrors, primary_id, owner)
         if self.links.shared:
             return await self._mirror_from_store(key, owner)
         return None
+
+    def _shared_mirrors(self) -> MirrorTable | None:
+        """The table where this pool's workers say how their copies run (none elsewhere)."""
+        return self.links.table.mirrors if self.links.table is not None else None
 
     async def _mirror_from_table(
         self, mirrors: MirrorTable, primary_id: str, owner: str
     ) -> str | None:
         """Another worker of this pool served the turn, and its copy may still be running:
-        it writes the copy's end into the table the workers share. An id the table did not
-        keep (too long, evicted) is in the store by then."""
+        that worker says so in the table the workers share, and then how it ended. A copy
+        said to run is waited for as a copy on this worker would be (the shadow copies'
+        deadline ends the wait); one nobody spoke of (its worker is about to, or restarted)
+        for MIRROR_WAIT. An id the table did not keep (too long, evicted) is in the store."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MIRROR_WAIT
+        key = RESPONSE_PREFIX + primary_id
         while True:
-            own = mirrors.read(primary_id, owner)
-            if own is not None:
-                return own or None  # "": that copy ended without an id
-            if loop.time() >= deadline:
-                return await self._mirror_from_store(RESPONSE_PREFIX + primary_id, owner, 1)
+            said = mirrors.read(primary_id, owner)
+            if said is not None and said[0] == ENDED:
+                return said[1] or None  # "": that copy ended without an id
+            if said is not None and said[0] == IN_STORE:
+                return await self._mirror_from_store(key, owner)
+            if said is None and loop.time() >= deadline:
+                return await self._mirror_from_store(key, owner, polls=1)
             await asyncio.sleep(MIRROR_POLL)  # another process's write: nothing to await
 
     async def _mirror_from_store(self, key: str, owner: str, polls: int = 0) -> str | None:

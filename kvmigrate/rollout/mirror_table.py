@@ -4,10 +4,11 @@ workers of `proxy --workers N`, so a chain stays mirrored whichever worker each 
 The shadow copy of turn N must name the candidate's id of turn N-1, which the copy of that
 turn learns when it ends, on the worker that sent it; turn N may reach another worker
 before then (a client on a new connection, an SDK that opens a second one). The worker
-that sent the copy writes its end here, the id or "none" (the copy failed, or was never
-sent); another worker's copy of the next turn reads it, waiting for it as a copy on the
-same worker waits for its own (kvmigrate.rollout.chains). The store gets the id too, for
-turns that come later than this table keeps ids and for the pool's next start.
+that sends the copy says so here, and then how it ended: the id, or none (the copy failed,
+or was never sent). Another worker's copy of the next turn reads it, and waits for a copy
+that runs as long as a copy on the same worker waits for its own (kvmigrate.rollout.chains):
+the shadow copies' deadline bounds both. The store gets the id too, for turns that come
+later than this table keeps ids and for the pool's next start.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from pathlib import Path
 from kvmigrate.rollout.slot_table import SlotTable, SlotTableError, create_slots
 
 FILE_NAME = "chain-mirrors.table"
-# An id up to 255 bytes (a LiteLLM-wrapped id is long): one length byte, then the id.
+# A state byte, then an id up to 255 bytes (a LiteLLM-wrapped id is long).
 _PAYLOAD = 256
-# 32,768 ids, 9 MiB, touched as used: an id is read within moments of being written, by
+# 32,768 copies, 9 MiB, touched as used: an id is read within moments of being written, by
 # the next turn's copy; an older one is read from the store.
 MIRROR_BUCKETS = 1 << 12
-_ENDED = b"\x00"  # the copy ended without an id
+# What a worker says of a copy.
+RUNNING = "running"  # sent, not ended
+ENDED = "ended"  # ended: with the candidate's id, or none ("")
+IN_STORE = "in_store"  # ended with an id too long for a slot: the store has it
+_STATES = {b"r": RUNNING, b"e": ENDED, b"s": IN_STORE}
 
 
 def create_mirror_table(directory: str, buckets: int = MIRROR_BUCKETS) -> Path:
@@ -42,27 +47,24 @@ class MirrorTable:
         except (OSError, SlotTableError):
             return None
 
+    def running(self, primary_id: str, owner: str, expires_at: float) -> None:
+        """A copy (to `owner`, "" for the model's only candidate) of the turn that answered
+        `primary_id` is on its way."""
+        self._slots.put(_key(primary_id, owner), b"r", expires_at)
+
     def ended(self, primary_id: str, owner: str, own_id: str | None, expires_at: float) -> None:
-        """The copy (to `owner`) of the turn that answered `primary_id` ended, with the
-        candidate's `own_id` or without one. An id too long for a slot is not written: the
-        reader finds it in the store."""
-        if own_id is None:
-            payload = _ENDED
-        else:
-            encoded = own_id.encode("utf-8", "surrogatepass")
-            if not encoded or len(encoded) >= _PAYLOAD:
-                return
-            payload = bytes((len(encoded),)) + encoded
+        """That copy ended, with the candidate's `own_id` or without one."""
+        encoded = (own_id or "").encode("utf-8", "surrogatepass")
+        payload = b"e" + encoded if len(encoded) < _PAYLOAD and b"\0" not in encoded else b"s"
         self._slots.put(_key(primary_id, owner), payload, expires_at)
 
-    def read(self, primary_id: str, owner: str) -> str | None:
-        """The candidate's id; "" when its copy ended without one; None while no worker
-        has said (still running, or its end was not written here)."""
+    def read(self, primary_id: str, owner: str) -> tuple[str, str] | None:
+        """What a worker said of that copy, and the candidate's id once it ended ("": none);
+        None where no worker said anything (not sent yet, or never)."""
         payload = self._slots.get(_key(primary_id, owner))
-        if payload is None:
-            return None
-        size = payload[0]
-        return payload[1 : 1 + size].decode("utf-8", "surrogatepass")
+        if payload is None or (state := _STATES.get(payload[:1])) is None:
+            return None  # never written, or a torn slot
+        return state, payload[1:].rstrip(b"\0").decode("utf-8", "surrogatepass")
 
 
 def _key(primary_id: str, owner: str) -> str:
