@@ -93,6 +93,17 @@ class BoundedTasks:
             self._sweep = loop.call_later(_sweep_interval(self._deadline), self._cancel_overdue)
         return True
 
+    def grow(self, task: Running, extra: int) -> bool:
+        """Count `extra` more bytes held by `task`, one in flight (a copy whose body grew),
+        if the byte limit allows; False, and nothing counted, otherwise."""
+        if task not in self._tasks:
+            return False
+        if self.byte_limit is not None and self.bytes + extra > self.byte_limit:
+            return False
+        self._sizes[task] = self._sizes.get(task, 0) + extra
+        self.bytes += extra
+        return True
+
     def _finished(self, task: Running) -> None:
         self._tasks.pop(task, None)
         self.bytes -= self._sizes.pop(task, 0)

@@ -25,12 +25,13 @@ def not_found(response_id: str) -> EmulatorError:
 
 class ResponseStore:
     """Each stored response's whole conversation (its input history and its answer) as chat
-    messages, bounded, oldest evicted first."""
+    messages, its response object and its input items (kvmigrate.emulator.input_items),
+    bounded, oldest evicted first."""
 
     def __init__(self, enabled: bool = True, capacity: int = MAX_STORED) -> None:
         self.enabled = enabled
         self.capacity = capacity
-        self._messages: OrderedDict[str, tuple[list[JSON], JSON]] = OrderedDict()
+        self._messages: OrderedDict[str, tuple[list[JSON], JSON, list[JSON]]] = OrderedDict()
 
     def history(self, response_id: str) -> list[JSON]:
         """The conversation up to and including `response_id`'s answer."""
@@ -40,15 +41,30 @@ class ResponseStore:
         """The response object, as `GET /v1/responses/{id}` returns it."""
         return self._stored(response_id)[1]
 
-    def _stored(self, response_id: str) -> tuple[list[JSON], JSON]:
+    def input_items(self, response_id: str) -> list[JSON]:
+        """The items `response_id` was answered from, oldest first."""
+        return self._stored(response_id)[2]
+
+    def context(self, response_id: str | None) -> list[JSON]:
+        """What a response continuing `response_id` is answered from before its own input:
+        that response's input items and its output (none for a first turn)."""
+        if response_id is None or not self.enabled:
+            return []
+        _, response, items = self._stored(response_id)
+        output = response.get("output")
+        return [*items, *(output if isinstance(output, list) else [])]
+
+    def _stored(self, response_id: str) -> tuple[list[JSON], JSON, list[JSON]]:
         stored = self._messages.get(response_id) if self.enabled else None
         if stored is None:
             raise not_found(response_id)
         return stored
 
-    def keep(self, response_id: str, messages: list[JSON], response: JSON) -> None:
+    def keep(
+        self, response_id: str, messages: list[JSON], response: JSON, items: list[JSON]
+    ) -> None:
         if not self.enabled:
             return
-        self._messages[response_id] = (messages, response)
+        self._messages[response_id] = (messages, response, items)
         if len(self._messages) > self.capacity:
             self._messages.popitem(last=False)

@@ -21,6 +21,7 @@ from kvmigrate.emulator.backend import Backend
 from kvmigrate.emulator.embeddings import embed, encode
 from kvmigrate.emulator.errors import EmulatorError, bad_request, model_not_found, unauthorized
 from kvmigrate.emulator.faults import FAULT_HEADER, combine, draw_faults, parse_fault_header
+from kvmigrate.emulator.input_items import own_items, page
 from kvmigrate.emulator.messages_api import Flavor, MessagesRenderer, count_tokens_body
 from kvmigrate.emulator.messages_request import parse_messages
 from kvmigrate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
@@ -245,12 +246,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
-    req, echo, conversation = parse_responses(await _read_json(request), backend.responses.history)
+    body = await _read_json(request)
+    req, echo, conversation = parse_responses(body, backend.responses.history)
     gen = backend.generate(req, chat=True)
     renderer = ResponseRenderer(gen, echo, backend.dialect)
     if echo.get("store") is not False:
         final = renderer.response(renderer.final_status())
-        backend.responses.keep(renderer.id, conversation + renderer.as_messages(), final)
+        items = backend.responses.context(echo.get("previous_response_id"))
+        items += own_items(body, lambda: backend.dialect.hex(48))
+        backend.responses.keep(renderer.id, conversation + renderer.as_messages(), final, items)
     return await _deliver(
         request,
         req,
@@ -265,6 +269,11 @@ async def responses(request: web.Request) -> web.StreamResponse:
 async def get_response(request: web.Request) -> web.StreamResponse:
     stored = request.app[BACKEND].responses.response(request.match_info["id"])
     return await send_json(request, stored)
+
+
+async def list_input_items(request: web.Request) -> web.StreamResponse:
+    items = request.app[BACKEND].responses.input_items(request.match_info["id"])
+    return await send_json(request, page(items, request.query))
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
@@ -385,6 +394,7 @@ def build_app(settings: EmulatorSettings) -> web.Application:
         app.router.add_post("/v1/completions", completions)
         app.router.add_post("/v1/responses", responses)
         app.router.add_get("/v1/responses/{id}", get_response)
+        app.router.add_get("/v1/responses/{id}/input_items", list_input_items)
         app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)

@@ -48,9 +48,11 @@ class Calls:
         primary: bool,
         conversation: str = "",
         deployment: str | None = None,
+        method: str | None = None,
     ) -> Call:
-        """One upstream call for the client's request. Only the primary may receive the
-        client's own credentials, and only when the proxy has no master key of its own."""
+        """One upstream call for the client's request (`method`: another than the client's,
+        for a read the proxy makes on its behalf). Only the primary may receive the client's
+        own credentials, and only when the proxy has no master key of its own."""
         upstream = self.upstreams[backend]
         passes = primary and self.config.server.master_key is None
         headers = upstream_headers(
@@ -65,7 +67,7 @@ class Calls:
         # parameters, `note=a` and `b`, on the way upstream.
         if query := upstream_query(request.rel_url.raw_query_string, passes):
             url += ("&" if "?" in url else "?") + query
-        return Call(request.method, url, body, headers)
+        return Call(method or request.method, url, body, headers)
 
     def exchange(
         self,

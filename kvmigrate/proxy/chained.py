@@ -7,15 +7,19 @@ is the glue `ProxyService` calls, kept apart so the service stays about serving.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection
 
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainRef, stick, unknown_chain
 from kvmigrate.proxy.body import RequestBody, with_previous_response
+from kvmigrate.proxy.chain_context import ChainContext, ContextUnavailable
 from kvmigrate.proxy.errors import chain_not_served
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.rollout.continuity import Identity
+
+log = logging.getLogger("kvmigrate.proxy.shadow")
 
 RESPONSES = "responses"  # the Responses API's route below /v1: its requests form chains
 RouteFor = Callable[[str, int, Collection[str]], Awaitable[Route]]
@@ -25,6 +29,7 @@ class ChainRouting:
     def __init__(self, chains: ChainMap, metrics: ProxyMetrics) -> None:
         self.chains = chains
         self.metrics = metrics
+        self._unavailable = 0  # re-seeds given up: the first is logged
 
     async def route(
         self,
@@ -63,16 +68,35 @@ class ChainRouting:
             self.chains.expect_mirror(primary_id, owner)
         return primary_id
 
-    async def copy_body(self, body: bytes, ref: ChainRef, owner: str = "") -> bytes | None:
+    async def copy_body(
+        self, body: bytes, ref: ChainRef, owner: str = "", context: ChainContext | None = None
+    ) -> bytes | None:
         """A shadow copy's body continuing the candidate's own chain (its id for the turn
-        the request continues, spliced in); None (the copy is skipped, and counted) when the
-        candidate has no such turn: mirroring started mid-chain, the previous copy failed,
-        or the chain is a Conversations API one."""
+        the request continues, spliced in). Where the candidate has no such turn (mirroring
+        started mid-chain, the previous copy was dropped or failed), the turn with its whole
+        context read back through `context`, so the candidate's chain starts again here;
+        None (the copy is skipped, and counted) where that cannot be read, or the chain is
+        a Conversations API one."""
         own = await self.chains.mirror_of(ref.previous, owner) if ref.previous else None
-        if own is None:
-            self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
-            return None
-        return with_previous_response(body, own)
+        if own is not None:
+            return with_previous_response(body, own)
+        if ref.previous is not None and context is not None:
+            try:
+                stateless = await context.stateless_body(body, ref.previous)
+            except ContextUnavailable as exc:
+                self._unavailable += 1
+                if self._unavailable == 1:
+                    log.warning(
+                        "a shadow copy could not re-seed the candidate's chain (%s): skipped; "
+                        'kvmigrate_shadow_dropped_total{reason="no_candidate_chain"} counts '
+                        "these",
+                        exc,
+                    )
+            else:
+                self.metrics.shadow_reseeded.inc()
+                return stateless
+        self.metrics.shadow_dropped.labels("no_candidate_chain").inc()
+        return None
 
     async def stored_on(self, suffix: str, backends: Collection[str]) -> str | None:
         """For `GET /v1/responses/{id}` and its sub-resources: the backend that stored the

@@ -11,6 +11,7 @@ from aiohttp import web
 from kvmigrate.config import Config
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.calls import Calls
+from kvmigrate.proxy.chain_context import ChainContext
 from kvmigrate.proxy.chained import ChainRouting
 from kvmigrate.proxy.client import Response, ServerDisconnected, UpstreamError
 from kvmigrate.proxy.copy_flight import CopyFlight
@@ -58,6 +59,7 @@ class Copies:
         self.upstreams, self.addons = upstreams, addons
         self.calls = calls
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
+        self.max_body = config.server.max_body_bytes
         self.unserved = unserved
         shadow_timeout = max(b.read_timeout for b in config.backends.values())
         self.shadow, self.shadows = candidate_dispatchers(config, metrics, shadow_timeout)
@@ -112,9 +114,29 @@ class Copies:
         # Anthropic streams always carry usage.
         if routed.path not in MESSAGES_ROUTES:
             call = with_usage(call, routed.body, routed.path)
-        copy = _Copy(self, routed, backend, role, primary, call, mirrors, owner)
         dispatcher = self.shadows.get(backend, self.shadow)
+        context = self._context(request, routed, dispatcher) if role == SHADOW else None
+        copy = _Copy(self, routed, backend, role, primary, call, mirrors, owner, context)
         return dispatcher.dispatch(lambda: copy.start(dispatcher), len(call.body))
+
+    def _context(
+        self, request: web.Request, routed: Routed, dispatcher: ShadowDispatcher
+    ) -> ChainContext | None:
+        """How a chained copy reads its turn's context, should the candidate lack the turn
+        before: from the backend that stores the chain, as the client's own call went there.
+        The calls are built only if it must (the request's headers are still there)."""
+        if routed.chain is None or routed.chain.previous is None:
+            return None
+        stored_on = routed.route.serve
+
+        def read_call(path: str) -> Call:
+            primary = routed.route.is_primary(stored_on)
+            call = self.calls.call(request, stored_on, path, b"", primary=primary, method="GET")
+            # A GET has no body to describe.
+            headers = {k: v for k, v in call.headers.items() if k.lower() != "content-type"}
+            return Call(call.method, call.url, call.body, headers)
+
+        return ChainContext(self.upstreams[stored_on], read_call, self.max_body, dispatcher.hold)
 
 
 class _Copy:
@@ -131,9 +153,11 @@ class _Copy:
         call: Call,
         mirrors: str | None,
         owner: str,
+        context: ChainContext | None = None,
     ) -> None:
         self.copies, self.routed, self.backend, self.role = copies, routed, backend, role
         self.call, self.mirrors, self.owner = call, mirrors, owner
+        self.context = context  # where a chained copy reads its turn's context, if it must
         self.primary_id, self.primary_status = primary.request_id, primary.status
         # The copy is recorded in its answer's conversation, as that answer was: the
         # recorder pairs them within one lane, chosen by this key.
@@ -171,7 +195,8 @@ class _Copy:
         try:
             call = self.call
             if exchange is None and self.routed.chain is not None:  # see `start`
-                body = await self.copies.chained.copy_body(call.body, self.routed.chain, self.owner)
+                chain, owner = self.routed.chain, self.owner
+                body = await self.copies.chained.copy_body(call.body, chain, owner, self.context)
                 if body is None:
                     return
                 self.call = Call(call.method, call.url, body, call.headers)

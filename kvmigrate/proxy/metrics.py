@@ -104,6 +104,13 @@ class ProxyMetrics:
         self.shadow_dropped = Counter(
             "kvmigrate_shadow_dropped", "Shadow copies not sent, by reason.", ["reason"], registry=r
         )
+        self.shadow_reseeded = Counter(
+            "kvmigrate_shadow_reseeded",
+            "Shadow copies of a chained Responses turn whose previous turn the candidate "
+            "lacked (that copy dropped, failed or never sent), sent with the chain's context "
+            "read back from the primary: the candidate's chain starts again there.",
+            registry=r,
+        )
         self.fallbacks = Counter(
             "kvmigrate_fallbacks",
             "Split-mode requests moved from the candidate to the primary.",

@@ -69,6 +69,12 @@ class ShadowDispatcher:
         raises, never waits."""
         return self._tasks.start(lambda: self._started(make_copy), size)
 
+    def hold(self, extra: int) -> bool:
+        """Whether the copy running as the current task may hold `extra` more bytes (a body
+        it had to grow), within the bound; they count until it ends."""
+        task = asyncio.current_task()
+        return task is not None and self._tasks.grow(task, extra)
+
     def _started(self, make_copy: Callable[[], Work | Flight | None]) -> Work | Flight | None:
         try:
             copy = make_copy()

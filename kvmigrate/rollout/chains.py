@@ -9,9 +9,12 @@ every proxy sharing the store (Redis) continues a chain another one started.
 
 Mirrored chains: the shadow copy of turn N must name the candidate's own id of turn N-1.
 While that copy runs, a future stands for its id in this process; once it is known it goes
-into the map as the primary entry's `mirror`. A model with several candidates mirrors each
-on its own chain: their ids are kept by candidate (the "owner" below; "" where the model
-has only one, which keeps such entries in the layout earlier releases wrote and read).
+into the map as the primary entry's `mirror`. The workers of one pool also write each
+copy's end into the table they share (kvmigrate.rollout.mirror_table), where another
+worker's copy of the next turn waits for it; proxies sharing a Redis store wait for the
+store. A model with several candidates mirrors each on its own chain: their ids are kept
+by candidate (the "owner" below; "" where the model has only one, which keeps such entries
+in the layout earlier releases wrote and read).
 
 Proxy addon: `exchange_done` reads ids, `register_metrics` adds the miss counter.
 """
@@ -33,6 +36,7 @@ from kvmigrate.logtext import printable
 from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.keys import is_hashed
+from kvmigrate.rollout.mirror_table import ENDED, IN_STORE, MirrorTable
 from kvmigrate.rollout.state import Link
 from kvmigrate.wire.response_id import response_id
 
@@ -41,8 +45,9 @@ log = logging.getLogger("kvmigrate.identity")
 MAX_LOCAL_ENTRIES = 200_000
 # A next turn sent to another proxy can overtake the first proxy's write: read twice more.
 REMOTE_RETRY_DELAYS = (0.01, 0.05)
-# A shadow copy of a turn whose previous turn another proxy served waits this long, at most,
-# for that proxy's copy to bring the candidate's id (it runs in the background).
+# A shadow copy of a turn whose previous turn another proxy (or another worker of the pool)
+# served waits this long, at most, for that one's copy to bring the candidate's id (it runs
+# in the background).
 MIRROR_WAIT = 2.0
 MIRROR_POLL = 0.05
 
@@ -166,6 +171,8 @@ class ChainMap:
     def expect_mirror(self, primary_id: str, owner: str = "") -> None:
         """A shadow copy (to `owner`) of the turn that answered `primary_id` is on its way."""
         self._mirrors[primary_id, owner] = asyncio.get_running_loop().create_future()
+        if (mirrors := self._shared_mirrors()) is not None:
+            mirrors.running(primary_id, owner, time.time() + self.links.ttl_seconds)
 
     def mirrored(self, primary_id: str, candidate_id: str | None, owner: str = "") -> None:
         """The copy of `primary_id`'s turn to `owner` ended: with the candidate's own id, or
@@ -173,6 +180,10 @@ class ChainMap:
         future = self._mirrors.pop((primary_id, owner), None)
         if future is not None and not future.done():
             future.set_result(candidate_id)
+            # Its end, once: a later call (the copy settling) knows no more than the first.
+            if (mirrors := self._shared_mirrors()) is not None:
+                expires = time.time() + self.links.ttl_seconds
+                mirrors.ended(primary_id, owner, candidate_id, expires)
         entry = self._local.get(RESPONSE_PREFIX + primary_id)
         if candidate_id is not None and entry is not None:
             self.keep(RESPONSE_PREFIX + primary_id, entry.with_mirror(owner, candidate_id))
@@ -187,13 +198,43 @@ class ChainMap:
         entry = await self.find(key)
         if entry is None:
             return None
-        if entry.mirror_for(owner) or not self.links.shared:
-            return entry.mirror_for(owner) or None
-        return await self._mirror_from_store(key, owner)
+        if entry.mirror_for(owner):
+            return entry.mirror_for(owner)
+        if (mirrors := self._shared_mirrors()) is not None:
+            return await self._mirror_from_table(mirrors, primary_id, owner)
+        if self.links.shared:
+            return await self._mirror_from_store(key, owner)
+        return None
 
-    async def _mirror_from_store(self, key: str, owner: str) -> str | None:
+    def _shared_mirrors(self) -> MirrorTable | None:
+        """The table where this pool's workers say how their copies run (none elsewhere)."""
+        return self.links.table.mirrors if self.links.table is not None else None
+
+    async def _mirror_from_table(
+        self, mirrors: MirrorTable, primary_id: str, owner: str
+    ) -> str | None:
+        """Another worker of this pool served the turn, and its copy may still be running:
+        that worker says so in the table the workers share, and then how it ended. A copy
+        said to run is waited for as a copy on this worker would be (the shadow copies'
+        deadline ends the wait); one nobody spoke of (its worker is about to, or restarted)
+        for MIRROR_WAIT. An id the table did not keep (too long, evicted) is in the store."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MIRROR_WAIT
+        key = RESPONSE_PREFIX + primary_id
+        while True:
+            said = mirrors.read(primary_id, owner)
+            if said is not None and said[0] == ENDED:
+                return said[1] or None  # "": that copy ended without an id
+            if said is not None and said[0] == IN_STORE:
+                return await self._mirror_from_store(key, owner)
+            if said is None and loop.time() >= deadline:
+                return await self._mirror_from_store(key, owner, polls=1)
+            await asyncio.sleep(MIRROR_POLL)  # another process's write: nothing to await
+
+    async def _mirror_from_store(self, key: str, owner: str, polls: int = 0) -> str | None:
         """Another proxy served the turn, and its copy may still be running: its id comes
-        into the shared store when the copy ends."""
+        into the shared store when the copy ends. `polls`: read this many times at most
+        (0: until MIRROR_WAIT has passed)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MIRROR_WAIT
         while loop.time() < deadline:
@@ -203,6 +244,9 @@ class ChainMap:
             if entry is not None and entry.mirror_for(owner):
                 self._put(key, entry)
                 return entry.mirror_for(owner)
+            polls -= 1
+            if polls == 0:
+                break
         return None
 
     # -- addon hooks --------------------------------------------------------------------------

@@ -248,28 +248,35 @@ def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
     config_for: ConfigFor, responses_emulators: tuple[BackgroundServer, BackgroundServer]
 ) -> None:
     """A chain begun at the hosted API before the proxy existed: its next turn is a miss,
-    answered by the primary; the candidate never saw the chain, so no copy is sent."""
+    answered by the primary. The candidate never saw the chain: its copy goes with the
+    chain's context read back from the primary (re-seeded), and the next turn's copy
+    continues the candidate's own chain from there."""
     hosted, _vllm = responses_emulators
     direct = openai.OpenAI(base_url=hosted.url + "/v1", api_key="sk", max_retries=0)
     first = direct.responses.create(model=MODEL, input="Plan a day in Rome.")
     direct.close()
-    proxy = start(config_for("mode: shadow"))
+    config = config_for("mode: shadow")
+    proxy = start(config)
     client = client_for(proxy)
     answer = client.responses.with_raw_response.create(
         model=MODEL, input="And the evening?", previous_response_id=first.id
     )
     assert answer.headers["x-kvmigrate-backend"] == "hosted"
     assert answer.parse().output_text
-    # Its answer is known now: the chain continues as a chain, mirrored nowhere still.
+    # Its answer is known now: the chain continues as a chain.
     client.responses.create(model=MODEL, input="And then?", previous_response_id=answer.parse().id)
     misses = _metric(proxy, "kvmigrate_chain_misses_total")
+    wait_settled(proxy.url)
     skipped = _metric(proxy, "kvmigrate_shadow_dropped_total", 'reason="no_candidate_chain"')
+    reseeded = _metric(proxy, "kvmigrate_shadow_reseeded_total")
     sources = _identity_sources(proxy)
     client.close()
     proxy.stop()
     assert misses == 1
-    assert skipped == 2
+    assert (skipped, reseeded) == (0, 1)
     assert (sources["guess"], sources["chain"]) == (1, 1)  # the miss, then the chain
+    copies = [(r[1], r[2], r[4]) for r in record_rows(config) if r[3] == "shadow"]
+    assert sorted(copies) == [(2, "vllm", 200), (3, "vllm", 200)]
 
 
 def test_every_turn_of_a_chain_is_counted_by_how_it_was_identified(
