@@ -144,13 +144,14 @@ def _phone(match: re.Match[str]) -> str:
     return run
 
 
-def _vendor_key(match: re.Match[str]) -> str:
-    """The run up to the end of its last long segment (the key), the rest as it was."""
+def _vendor_key(match: re.Match[str], mark: str = SECRET) -> str:
+    """The run up to the end of its last long segment (the key) as `mark`, the rest as it
+    was."""
     run = match.group()
     end = 0
     for segment in _LONG_SEGMENT.finditer(run, 3):
         end = segment.end()
-    return SECRET + run[end:] if end else run
+    return mark + run[end:] if end else run
 
 
 def _phone_text(text: str) -> str:
@@ -418,6 +419,7 @@ def _masked_line(line: str) -> str:
     # Shapes first: `Authorization: Bearer x` must lose its token, not just the word Bearer.
     for pattern in _SECRET_PATTERNS:
         line = pattern.sub(MASK, line)
+    line = _VENDOR_KEY.sub(lambda match: _vendor_key(match, MASK), line)
     line = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), line)
     return _masked_assignments(line)
 

@@ -108,11 +108,16 @@ def test_a_404_the_primary_gave_too_is_not_the_candidates_error(
             hosted_url=older_hosted.url,
             vllm_url=older_vllm.url,
         )
+        client = proxy.client()
+        # The primary has served this client's key once: copies of its requests go out.
+        client.chat.completions.create(
+            model=HOSTED_MODEL, messages=[{"role": "user", "content": "hi"}]
+        )
         with pytest.raises(openai.NotFoundError):
-            proxy.client().responses.create(model=HOSTED_MODEL, input="Name a river.")
+            client.responses.create(model=HOSTED_MODEL, input="Name a river.")
         copies = {"backend": "vllm", "role": "shadow"}
         deadline = time.monotonic() + 30  # the copy runs in the background: wait for it
-        while proxy.metric("kvmigrate_requests_total", **copies) < 1:
+        while proxy.metric("kvmigrate_requests_total", **copies, route="responses") < 1:
             assert time.monotonic() < deadline, "the shadow copy was never counted"
             time.sleep(0.05)
         # A client error, like the primary's (which the gates do not hold against a

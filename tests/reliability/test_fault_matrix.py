@@ -495,7 +495,12 @@ def test_split_mode_candidate_fault_falls_back_or_ends_the_stream_cleanly(
 def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_path: Path) -> None:
     started = time.perf_counter()
     hosted_url = f"http://127.0.0.1:{refused_port()}"
-    proxy = start_proxy(config_yaml(tmp_path, hosted_url, emulators.vllm.url, mode))
+    config = config_yaml(tmp_path, hosted_url, emulators.vllm.url, mode)
+    if mode == "split":
+        # The proxy checks keys itself: with the client's key passed through, a key the
+        # down primary never vouched for cannot reach the candidate (the last test here).
+        config = with_master_key(config)
+    proxy = start_proxy(config)
     client_text, recorded_text = [], []
     for stream in (False, True):
         kind = "streamed" if stream else "non-streamed"
@@ -541,7 +546,7 @@ def test_primary_down_mirrored_on_request(
     config = config_yaml(tmp_path, hosted_url, emulators.vllm.url, "shadow").replace(
         "noise_sample: 0,", "noise_sample: 0, shadow_primary_failures: true,"
     )
-    proxy = start_proxy(config)
+    proxy = start_proxy(with_master_key(config))
     for stream in (False, True):
         session = f"mirrored-primary-down-{stream}"
         hit = ask(proxy.client, session, stream)
@@ -550,6 +555,37 @@ def test_primary_down_mirrored_on_request(
         assert [(r.backend, r.error) for r in by_role(rows, "serve")] == [("hosted", "unreachable")]
         # Asked for: the copy still goes out, and the candidate's answer is evidence too.
         assert [(r.backend, r.error) for r in by_role(rows, "shadow")] == [("vllm", None)]
+
+
+@pytest.mark.parametrize("mode", ["shadow, shadow_primary_failures: true", "split"])
+def test_primary_down_keeps_the_candidate_closed_to_unchecked_keys(
+    mode: str, emulators: Emulators, start_proxy: Any, tmp_path: Path
+) -> None:
+    """With the client's key passed through, only the primary can vouch for it: while it is
+    down a new key is served by nobody and copied nowhere (a 503 that says why)."""
+    hosted_url = f"http://127.0.0.1:{refused_port()}"
+    config = config_yaml(tmp_path, hosted_url, emulators.vllm.url, mode.split(",")[0])
+    if extra := mode.partition(",")[2]:
+        config = config.replace("noise_sample: 0,", f"noise_sample: 0,{extra},")
+    proxy = start_proxy(config)
+    session = f"unchecked-{mode[:5]}"
+    hit = ask(proxy.client, session, False)
+    if mode == "split":
+        assert hit.error == "InternalServerError 503", hit
+        assert hit.error_code == "key_verification_unavailable"
+        wait_settled(proxy.url)
+        assert rows_for(proxy.db, session) == []  # refused before any backend was called
+    else:
+        assert hit.error == "InternalServerError 502", hit
+        rows = wait_rows(proxy.db, session, 1, proxy.url)
+        assert [(r.backend, r.role, r.error) for r in rows] == [("hosted", "serve", "unreachable")]
+    vllm = metric_sum(fetch_metrics(proxy.url), "kvmigrate_requests_total", backend="vllm")
+    assert vllm == 0
+
+
+def with_master_key(config: str) -> str:
+    """The config with the proxy checking keys itself (the key the tests' clients send)."""
+    return config.replace("server: {host:", "server: {master_key: sk-client, host:", 1)
 
 
 # --- Redis down ----------------------------------------------------------------------------
