@@ -398,6 +398,8 @@ def test_a_shadow_copy_refused_with_a_4xx_counts_against_the_candidate_only_if_t
     tmp_path: Path,
 ) -> None:
     proxy = start_proxy(config_yaml(tmp_path, emulators.hosted.url, emulators.vllm.url, "shadow"))
+    # The primary has served the client's key once: a copy needs a key it vouched for.
+    assert ask(proxy.client, f"key-{fault}", False).error is None
     for stream in (False, True):
         session = f"refused-{fault}-{stream}"
         hit = ask(proxy.client, session, stream, fault)
