@@ -15,6 +15,7 @@ import orjson
 
 from kvmigrate.named_secrets import SECRET as SECRET
 from kvmigrate.named_secrets import is_secret_name, may_name_a_secret, redact_assignments
+from kvmigrate.url_passwords import mask_url_passwords
 
 EMAIL = "[EMAIL]"
 PHONE = "[PHONE]"
@@ -27,12 +28,12 @@ USER = "[USER]"
 _START = r"(?<![^\W_])"
 _END = r"(?![^\W_])"
 # OpenAI-style and similar vendor keys: sk-..., sk-proj-..., rk-..., pk_live_... The whole
-# run at once, possessively, and `_vendor_key` finds where the key ends in it: a pattern
+# run at once, possessively, and `vendor_key` finds where the key ends in it: a pattern
 # for "segments, the last one long" retried from every `sk-` of `sk-sk-sk-...`, each time
 # to the end of the run (quadratic in its length).
-_VENDOR_KEY = re.compile(_START + r"(?:sk|rk|pk)[-_][A-Za-z0-9_-]*+")
+VENDOR_KEY = re.compile(_START + r"(?:sk|rk|pk)[-_][A-Za-z0-9_-]*+")
 _LONG_SEGMENT = re.compile(r"[A-Za-z0-9]{16,}")
-_SECRET_PATTERNS = (
+SECRET_PATTERNS = (
     re.compile(r"(?i)" + _START + r"bearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(_START + r"(?:AKIA|ASIA)[0-9A-Z]{16}" + _END),
     re.compile(_START + r"(?:ghp|gho|ghs|ghu|github_pat|xox[abprs]|glpat)[-_][A-Za-z0-9_-]{10,}"),
@@ -144,14 +145,13 @@ def _phone(match: re.Match[str]) -> str:
     return run
 
 
-def _vendor_key(match: re.Match[str], mark: str = SECRET) -> str:
-    """The run up to the end of its last long segment (the key) as `mark`, the rest as it
-    was."""
+def vendor_key(match: re.Match[str], mask: str = SECRET) -> str:
+    """The run up to the end of its last long segment (the key), the rest as it was."""
     run = match.group()
     end = 0
     for segment in _LONG_SEGMENT.finditer(run, 3):
         end = segment.end()
-    return mark + run[end:] if end else run
+    return mask + run[end:] if end else run
 
 
 def _phone_text(text: str) -> str:
@@ -201,11 +201,14 @@ _CARD_DIGITS = 13
 
 
 def _named_secrets(text: str) -> str:
-    """Secrets known by their surroundings, not their shape: PEM blocks, `password: x`."""
+    """Secrets known by their surroundings, not their shape: PEM blocks, `password: x`,
+    a URL's password."""
     if "-----BEGIN" in text:
         text = _PEM_KEY.sub(SECRET, text)
     if may_name_a_secret(text):
         text = redact_assignments(text)
+    if "://" in text:
+        text = mask_url_passwords(text, SECRET)
     return text
 
 
@@ -218,8 +221,8 @@ def redact_text(text: str) -> str:
     if maybe_digits:
         text = _IBAN.sub(_iban, text)
     if maybe_secret:
-        text = _VENDOR_KEY.sub(_vendor_key, text)
-        for pattern in _SECRET_PATTERNS:
+        text = VENDOR_KEY.sub(vendor_key, text)
+        for pattern in SECRET_PATTERNS:
             text = pattern.sub(SECRET, text)
         text = _BASE64ISH.sub(_base64ish, text)
     if "@" in text:
@@ -352,103 +355,3 @@ _NAMES_KEPT = 4096
 def redact(value: Any, key: str | None = None) -> Any:
     """A copy of a JSON value with every string scrubbed, except structural fields."""
     return Redactor(capacity=0)(value, key)
-
-
-# --- credentials in code and config lines (`kvmigrate rewrite`'s diffs, findings, errors) ---
-# Unlike `redact_text` (prompts), these are a program's own lines, shown to review an edit:
-# only values that can be credentials are masked, so the rest of each line stays readable.
-MASK = "********"
-# The last word of a name that holds a credential: OPENAI_API_KEY_2, apiKey, DB_PASS.
-_CREDENTIAL_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "passwd", "passphrase", "pwd", "pass",
-     "credential", "credentials", "authorization", "pat"}
-)  # fmt: skip
-_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-# `NAME=value`, `NAME: value`, `"name": "value"`, `env["NAME"] = value`, `name := value`.
-_CREDENTIAL_ASSIGNMENT = re.compile(
-    r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*+)(?P<close>[\"'`]?\]?)(?P<op>\s*(?::=|=>|=|:)\s*)(?!=)"
-)
-_VALUE = re.compile(r"\"[^\"\n]*\"?|'[^'\n]*'?|`[^`\n]*`?|[^\s\"'`,;)\]}]+")
-# What names a secret without being one: `${VAR}`, `{{ secrets.X }}`, `os.environ/X`, a call.
-# A YAML block scalar's indicator (`key: |`) is no value either.
-_REFERENCE = re.compile(
-    r"[\"'`]?(?:\$|\{\{|os\.environ|process\.env|[A-Za-z_][\w.]*\()|[|>][-+0-9]*$"
-)
-_URL_PASSWORD = re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^\s:@/]*:)([^\s@/]+)(@)")
-# Kubernetes env lists give a name and its value on two lines.
-_ENV_NAME = re.compile(r"(?:^|[\s-])name\s*:\s*[\"']?(?P<name>[\w.-]++)[\"']?\s*$")
-_ENV_VALUE = re.compile(r"^(?P<lead>.*?\bvalue\s*:\s*)(?P<value>\S.*)$")
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
-_PEM_BODY = re.compile(r"[A-Za-z0-9+/=]{8,}")
-
-
-def is_credential_name(name: str) -> bool:
-    """`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`, `OPENAI_API_KEY_2`, `apiKey`, `db.password`;
-    not `max_tokens`, `api_key_env` or `key_file` (their last word is not a credential)."""
-    words = [w.lower() for w in _NAME_WORDS.findall(name) if not w.isdigit()]
-    return bool(words) and words[-1] in _CREDENTIAL_WORDS
-
-
-def _masked_assignments(line: str) -> str:
-    """Each credential's value masked. A name that is no credential gives up only itself
-    and its operator, so `c = OpenAI(api_key="x")` still reaches `api_key`."""
-    out: list[str] = []
-    pos = 0
-    while (match := _CREDENTIAL_ASSIGNMENT.search(line, pos)) is not None:
-        out.append(line[pos : match.end()])
-        pos = match.end()
-        if not is_credential_name(match["name"]):
-            continue
-        value = _VALUE.match(line, pos)
-        if value is None:
-            continue
-        text = value.group()
-        if _REFERENCE.match(text) or MASK in text:
-            continue
-        quote = text[0] if text[0] in "\"'`" else ""
-        closing = quote if quote and len(text) > 1 and text.endswith(quote) else ""
-        inner = text[len(quote) : len(text) - len(closing)]
-        out.append(quote + (MASK if inner else "") + closing)
-        pos = value.end()
-    out.append(line[pos:])
-    return "".join(out)
-
-
-def _masked_line(line: str) -> str:
-    # Shapes first: `Authorization: Bearer x` must lose its token, not just the word Bearer.
-    for pattern in _SECRET_PATTERNS:
-        line = pattern.sub(MASK, line)
-    line = _VENDOR_KEY.sub(lambda match: _vendor_key(match, MASK), line)
-    line = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), line)
-    return _masked_assignments(line)
-
-
-def _masked_pem_line(line: str) -> tuple[str, bool]:
-    """A line in (or opening) a private key block, its key material masked; and whether
-    the block goes on past it."""
-    begin = _PEM_BEGIN.search(line)
-    head, body = (line[: begin.end()], line[begin.end() :]) if begin else ("", line)
-    end = _PEM_END.search(body)
-    if end is not None:
-        return head + _PEM_BODY.sub(MASK, body[: end.start()]) + body[end.start() :], False
-    return head + _PEM_BODY.sub(MASK, body), True
-
-
-def mask_credentials(text: str) -> str:
-    """`text`, lines of code or config (a diff, a parser's error), with every credential
-    value masked: values assigned to credential names, a URL's password, vendor-shaped
-    keys and private key blocks. Line breaks are kept, so a diff stays a diff."""
-    lines = text.split("\n")
-    secret_value_next = in_pem = False
-    for index, line in enumerate(lines):
-        if in_pem or _PEM_BEGIN.search(line):
-            lines[index], in_pem = _masked_pem_line(line)
-            continue
-        value = _ENV_VALUE.match(line) if secret_value_next else None
-        if value is not None and not _REFERENCE.match(value["value"]):
-            line = value["lead"] + MASK
-        name = _ENV_NAME.search(line)
-        secret_value_next = name is not None and is_credential_name(name["name"])
-        lines[index] = _masked_line(line)
-    return "\n".join(lines)

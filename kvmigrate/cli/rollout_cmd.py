@@ -21,7 +21,12 @@ from kvmigrate.policies.gates import gate_summary, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
-from kvmigrate.rollout.controller import GatesRefused, RolloutError, RolloutStatus
+from kvmigrate.rollout.controller import (
+    REASON_MAX_CHARS,
+    GatesRefused,
+    RolloutError,
+    RolloutStatus,
+)
 from kvmigrate.rollout.status_table import render_status_table
 from kvmigrate.rollout.store import StoreError, UnreadableState
 
@@ -119,6 +124,13 @@ def _no_minus_zero(
     return 0.0 if value == 0 else value
 
 
+def _bounded_reason(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """Refused here, before a store or a proxy is reached: the history keeps every reason."""
+    if len(value) > REASON_MAX_CHARS:
+        raise click.BadParameter(f"at most {REASON_MAX_CHARS} characters (got {len(value)})")
+    return value
+
+
 def _refuse_options_before(ctx: click.Context) -> None:
     """The group's own options given before a subcommand: each subcommand takes its own
     (`rollout status --config X`), so these would be dropped unseen (a `rollout --config
@@ -144,7 +156,12 @@ def _refuse_options_before(ctx: click.Context) -> None:
     help="Give the candidate N% of conversations (split mode).",
 )
 @click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
-@click.option("--reason", default="", help="Why: kept in the rollout history.")
+@click.option(
+    "--reason",
+    default="",
+    callback=_bounded_reason,
+    help="Why: kept in the rollout history.",
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -308,7 +325,12 @@ def auto(
 
 
 @click.command("rollback")
-@click.option("--reason", default="", help="Why: kept in the rollout history.")
+@click.option(
+    "--reason",
+    default="",
+    callback=_bounded_reason,
+    help="Why: kept in the rollout history.",
+)
 @target_options
 def rollback(reason: str, target: Target) -> None:
     """Back to the last step whose gates passed, or to 0%.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvmigrate.config.errors import shown
-from kvmigrate.config.model import CohortConfig, CohortMatch, ModelRoute
+from kvmigrate.config.model import NAME_MAX_CHARS, CohortConfig, CohortMatch, ModelRoute
 from kvmigrate.config.reader import Section
 
 StepsReader = Callable[[Section, tuple[float, ...]], tuple[float, ...]]
@@ -57,8 +57,8 @@ def read_candidates(s: Section, served: dict[str, str]) -> tuple[str, ...]:
 
 
 def _cohort(s: Section, models: set[str], read_steps: StepsReader) -> CohortConfig:
-    name = s.string("name")
-    if not name or not str(name).strip():
+    name = s.name("name", NAME_MAX_CHARS)
+    if not name.strip():
         raise s.error("name", "is empty")
     model = s.string("model")
     if model not in models:

@@ -11,6 +11,8 @@ from typing import Any
 from kvmigrate.config.cohorts import read_candidates, read_cohorts
 from kvmigrate.config.errors import ConfigError, shown
 from kvmigrate.config.model import (
+    MODEL_NAME_MAX_CHARS,
+    NAME_MAX_CHARS,
     NO_MESSAGES_TYPES,
     BackendConfig,
     CacheCheckConfig,
@@ -93,7 +95,10 @@ def _config(root: Section) -> Config:
 
 
 def _backends(s: Section) -> dict[str, BackendConfig]:
-    backends = {name: _backend(name, s.child(name, s.raw(name))) for name in s.names()}
+    backends: dict[str, BackendConfig] = {}
+    for name in s.names():
+        s.checked(name, name, NAME_MAX_CHARS, spaces=True)  # it labels metrics and logs
+        backends[name] = _backend(name, s.child(name, s.raw(name)))
     if not backends:
         raise ConfigError(s.source, "backends", "at least one backend is required")
     return backends
@@ -208,14 +213,14 @@ def _models(
 
 
 def _model(s: Section, backends: dict[str, BackendConfig], rollout: RolloutConfig) -> ModelRoute:
-    model_name = s.string("model_name")
+    model_name = s.name("model_name", MODEL_NAME_MAX_CHARS)
     served: dict[str, str] = {}
     for key in s.names():
         if key in ("model_name", "candidates"):
             continue
         if key not in backends:
             raise s.error(key, f"not a backend name; known backends: {', '.join(backends)}")
-        served[key] = s.string(key)
+        served[key] = s.name(key, MODEL_NAME_MAX_CHARS)
     if not served:
         raise s.error("model_name", "names no backend model; add e.g. `hosted: <model>`")
     _check_messages_capable(s, backends, served)

@@ -55,6 +55,19 @@ LIMITS: Final[Mapping[type, Mapping[str, Meta]]] = {
 }
 
 
+# Lengths no value of these kinds has business exceeding: a host name (RFC 1035), a URL, a
+# model's name (a path or a cloud ARN at most), the name of a backend or a cohort. A string
+# declared with a `max_length` is one word besides: the loader refuses any whitespace or
+# control character in it (`Section.word`), as a line break in a URL read from the
+# environment would end up in every request line and log line.
+HOST_MAX_CHARS: Final = 253
+URL_MAX_CHARS: Final = 4096
+MODEL_NAME_MAX_CHARS: Final = 512
+NAME_MAX_CHARS: Final = 128
+HostName = Annotated[str, Meta(max_length=HOST_MAX_CHARS)]
+Url = Annotated[str, Meta(max_length=URL_MAX_CHARS)]
+
+
 class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A mapping of the config file. `not_keys`: fields that no key of the file sets;
     `other_keys`: the field that collects the keys named by the user (backend names)."""
@@ -64,7 +77,7 @@ class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ServerConfig(ConfigSection, frozen=True):
-    host: str = "127.0.0.1"
+    host: HostName = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65535)] = 4000
     master_key: Secret | None = None
     admin_key: Secret | None = None
@@ -98,7 +111,8 @@ class BackendConfig(ConfigSection, frozen=True):
     read_timeout: Annotated[float, Meta(ge=0.001)] = 600.0
     max_connections: Annotated[int, Meta(ge=1)] = 1000
     type: BackendType = "openai"
-    api_version: str | None = None  # azure: the api-version query parameter
+    # azure: the api-version query parameter (`2024-10-21`, `2024-05-01-preview`).
+    api_version: Annotated[str, Meta(max_length=64)] | None = None
     # litellm: extra keyword arguments for litellm (aws_region_name, vertex_project, ...);
     # values read from the environment are `Secret`s. Never printed.
     litellm_params: Mapping[str, object] = msgspec.field(default_factory=dict)
@@ -163,7 +177,7 @@ class RolloutConfig(ConfigSection, frozen=True):
     shadow_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     # Increasing percentages in (0, 100].
     steps: tuple[float, ...] = (10.0, 50.0, 100.0)
-    state: str = "sqlite:///.kvmigrate/state.db"
+    state: Url = "sqlite:///.kvmigrate/state.db"
     salt: str = "kvmigrate"
     fallback: bool = True
     shadow_max_concurrency: Annotated[int, Meta(ge=0)] = 64
@@ -184,7 +198,7 @@ class RolloutConfig(ConfigSection, frozen=True):
 
 class RecordConfig(ConfigSection, frozen=True):
     enabled: bool = True
-    db: str = "sqlite:///.kvmigrate/records.db"
+    db: Url = "sqlite:///.kvmigrate/records.db"
     content: ContentPolicy = "redacted"
     retention_days: Annotated[int, Meta(ge=1)] = 30
     # Keys the hash of conversation ids taken from `user` or `X-Session-ID` (personal data)

@@ -13,10 +13,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvmigrate.config.errors import ConfigError, shown
+from kvmigrate.config.model import URL_MAX_CHARS
 from kvmigrate.config.secret import Secret, safe_url
 
 ENV_PREFIX = "os.environ/"
-_MISSING: Any = object()
+MISSING: Any = object()  # no default: the key is required
 
 
 class Section:
@@ -76,10 +77,10 @@ class Section:
                 raise self.error(str(key), "keys must be strings")
             yield key
 
-    def raw(self, key: str, default: Any = _MISSING) -> Any:
+    def raw(self, key: str, default: Any = MISSING) -> Any:
         self._seen.add(key)
         if key not in self._data or self._data[key] is None:
-            if default is _MISSING:
+            if default is MISSING:
                 raise self.error(key, "is required")
             return default
         return self._data[key]
@@ -91,13 +92,37 @@ class Section:
         path = self.key_path(key)
         return Section(value, self.source, path, self.env, self.secrets_required)
 
-    def string(self, key: str, default: Any = _MISSING) -> Any:
+    def string(self, key: str, default: Any = MISSING) -> Any:
         value = self.raw(key, default)
-        if value is default and default is not _MISSING:
+        if value is default and default is not MISSING:
             return value
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise self.error(key, f"expected a string, got {_kind(value)}")
         return self.resolved(key, str(value))
+
+    def word(self, key: str, default: Any, limit: int) -> Any:
+        """A string of one word (a host name, a URL): at most `limit` characters, with no
+        whitespace or control character."""
+        value = self.string(key, default)
+        return value if value is None else self.checked(key, value, limit, spaces=False)
+
+    def name(self, key: str | int, limit: int) -> str:
+        """A name (a model's, a cohort's): at most `limit` characters of printable text."""
+        value = self.string(str(key))
+        return self.checked(key, value, limit, spaces=True)
+
+    def checked(self, key: str | int, text: str, limit: int, *, spaces: bool) -> str:
+        """`text`, if it is at most `limit` characters without a control character (a line
+        break, a tab, an escape, a bidi control), nor a space unless `spaces`. Refused
+        naming the key and its variable, never the value: one from the environment may be
+        a URL with a password in it."""
+        if len(text) > limit:
+            raise self.error(key, f"must be at most {limit} characters; got {len(text)}")
+        if text.isprintable() and (spaces or " " not in text):
+            return text
+        bad = next(c for c in text if not c.isprintable() or (c == " " and not spaces))
+        what = "control characters" if spaces else "whitespace or control characters"
+        raise self.error(key, f"must not contain {what}; found U+{ord(bad):04X}")
 
     def resolved(self, key: str | int, text: str) -> str:
         """`text`, or the environment variable it names as `os.environ/NAME`."""
@@ -167,7 +192,7 @@ class Section:
     def url(self, key: str | int, value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
         if not isinstance(value, str):
             raise self.error(key, f"expected a URL string, got {_kind(value)}")
-        text = self.resolved(key, value)
+        text = self.checked(key, self.resolved(key, value), URL_MAX_CHARS, spaces=False)
         expected = f"expected a {'/'.join(schemes)} URL"
         try:
             parts = urlsplit(text)

@@ -16,7 +16,7 @@ from msgspec import NODEFAULT, Meta
 from msgspec import inspect as mi
 
 from kvmigrate.config.model import LIMITS, Config
-from kvmigrate.config.reader import Section
+from kvmigrate.config.reader import MISSING, Section
 from kvmigrate.config.secret import Secret
 
 T = TypeVar("T")
@@ -37,6 +37,7 @@ class _Field:
     factory: Any
     low: Any
     high: Any
+    max_length: int | None  # a string's: one word, at most this long
     choices: tuple[str, ...]  # a Literal's values, in the declared order
 
     def default_value(self) -> Any:
@@ -90,6 +91,8 @@ def _read(s: Section, field: _Field, allowed: tuple[str, ...] | None) -> Any:
     if isinstance(kind, mi.StrType):
         if allowed is not None:
             return s.choice(key, default, allowed)
+        if field.max_length is not None:
+            return s.word(key, MISSING if field.required else default, field.max_length)
         return s.string(key) if field.required else s.string(key, default)
     if isinstance(kind, mi.CustomType) and kind.cls is Secret:
         return s.secret(key)
@@ -136,6 +139,7 @@ def _describe(field: mi.Field, hint: Any, limit: Meta | None) -> _Field:
         factory=field.default_factory,
         low=getattr(bounded, "ge", None),
         high=getattr(bounded, "le", None),
+        max_length=getattr(kind, "max_length", None),
         choices=_choices(kind, hint),
     )
 

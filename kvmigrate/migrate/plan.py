@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kvmigrate.masked_lines import mask_credentials
 from kvmigrate.migrate.env_rewriter import scan_env
 from kvmigrate.migrate.findings import Action, Finding, ParseFailure, Problem, ScanResult, Severity
 from kvmigrate.migrate.js_rewriter import scan_js
@@ -19,7 +20,6 @@ from kvmigrate.migrate.python_rewriter import scan_python
 from kvmigrate.migrate.text import NotUtf8, OverlappingEdits, decode, splice
 from kvmigrate.migrate.values import ANTHROPIC_URL_VARS, OPENAI_URL_VARS, RewriteOptions
 from kvmigrate.migrate.walk import Candidate, walk
-from kvmigrate.redaction import mask_credentials
 
 Scanner = Callable[[str, str, RewriteOptions], ScanResult]
 _CONTAINER_KINDS = frozenset({"docker-compose", "kubernetes", "helm"})

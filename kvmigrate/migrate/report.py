@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvmigrate.logtext import printable
+from kvmigrate.masked_lines import mask_credentials
 from kvmigrate.migrate.apply import BACKUP_DIR, ApplyResult, RevertResult, revert_command
 from kvmigrate.migrate.findings import Action, Finding, Severity
 from kvmigrate.migrate.plan import Plan
-from kvmigrate.redaction import mask_credentials
 
 JSON_VERSION = 1
 _LINE_LIMIT = 100_000  # a line of a minified file is cut in the text report, never in a file

@@ -39,7 +39,12 @@ from kvmigrate.rollout.api import (
     RolloutHistory,
     decode_request,
 )
-from kvmigrate.rollout.controller import GatesRefused, RolloutController, RolloutError
+from kvmigrate.rollout.controller import (
+    GatesRefused,
+    NoteTooLong,
+    RolloutController,
+    RolloutError,
+)
 from kvmigrate.rollout.store import StoreError, UnreadableState
 
 T = TypeVar("T")
@@ -77,6 +82,8 @@ def add_admin_routes(
                     },
                     409,
                 )
+            except NoteTooLong as exc:  # the decoder refuses these first
+                raise bad_request(_message(exc), param=exc.field) from None
             except RolloutError as exc:
                 raise ProxyError(
                     409, _message(exc), "invalid_request_error", "rollout_refused"

@@ -17,10 +17,13 @@ from msgspec import inspect as mi
 from kvmigrate.logtext import quoted
 from kvmigrate.policies.gates import GateResult
 from kvmigrate.policies.modes import Mode
-from kvmigrate.rollout.controller import RolloutStatus
+from kvmigrate.rollout.controller import ACTOR_MAX_CHARS, REASON_MAX_CHARS, RolloutStatus
 from kvmigrate.rollout.state import RolloutEvent
 
 T = TypeVar("T")
+# Refused at decoding, before a megabyte of reason is stored or echoed.
+Reason = Annotated[str, Meta(max_length=REASON_MAX_CHARS)]
+Actor = Annotated[str, Meta(max_length=ACTOR_MAX_CHARS)]
 
 
 class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -30,8 +33,8 @@ class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
     percent: Annotated[float, Meta(ge=0.0, le=100.0)] | None = None
     mode: Mode | None = None
     force: bool = False
-    reason: str = ""
-    actor: str = ""
+    reason: Reason = ""
+    actor: Actor = ""
     # Which cohort (a model_name or a named cohort); required when the config has several.
     cohort: str | None = None
     # With `percent`: which of the cohort's candidates gets the share.
@@ -43,8 +46,8 @@ class RolloutChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
 class RollbackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """POST /admin/rollback."""
 
-    reason: str = ""
-    actor: str = ""
+    reason: Reason = ""
+    actor: Actor = ""
     cohort: str | None = None
 
 
@@ -117,4 +120,6 @@ def _expected(kind: mi.Type) -> str:
         return " or ".join(f'"{m.value}"' for m in kind.cls)
     if isinstance(kind, mi.BoolType):
         return "true or false"
+    if isinstance(kind, mi.StrType) and kind.max_length is not None:
+        return f"a string of at most {kind.max_length} characters"
     return "a string"

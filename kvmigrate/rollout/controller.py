@@ -22,10 +22,32 @@ from kvmigrate.rollout.store import RolloutStore
 # Evidence for the gates: per-backend figures of a cohort's traffic recorded since a time
 # (cohort "": all traffic).
 WindowSource = Callable[[float, str], dict[str, BackendWindow]]
+# What a change says about itself is kept in the state store with every event and sent
+# back by the history: a reason is a sentence and an actor a name, not documents.
+REASON_MAX_CHARS = 1000
+ACTOR_MAX_CHARS = 200
 
 
 class RolloutError(Exception):
     """A change that was refused before anything was written."""
+
+
+class NoteTooLong(RolloutError, ValueError):
+    """A reason or an actor longer than the history keeps. Refused rather than cut: a
+    reason cut short can say something the whole did not."""
+
+    def __init__(self, field: str, limit: int) -> None:
+        super().__init__(f"{field} must be a string of at most {limit} characters")
+        self.field = field
+
+
+def check_notes(reason: str, actor: str) -> None:
+    """Refuse a reason or an actor over its limit; the message names the field, never the
+    value."""
+    if len(reason) > REASON_MAX_CHARS:
+        raise NoteTooLong("reason", REASON_MAX_CHARS)
+    if len(actor) > ACTOR_MAX_CHARS:
+        raise NoteTooLong("actor", ACTOR_MAX_CHARS)
 
 
 class StateChanged(RolloutError):
@@ -225,6 +247,7 @@ class RolloutController:
         nothing: an event would restart the gates' evidence window for no reason.
         `expected_version`: refuse unless the state is still the one the caller saw (what
         `rollout auto` last looked at), so a rollback made meanwhile is never overridden."""
+        check_notes(reason, actor)
         percent, target = _checked(percent, mode)
         name = self.cohort_of(cohort)
         current = self._read(name)
@@ -281,6 +304,9 @@ class RolloutController:
         `expected_version` makes it conditional: several proxies that see the same breach
         roll back once, not once each. Only the cohort's share moves; the others keep theirs.
         """
+        if automatic:  # the proxy's own words: a rollback is never refused for them
+            reason, actor = reason[:REASON_MAX_CHARS], actor[:ACTOR_MAX_CHARS]
+        check_notes(reason, actor)
         name = self.cohort_of(cohort)
         current = self._read(name)
         if current.mode != Mode.SPLIT or current.percent == 0:

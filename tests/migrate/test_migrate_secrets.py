@@ -94,3 +94,36 @@ def test_the_apply_line_never_puts_the_proxy_key_on_a_command_line(tmp_path: Pat
     applied = run_cli(*command[2:], cwd=tmp_path, env={"KVMIGRATE_PROXY_KEY": PROXY_KEY})
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert f"OPENAI_API_KEY={PROXY_KEY}\n" in (tree / ".env").read_text()
+
+
+PG_PASSWORD = "Zq5SECRETe"
+ORG_SECRET = "Zq15SECRETo"
+BLOCK_SECRET = "Zq25SECRETb"
+
+
+def test_secrets_the_rewriters_do_not_know_are_masked_in_the_diff_context(tmp_path: Path) -> None:
+    """A glued name (`PGPASSWORD`), a flow-style Kubernetes env entry and a YAML block
+    below a secret's name sit next to a rewritten URL: masked in text and in --json, by
+    the name rule the recorder's redaction uses."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / ".env").write_text(
+        f"PGPASSWORD={PG_PASSWORD}\nOPENAI_BASE_URL=https://api.openai.com/v1\n"
+    )
+    (tree / "deploy.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  template:\n"
+        "    spec:\n      containers:\n        - name: app\n          env:\n"
+        f"            - {{name: OPENAI_ORG_SECRET, value: {ORG_SECRET}}}\n"
+        "            - {name: OPENAI_BASE_URL, value: https://api.openai.com/v1}\n"
+        "            - name: DB_PASSWORD\n              value: |\n"
+        f"                {BLOCK_SECRET}\n"
+    )
+    for extra in ((), ("--json",)):
+        result = invoke(str(tree), "--proxy-url", PROXY, *extra, cwd=tmp_path)
+        out = result.stdout + result.stderr
+        for secret in (PG_PASSWORD, ORG_SECRET, BLOCK_SECRET):
+            assert secret not in out, (extra, secret)
+        shown = out.replace("\\n", "\n")
+        assert " PGPASSWORD=********\n" in shown  # the context is still shown
+        assert "{name: OPENAI_ORG_SECRET, value: ********}" in shown
+        assert "+OPENAI_BASE_URL=http://kvmigrate:4000/v1\n" in shown

@@ -98,3 +98,47 @@ def test_a_named_secret_reaches_the_database_in_no_part(backends: Backends, tmp_
     assert "password" in stored
     for word in ("correct", "horse", "battery", "staple", "hunter2", "ostrich", "904471"):
         assert word not in stored, word
+
+
+# One secret per shape an outside probe found stored; each word unique, so a survivor
+# names its shape.
+SHAPED_SECRETS = {
+    "yaml block": ("db:\n  password: |\n    Zq1yamlblock\n  user: bob", "Zq1yamlblock"),
+    "numbered name": ("OPENAI_API_KEY_2=Zq2numbered", "Zq2numbered"),
+    "xml": ("<apiKey>Zq3xmlvalue</apiKey>", "Zq3xmlvalue"),
+    "cookie": ("Cookie: theme=dark; sessionid=Zq4cookie", "Zq4cookie"),
+    "smart quotes": ("password: “Zq5smart horse”", "Zq5smart"),
+    "triple quotes": ('password = """Zq6triple"""', "Zq6triple"),
+    "unknown scheme": ("Authorization: SSWS Zq7scheme", "Zq7scheme"),
+    "url password": ("postgres://admin:Zq8urlpw@db/app", "Zq8urlpw"),
+    "flag": ("run --password Zq9flag", "Zq9flag"),
+    "curl": ("curl -u admin:Zq10curl https://x", "Zq10curl"),
+}
+
+
+def test_every_secret_shape_reaches_the_database_in_no_part(
+    backends: Backends, tmp_path: Path
+) -> None:
+    db = tmp_path / "records.db"
+    proxy = start_recording_proxy(
+        recorder_config(backends.hosted.url, backends.vllm.url, f"sqlite:///{db}", "redacted")
+    )
+    prompt = "\n".join(text for text, _ in SHAPED_SECRETS.values())
+    arguments = '{"host": "db1", "apiKey2": "Zq11member", "pass": "Zq12member"}'
+    messages = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "login", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]  # fmt: skip
+    proxy.client().chat.completions.create(model=HOSTED_MODEL, messages=messages)  # type: ignore[arg-type]
+    wait_until(lambda: proxy.recorder.stats.written + proxy.recorder.queue_depth >= 2)
+    proxy.stop()
+
+    stored = _everything_stored(db)
+    assert "postgres://admin:" in stored  # the row is there, its secrets are not
+    for shape, (_, secret) in SHAPED_SECRETS.items():
+        assert secret not in stored, shape
+    for member in ("Zq11member", "Zq12member"):
+        assert member not in stored, member
