@@ -12,7 +12,12 @@ from kvmigrate.proxy.body import with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.exchange import NOISE, SERVE, Exchange, Role
 from kvmigrate.proxy.forward import Call
-from kvmigrate.proxy.headers import candidate_view, upstream_headers, upstream_query
+from kvmigrate.proxy.headers import (
+    candidate_view,
+    credential_query,
+    upstream_headers,
+    upstream_query,
+)
 from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.upstream import Upstreams
 
@@ -65,7 +70,10 @@ class Calls:
         url = upstream.url(path, conversation, deployment=deployment)
         # The raw (still percent-encoded) query: the decoded one turned `note=a%26b` into two
         # parameters, `note=a` and `b`, on the way upstream.
-        if query := upstream_query(request.rel_url.raw_query_string, passes):
+        raw_query = request.rel_url.raw_query_string
+        if method is not None:  # a call of the proxy's own: the query's credentials alone
+            raw_query = credential_query(raw_query)
+        if query := upstream_query(raw_query, passes):
             url += ("&" if "?" in url else "?") + query
         return Call(method or request.method, url, body, headers)
 

@@ -19,7 +19,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
@@ -27,16 +26,12 @@ from prometheus_client import Counter
 
 from kvmigrate.config import Config
 from kvmigrate.config.access import AuthMode, auth_mode
+from kvmigrate.credential_names import is_credential_header
 from kvmigrate.policies.outcome import refused_client
 from kvmigrate.proxy.client import Response, UpstreamError
 from kvmigrate.proxy.client_answer import ClientAnswer
 from kvmigrate.proxy.errors import ProxyError
-from kvmigrate.proxy.headers import (
-    CREDENTIAL_HEADERS,
-    KEY_HEADERS,
-    is_credential_param,
-    relayed_response_headers,
-)
+from kvmigrate.proxy.headers import HOP_BY_HOP, credential_query, relayed_response_headers
 from kvmigrate.proxy.metrics import ProxyMetrics
 from kvmigrate.proxy.upstream import Upstream
 
@@ -45,7 +40,10 @@ MAX_VERDICTS = 10_000
 # What the question to the primary carries of the client's headers: its credentials, and
 # what decides whether they are accepted (an OpenAI organisation or project; Anthropic's
 # API wants its version on every call). Nothing else: the question is the proxy's own.
-ASKED_WITH = CREDENTIAL_HEADERS - {"cookie"} | {"anthropic-version"}
+# Besides the credentials: Anthropic's API wants its version on every call.
+ASKED_ALSO = ("anthropic-version",)
+# The fingerprint of a request that carried no credential at all.
+NO_CREDENTIALS = b""
 # A refusal's body is read up to this, to be relayed to the client.
 REFUSAL_BODY_LIMIT = 16 * 1024
 
@@ -107,15 +105,18 @@ class KeyGate:
         return self.mode is AuthMode.PASS_THROUGH
 
     def fingerprint(self, headers: CIMultiDictProxy[str], raw_query: str) -> bytes:
-        """The keyed hash of every credential the client sent (headers and query), each
-        value of a header sent twice in order: the verdict is kept for exactly what the
-        primary was shown."""
+        """The keyed hash of every credential the primary receives of the client's (each
+        header whose name may carry one, every value of one sent twice, in order, and the
+        query's), so a verdict is kept for exactly what the primary was shown; an
+        organisation or project header counts too. NO_CREDENTIALS when there is none."""
+        sent = sorted(primary_credentials(headers), key=lambda item: item[0])
+        query = credential_query(raw_query)
+        if not sent and not query:
+            return NO_CREDENTIALS
         mac = hmac.new(self._hash_key, digestmod=hashlib.sha256)
-        for name in sorted(KEY_HEADERS):
-            for value in headers.getall(name, ()):
-                mac.update(name.encode() + b"\0" + value.encode("utf-8", "replace") + b"\0")
-            mac.update(b"\1")
-        mac.update(_credential_query(raw_query).encode("utf-8", "replace"))
+        for name, value in sent:
+            mac.update(_exact(name) + b"\0" + _exact(value) + b"\1")
+        mac.update(b"\2" + _exact(query))
         return mac.digest()
 
     def key_of(self, request: web.Request) -> bytes | None:
@@ -155,6 +156,11 @@ class KeyGate:
             return
         if refused_client(status):
             self._verdicts.pop(fingerprint, None)
+        elif fingerprint == NO_CREDENTIALS:
+            # No credential the proxy can see: the primary may admit by something else (a
+            # header no name gives away, the proxy's own address), so only its explicit
+            # answer to the check, without any credential, opens the candidate.
+            return
         elif 200 <= status < 300 and not self.accepted(fingerprint):
             self._keep(fingerprint, Verdict(True, time.monotonic() + self.ttl))
 
@@ -195,9 +201,9 @@ class KeyGate:
         """Ask the primary's cheapest authenticated call (its model list) with the client's
         credentials, as the primary itself would receive them."""
         url, _ = primary.probe()
-        if query := _credential_query(raw_query):
+        if query := credential_query(raw_query):
             url += ("&" if "?" in url else "?") + query
-        sent = {name: value for name, value in headers.items() if name.lower() in ASKED_WITH}
+        sent = dict(primary_credentials(headers, ASKED_ALSO))
         sent["Accept-Encoding"] = "identity"
         try:
             async with asyncio.timeout(min(primary.config.read_timeout, 15.0)):
@@ -230,6 +236,26 @@ class KeyGate:
             self._verdicts.popitem(last=False)
 
 
+def primary_credentials(
+    headers: Mapping[str, str], also: tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
+    """The client's headers the primary receives (not hop-by-hop, nor named in
+    `Connection`) that may carry a credential, or are named in `also`, in order."""
+    listed = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+    return [
+        (lower, value)
+        for name, value in headers.items()
+        if (lower := name.lower()) not in HOP_BY_HOP
+        and lower not in listed
+        and (is_credential_header(lower) or lower in also)
+    ]
+
+
+def _exact(text: str) -> bytes:
+    """Distinct strings to distinct bytes, undecodable header bytes included."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 async def _read_prefix(response: Response, limit: int) -> bytes:
     """The answer's first `limit` bytes: a refusal is short, and a primary's model list
     (or anything else it sends) is not worth holding whole."""
@@ -239,11 +265,3 @@ async def _read_prefix(response: Response, limit: int) -> bytes:
         parts.append(chunk)
         size += len(chunk)
     return b"".join(parts)[:limit]
-
-
-def _credential_query(raw_query: str) -> str:
-    """The query parameters that may carry a key (Azure's `api-key`, ...), in order."""
-    if not raw_query:
-        return ""
-    pairs = parse_qsl(raw_query, keep_blank_values=True)
-    return urlencode([(k, v) for k, v in pairs if is_credential_param(k)])

@@ -155,6 +155,14 @@ def upstream_query(query_string: str, pass_client_credentials: bool) -> str:
     return query_string if len(kept) == len(pairs) else urlencode(kept)
 
 
+def credential_query(raw_query: str) -> str:
+    """The query parameters that may carry a key (Azure's `api-key`, ...), in order."""
+    if not raw_query:
+        return ""
+    pairs = parse_qsl(raw_query, keep_blank_values=True)
+    return urlencode([(k, v) for k, v in pairs if is_credential_param(k)])
+
+
 def relayed_response_headers(
     upstream: CIMultiDictProxy[str], extra: Iterable[tuple[str, str]]
 ) -> list[tuple[str, str]]:

@@ -28,6 +28,10 @@ from kvmigrate.proxy import build_proxy_app
 from kvmigrate.serving import BackgroundServer
 
 GOOD_KEY = "sk-good-key-0123456789"
+# An API management front end's own key header, which the primary also accepts.
+APIM_KEY = "apim-good"
+# The only project the good key may name.
+OWN_PROJECT = "proj_A"
 # Near misses: a prefix of the good key, the good key with more after it, another case.
 NEAR_MISSES = (GOOD_KEY[:-1], GOOD_KEY + "0", GOOD_KEY.upper(), " " + GOOD_KEY, "")
 
@@ -52,7 +56,10 @@ class Primary:
             return web.json_response({"error": {"message": "down"}}, status=self.models_status)
         if "X-Break" in request.headers:  # a front end's complaint before any key is read
             return web.json_response({"error": {"message": "Malformed request"}}, status=400)
-        if request.headers.get("Authorization") != f"Bearer {GOOD_KEY}":
+        authorized = request.headers.get("Authorization") == f"Bearer {GOOD_KEY}" or (
+            request.headers.get("Ocp-Apim-Subscription-Key") == APIM_KEY
+        )
+        if not authorized or request.headers.get("OpenAI-Project", OWN_PROJECT) != OWN_PROJECT:
             return web.json_response(
                 {
                     "error": {
@@ -476,3 +483,43 @@ def test_a_keyless_client_cannot_tell_where_a_session_is_served(bed_factory) -> 
     assert status == 401
     assert "x-kvmigrate-backend" in names
     assert "x-request-id" in names
+
+
+def test_a_key_in_a_vendor_header_is_judged_by_that_header(bed_factory) -> None:
+    """A primary behind an API management front end reads `Ocp-Apim-Subscription-Key`. The
+    verdict on a client that sends it belongs to that header's value: its answers never
+    open the candidate to clients that send no key at all."""
+    bed = bed_factory("{mode: split, percent: 50, noise_sample: 0}")
+    apim = [("Ocp-Apim-Subscription-Key", APIM_KEY)]
+    served = {exchange(bed.proxy.url, [*apim, ("X-Session-ID", f"L{i}")])[0] for i in range(12)}
+    assert served == {200}  # on either backend: the primary's answers vouched for the key
+    assert bed.candidate_seen
+    for recorded in bed.candidate_seen:
+        assert "ocp-apim-subscription-key" not in {k.lower() for k in recorded.headers}
+    bed.candidate_seen.clear()
+    answers = [chat(bed.proxy.url, None, session=f"L{i}") for i in range(12)]
+    assert {status for status, _ in answers} == {401}
+    time.sleep(0.2)
+    assert bed.candidate_seen == []
+
+
+def test_an_accepted_key_naming_another_project_is_asked_about_again(bed_factory) -> None:
+    """The organisation and project headers decide what a key may do: a verdict on a key
+    alone does not cover the same key naming a project it may not use."""
+    bed = bed_factory("{mode: split, percent: 100}")
+    key = [("Authorization", f"Bearer {GOOD_KEY}")]
+    assert exchange(bed.proxy.url, key)[0] == 200
+    status, _, body = exchange(bed.proxy.url, [*key, ("OpenAI-Project", "proj_B")])
+    assert status == 401
+    assert json.loads(body)["error"]["message"].endswith("(primary's own words).")
+    assert exchange(bed.proxy.url, [*key, ("OpenAI-Project", OWN_PROJECT)])[0] == 200
+    assert bed.primary.calls("GET", "/v1/models") == 3
+    assert len(bed.candidate_seen) == 2
+
+
+def test_the_check_carries_a_vendor_key_header(bed_factory) -> None:
+    bed = bed_factory("{mode: split, percent: 100}")
+    assert exchange(bed.proxy.url, [("Ocp-Apim-Subscription-Key", APIM_KEY)])[0] == 200
+    (asked,) = [r for r in bed.primary.seen if r.path == "/v1/models"]
+    assert {k.lower(): v for k, v in asked.headers.items()}["ocp-apim-subscription-key"] == APIM_KEY
+    assert exchange(bed.proxy.url, [("Ocp-Apim-Subscription-Key", APIM_KEY + "x")])[0] == 401

@@ -213,8 +213,13 @@ def test_the_context_is_read_from_the_primary_with_the_clients_key_never_the_can
         extra_headers={"x-emulator-fault": "vllm:503"},
     )
     wait_settled(bed.proxy.url, answers=2)
+    # The client's own query parameters are no part of the proxy's reads of the context.
     client.responses.create(
-        model=MODEL, input="Where to eat?", previous_response_id=second.id, max_output_tokens=32
+        model=MODEL,
+        input="Where to eat?",
+        previous_response_id=second.id,
+        max_output_tokens=32,
+        extra_query={"order": "desc", "limit": "1"},
     )
     wait_settled(bed.proxy.url, answers=3)
     client.close()
@@ -225,6 +230,8 @@ def test_the_context_is_read_from_the_primary_with_the_clients_key_never_the_can
         f"/v1/responses/{second.id}",
     ]
     assert {(r.authorization, r.status) for r in reads} == {(f"Bearer {CLIENT_KEY}", 200)}
+    assert reads[0].path_qs.endswith("/input_items?order=asc&limit=100")
+    assert "?" not in reads[1].path_qs
     assert {s.authorization for s in bed.vllm.seen} == {f"Bearer {VLLM_KEY}"}
 
 
