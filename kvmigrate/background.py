@@ -25,16 +25,25 @@ from kvmigrate.lazy import load
 # cost: a saturated core leaves the workers behind, and their bounded queues drop, and
 # count, what does not fit. With a core to spare they run at full speed.
 BACKGROUND_NICE = 19
+# A worker that must not starve (the recorder's, kvmigrate.pacer) keeps one thread at this
+# nice value, taken before its work steps down to the lowest priority: a thread cannot
+# leave SCHED_IDLE, nor lower its nice value, without CAP_SYS_NICE, so the raised thread
+# has to exist from the start. Against a busy core's ordinary (nice 0) task it gets about a
+# tenth of the core.
+RAISED_NICE = 10
 
 
-def become_background_worker() -> None:
+def become_background_worker(raisable: bool = False) -> None:
     """Lowest CPU priority, and deaf to SIGINT: a Ctrl-C reaches the whole process group,
-    and the proxy decides when its workers stop (after writing what they hold)."""
+    and the proxy decides when its workers stop (after writing what they hold).
+    `raisable`: this thread stays at RAISED_NICE, where it was started; the worker steps
+    down thread by thread (kvmigrate.pacer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _lowest_priority()
+    if not raisable:
+        lowest_priority()
 
 
-def _lowest_priority() -> None:
+def lowest_priority() -> None:
     """For the calling thread (Linux keeps both per thread), and what it starts."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE - os.nice(0))
@@ -42,13 +51,15 @@ def _lowest_priority() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
-def start_at_lowest_priority(process: SpawnProcess) -> None:
+def start_at_lowest_priority(process: SpawnProcess, raisable: bool = False) -> None:
     """Start `process` from a short-lived thread at the lowest priority, which the child
     inherits: its interpreter start-up and imports, before its main can step aside, then
     no longer take the proxy's core (about 0.1 s of CPU per worker at every start, on a
-    pinned proxy's own core). The thread ends with the start, so no priority is restored.
-    Only on Linux, where nice and the scheduling policy are a thread's own: elsewhere
-    `nice` is the whole process's, the proxy's too, so the child lowers itself as it runs."""
+    pinned proxy's own core). `raisable`: at RAISED_NICE instead, which the child keeps
+    for the thread that raises its work when it falls behind. The thread ends with the
+    start, so no priority is restored. Only on Linux, where nice and the scheduling policy
+    are a thread's own: elsewhere `nice` is the whole process's, the proxy's too, so the
+    child lowers itself as it runs."""
     if not sys.platform.startswith("linux"):
         process.start()
         return
@@ -56,7 +67,11 @@ def start_at_lowest_priority(process: SpawnProcess) -> None:
 
     def start() -> None:
         try:
-            _lowest_priority()
+            if raisable:
+                with contextlib.suppress(OSError):
+                    os.nice(max(0, RAISED_NICE - os.nice(0)))
+            else:
+                lowest_priority()
             process.start()
         except BaseException as exc:  # re-raised in the caller's thread
             failed.append(exc)
@@ -81,7 +96,9 @@ class WorkerProcess:
     """One worker process of the proxy's, and the proxy's end of its pipe: started with
     `spawn`, never `fork` (the proxy has threads and an event loop, and forking those is
     undefined), at the lowest priority, and started again after it dies, at most once per
-    `RESPAWN_S`. `background=False` keeps the child at normal priority (a serving worker).
+    `RESPAWN_S`. `background=False` keeps the child at normal priority (a serving worker);
+    `raisable=True` starts a background one at RAISED_NICE, for kvmigrate.pacer to step
+    its work down and up.
 
     The child runs `target(conn, *args())`, `target` named as `"module:function"` and
     imported in the child only; `args` is read at each start."""
@@ -96,9 +113,11 @@ class WorkerProcess:
         pipe_bytes: int = 0,
         on_start: Callable[[], None] | None = None,
         background: bool = True,
+        raisable: bool = False,
     ) -> None:
         self.name = name
         self._background = background
+        self._raisable = raisable
         self._target = target
         self._args = args
         self._duplex = duplex
@@ -130,14 +149,14 @@ class WorkerProcess:
             _widen(ours, self._pipe_bytes)
         self._process = self._context.Process(
             target=_worker_main,
-            args=(self._target, self._background, theirs, *self._args()),
+            args=(self._target, self._background, self._raisable, theirs, *self._args()),
             name=self.name,
             # A proxy that exits without stopping a background worker must not wait for it; a
             # serving worker has workers of its own, which a daemon process may not have.
             daemon=self._background,
         )
         if self._background:
-            start_at_lowest_priority(self._process)
+            start_at_lowest_priority(self._process, self._raisable)
         else:
             self._process.start()
         theirs.close()  # the child holds its own end; ours would hide its EOF
@@ -221,10 +240,12 @@ class WorkerProcess:
         self._process = None
 
 
-def _worker_main(target: str, background: bool, conn: Connection, *args: Any) -> None:
+def _worker_main(
+    target: str, background: bool, raisable: bool, conn: Connection, *args: Any
+) -> None:
     """The child's main: out of the response path's way first, then the worker's own."""
     if background:
-        become_background_worker()
+        become_background_worker(raisable)
     load(target)(conn, *args)
 
 

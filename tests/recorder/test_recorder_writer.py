@@ -34,7 +34,7 @@ class _Blocked(RecordStore):
         self.release = release
         self.rows = 0
 
-    def insert(self, records: object) -> None:
+    def insert(self, records: object, answered: object = ()) -> None:
         self.release.wait(10)
         self.rows += len(records)  # type: ignore[arg-type]
 
@@ -94,6 +94,7 @@ def test_a_failing_store_counts_errors_drops_batches_and_logs_once(
         f"sqlite:///{blocker}/records.db",
         settings=WriterSettings(batch_size=3, flush_interval=0.01),
         worker=worker,
+        durability="memory",  # a spool, beside the database, would fail too (a second error)
     )
     recorder.start()
     with caplog.at_level(logging.DEBUG, "kvmigrate.recorder"):
@@ -207,7 +208,8 @@ def test_what_a_dead_worker_had_not_read_from_its_pipe_is_counted_as_lost(tmp_pa
 
 def _recorder_with_its_worker(url: str) -> tuple[RecorderAddon, psutil.Process]:
     """A started recorder that has written one record, and its worker process."""
-    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
+    # Through pipes alone (record.durability: memory), where a dead worker loses what it held.
+    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01), durability="memory")
     # This process may hold other children (an earlier test's worker still finishing, a
     # zombie): the worker is the one child that is new since the recorder started.
     before = {p.pid for p in psutil.Process().children()}
