@@ -4,13 +4,16 @@ stepped out of the response path's way, and started again when they die."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from typing import Any
@@ -29,8 +32,9 @@ BACKGROUND_NICE = 19
 # nice value, taken before its work steps down to the lowest priority: a thread cannot
 # leave SCHED_IDLE, nor lower its nice value, without CAP_SYS_NICE, so the raised thread
 # has to exist from the start. Against a busy core's ordinary (nice 0) task it gets about a
-# tenth of the core.
-RAISED_NICE = 10
+# quarter of the core: enough to catch up with a proxy that shares the core, which at nice
+# 10 (a tenth) it could not.
+RAISED_NICE = 5
 
 
 def become_background_worker(raisable: bool = False) -> None:
@@ -51,36 +55,67 @@ def lowest_priority() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
-def start_at_lowest_priority(process: SpawnProcess, raisable: bool = False) -> None:
-    """Start `process` from a short-lived thread at the lowest priority, which the child
-    inherits: its interpreter start-up and imports, before its main can step aside, then
-    no longer take the proxy's core (about 0.1 s of CPU per worker at every start, on a
-    pinned proxy's own core). `raisable`: at RAISED_NICE instead, which the child keeps
-    for the thread that raises its work when it falls behind. The thread ends with the
-    start, so no priority is restored. Only on Linux, where nice and the scheduling policy
-    are a thread's own: elsewhere `nice` is the whole process's, the proxy's too, so the
-    child lowers itself as it runs."""
-    if not sys.platform.startswith("linux"):
-        process.start()
-        return
-    failed: list[BaseException] = []
+class _Starter:
+    """The thread that starts one worker's processes, and lives as long as they may run.
 
-    def start() -> None:
-        try:
+    A child takes two things from the thread that starts it. Its priority (on Linux nice
+    and the scheduling policy are a thread's own): started from a thread at the lowest
+    priority, or at RAISED_NICE for a raisable worker, its interpreter start-up and imports
+    (about 0.1 s of CPU per start) no longer take a pinned proxy's own core. And its
+    parent-death signal (`_die_with_parent`), which Linux sends when that *thread* ends,
+    not the process: so the thread waits here until its worker has ended, and a proxy that
+    is killed takes its workers with it. Elsewhere than Linux `nice` is the whole process's,
+    the proxy's too, so the thread keeps its priority and the child lowers itself."""
+
+    def __init__(self, name: str, raisable: bool) -> None:
+        self._requests: queue.SimpleQueue[tuple[SpawnProcess, Future[None]] | None]
+        self._requests = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._run, args=(raisable,), name=f"start-{name}", daemon=True
+        )
+        self._thread.start()
+
+    def start(self, process: SpawnProcess) -> None:
+        started: Future[None] = Future()
+        self._requests.put((process, started))
+        started.result()
+
+    def stop(self) -> None:
+        self._requests.put(None)
+
+    def _run(self, raisable: bool) -> None:
+        if sys.platform.startswith("linux"):
             if raisable:
                 with contextlib.suppress(OSError):
                     os.nice(max(0, RAISED_NICE - os.nice(0)))
             else:
                 lowest_priority()
-            process.start()
-        except BaseException as exc:  # re-raised in the caller's thread
-            failed.append(exc)
+        while (request := self._requests.get()) is not None:
+            process, started = request
+            try:
+                process.start()
+            except BaseException as exc:  # raised in the caller's thread
+                started.set_exception(exc)
+            else:
+                started.set_result(None)
 
-    thread = threading.Thread(target=start, name=f"start-{process.name}")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
+
+def _die_with_parent() -> None:
+    """In a worker: SIGKILL when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a proxy killed outright leaves no worker behind. A worker at the
+    lowest priority on a busy machine may not get the CPU to notice for itself, nor its
+    raised thread the GIL; the kernel needs neither."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)  # it died before the signal was asked for
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 # The least time between two starts of a worker that keeps dying: a crash loop must not
@@ -127,6 +162,7 @@ class WorkerProcess:
         self._process: SpawnProcess | None = None
         self._conn: Connection | None = None
         self._last_start = 0.0
+        self._starter: _Starter | None = None
         self.restarts = 0
 
     @property
@@ -156,7 +192,9 @@ class WorkerProcess:
             daemon=self._background,
         )
         if self._background:
-            start_at_lowest_priority(self._process, self._raisable)
+            if self._starter is None:
+                self._starter = _Starter(self.name, self._raisable)
+            self._starter.start(self._process)
         else:
             self._process.start()
         theirs.close()  # the child holds its own end; ours would hide its EOF
@@ -223,6 +261,7 @@ class WorkerProcess:
                 return False
         if self._conn is not None:
             self._conn.close()
+        self._stop_starter()
         return True
 
     def close(self, timeout: float) -> None:
@@ -237,7 +276,14 @@ class WorkerProcess:
             self._conn = None
         if self._process is not None and self._process.is_alive():
             self._process.kill()
+            self._process.join(5.0)  # reaped before its starter may end
         self._process = None
+        self._stop_starter()
+
+    def _stop_starter(self) -> None:
+        if self._starter is not None:
+            self._starter.stop()
+            self._starter = None
 
 
 def _worker_main(
@@ -245,6 +291,7 @@ def _worker_main(
 ) -> None:
     """The child's main: out of the response path's way first, then the worker's own."""
     if background:
+        _die_with_parent()
         become_background_worker(raisable)
     load(target)(conn, *args)
 

@@ -29,26 +29,31 @@ RAISED_WAIT_S = 0.05  # ... and the raised one, which must look at the time ofte
 
 
 class Pacer:
-    """Runs `work()` over and over until it returns False (done), after `wait(timeout)`
-    for something to do (wait takes no turn: an idle thread blocked there never holds
-    up the raised one). `backlog_age()`: how long the oldest item waiting has waited;
-    `urgent()`: whether to work at the raised priority whatever the age (the proxy asked
-    the worker to finish). `orphaned()` is called on the main thread once the process that
-    started this one is gone; it may exit the process."""
+    """Runs `work(raised, stop)` over and over until it returns False (done), after
+    `wait(timeout)` for something to do (a wait holds no turn). `raised` False asks for a
+    short step, and `stop()` says when to cut it shorter still: the raised thread takes
+    over once the idle one ends its step, which at the lowest priority on a busy core may
+    take a second or more. `backlog_age()`: how long
+    the oldest item waiting has waited; `urgent()`: whether to work at the raised priority
+    whatever the age (the proxy asked the worker to finish). `orphaned()` is called on the
+    main thread once the process that started this one is gone (where the kernel does not
+    end it first, kvmigrate.background); it may exit the process."""
 
     def __init__(
         self,
-        work: Callable[[], bool],
+        work: Callable[[bool, Callable[[], bool]], bool],
         wait: Callable[[float], None],
         backlog_age: Callable[[], float],
         urgent: Callable[[], bool],
         orphaned: Callable[[], None],
+        on_raise: Callable[[], None] = lambda: None,
     ) -> None:
         self._work = work
         self._wait = wait
         self._backlog_age = backlog_age
         self._urgent = urgent
         self._orphaned = orphaned
+        self._on_raise = on_raise
         self._parent = os.getppid()
         self._turn = threading.Lock()  # held by whichever thread is stepping
         self._raised = threading.Event()  # set: the idle thread stands aside
@@ -76,12 +81,13 @@ class Pacer:
 
     def _work_raised(self) -> None:
         self.raised += 1
+        self._on_raise()
         self._raised.set()
         try:
             with self._turn:
                 looked = time.monotonic()
                 while not self._done.is_set():
-                    if not self._work():
+                    if not self._work(True, self._raised.is_set):
                         self._done.set()
                         return
                     self._wait(RAISED_WAIT_S)
@@ -100,6 +106,7 @@ class Pacer:
                 self._done.wait(WATCH_S)
                 continue
             with self._turn:
-                if not self._raised.is_set() and not self._done.is_set() and not self._work():
+                stepping = not self._raised.is_set() and not self._done.is_set()
+                if stepping and not self._work(False, self._raised.is_set):
                     self._done.set()
             self._wait(IDLE_WAIT_S)

@@ -3,7 +3,7 @@ the worker needs to start; and the counters it publishes back in shared memory."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import orjson
@@ -55,7 +55,9 @@ def unpack(packed: Packed) -> tuple[Exchange, float]:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    """Everything the child needs to build its writer; picklable."""
+    """Everything the child needs to build its writer. It crosses as `state()`, plain
+    values: unpickling this class would import the recorder (about half a second of CPU)
+    before the child can ask to die with its parent (kvmigrate.background)."""
 
     url: str
     content: str
@@ -64,3 +66,11 @@ class WorkerSpec:
     settings: WriterSettings
     hash_key: bytes = DEFAULT_HASH_KEY
     durable: bool = False  # each commit on disk before the spool is acked (durability: fsync)
+
+    def state(self) -> tuple[Any, ...]:
+        return astuple(self)
+
+    @classmethod
+    def from_state(cls, state: tuple[Any, ...]) -> WorkerSpec:
+        url, content, source, retention_days, settings, *rest = state
+        return cls(url, content, source, retention_days, WriterSettings(*settings), *rest)

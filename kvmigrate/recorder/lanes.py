@@ -59,7 +59,8 @@ class Lane:
     def _args(self, spec: WorkerSpec, logs: Any, write_lock: Any) -> Callable[[], tuple[Any, ...]]:
         def args() -> tuple[Any, ...]:
             lane = None if self.directory is None else str(self.directory)
-            return (spec, self._shared, logs, log.getEffectiveLevel(), write_lock, lane)
+            level = log.getEffectiveLevel()
+            return (spec.state(), self._shared, logs, level, write_lock, lane)
 
         return args
 

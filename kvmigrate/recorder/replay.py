@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.recorder.batches import Batches
 from kvmigrate.recorder.crossing import SHARED_COUNTERS, WorkerSpec
 from kvmigrate.recorder.spool import SpoolReader
 from kvmigrate.recorder.spool_dir import (
@@ -30,7 +31,7 @@ from kvmigrate.recorder.spool_dir import (
     orphaned_spools,
     spool_source,
 )
-from kvmigrate.recorder.worker_main import READ_BYTES, Batches, log_to, open_writer
+from kvmigrate.recorder.worker_main import READ_BYTES, log_to, open_writer
 
 log = logging.getLogger("kvmigrate.recorder")
 _WRITTEN = SHARED_COUNTERS.index("written")
@@ -41,7 +42,7 @@ LANE_WAIT_S = 10.0
 
 def run_replay(
     conn: Connection,
-    spec: WorkerSpec,
+    spec_state: tuple[Any, ...],
     shared: Any,
     logs: Any,
     log_level: int,
@@ -50,7 +51,7 @@ def run_replay(
     own: str,
 ) -> None:
     log_to(logs, log_level)
-    replayer = _Replayer(conn, spec, shared, write_lock)
+    replayer = _Replayer(conn, WorkerSpec.from_state(spec_state), shared, write_lock)
     for directory, owner in orphaned_spools(Path(root), Path(own)):
         try:
             replayer.replay(directory)
@@ -101,24 +102,33 @@ class _Replayer:
         reader = SpoolReader(lane)
         writer = open_writer(self.spec, source, self.write_lock)
         batches = Batches(writer, self.spec.settings, self.shared, source)
-        written, errors = self.written, self.write_errors
         try:
-            while frames := reader.read(READ_BYTES, final=True):
-                for frame in frames:
-                    batches.add_frame(frame)
-                batches.flush()
-                reader.commit(reader.position)
-                self.written = written + writer.stats.written
-                self.write_errors = errors + writer.stats.dropped.get("write_error", 0)
-                self.shared[_WRITTEN] = self.written
-                self.shared[_WRITE_ERROR] = self.write_errors
-                if self.told_to_stop():
-                    return False
-            return True
+            return self._read_lane(reader, batches)
         finally:
             writer.stop()
             reader.close()
             os.close(fd)
+
+    def _read_lane(self, reader: SpoolReader, batches: Batches) -> bool:
+        """Batch by batch, each acked once written."""
+        written, errors = self.written, self.write_errors
+        stats = batches.writer.stats
+        while True:
+            if not batches.raw:
+                frames = reader.read(READ_BYTES, final=True)
+                if not frames:
+                    return True
+                for frame in frames:
+                    batches.take_frame(frame)
+            batches.convert(lambda: len(batches.records) >= batches.settings.batch_size)
+            if batches.flush():
+                reader.commit(batches.written_to)
+            self.written = written + stats.written
+            self.write_errors = errors + stats.dropped.get("write_error", 0)
+            self.shared[_WRITTEN] = self.written
+            self.shared[_WRITE_ERROR] = self.write_errors
+            if self.told_to_stop():
+                return False
 
     def _note_unclean_stop(self, source: str, ts: float, replayed: int) -> None:
         from kvmigrate.recorder.store import open_store

@@ -167,13 +167,14 @@ class ProcessWriter:
             for i in range(self._workers)
         ]
         self._tally = AnsweredTally()
-        root, own, replayed = settings.root, self._spool.path, self._replayed
-        if not others_in(root, own):
+        root, own = str(settings.root), str(self._spool.path)
+        if not others_in(settings.root, self._spool.path):
             return
+        state, replayed = spec.state(), self._replayed
         self._replayer = WorkerProcess(
             "kvmigrate-recorder-replay",
             "kvmigrate.recorder.replay:run_replay",
-            lambda: (spec, replayed, logs, log.getEffectiveLevel(), lock, str(root), str(own)),
+            lambda: (state, replayed, logs, log.getEffectiveLevel(), lock, root, own),
             raisable=True,
         )
 

@@ -14,31 +14,30 @@ import logging
 import logging.handlers
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from kvmigrate.pacer import Pacer
+from kvmigrate.recorder.batches import Batches
 from kvmigrate.recorder.convert import RecordConverter
-from kvmigrate.recorder.crossing import SHARED_COUNTERS, Packed, WorkerSpec, unpack
-from kvmigrate.recorder.record import Record
-from kvmigrate.recorder.spool import EXCHANGES, TALLY, Frame, SpoolReader
+from kvmigrate.recorder.crossing import SHARED_COUNTERS, WorkerSpec
+from kvmigrate.recorder.spool import SpoolReader
 from kvmigrate.recorder.spool_dir import LANE_LOCK, hold
-from kvmigrate.recorder.store import AnsweredRow
-from kvmigrate.recorder.writer import RecordWriter, WriterSettings
+from kvmigrate.recorder.writer import RecordWriter
 
-# What one step reads of a lane: the records of a few messages, so that a step, which holds
-# the turn, stays short.
+# What one step reads and writes, raised or not: a step holds the turn (kvmigrate.pacer),
+# and one at the lowest priority must end soon for the raised thread to take over.
 READ_BYTES = 1 << 20
+IDLE_READ_BYTES = 1  # one message
 _MESSAGES_PER_STEP = 8
+IDLE_FLUSH = 50  # records per write
 
 
 def run_worker(
     conn: Connection,
-    spec: WorkerSpec,
+    spec_state: tuple[Any, ...],
     shared: Any,
     logs: Any,
     log_level: int,
@@ -49,6 +48,7 @@ def run_worker(
     work runs at the lowest priority, raised while it is behind (kvmigrate.pacer). When the
     proxy is gone, a spooled worker exits at once (the proxy's next start writes its spool);
     one without a spool writes what its pipe still holds, raised, then exits."""
+    spec = WorkerSpec.from_state(spec_state)
     log_to(logs, log_level)
     quiet_collector()
     writer = open_writer(spec, spec.source, write_lock)
@@ -112,111 +112,20 @@ def run_paced(worker: _PipeWorker | _SpoolWorker, shared: Any, orphaned: Any) ->
         worker.parent_gone = True
         orphaned()
 
-    pacer = Pacer(worker.work, worker.wait, worker.backlog_age, is_urgent, orphan)
+    def count_raise() -> None:
+        shared[raised] += 1
+
+    pacer = Pacer(worker.work, worker.wait, worker.backlog_age, is_urgent, orphan, count_raise)
     try:
         pacer.run()
     finally:
         worker.finish()
         worker.batches.writer.stop()
-        shared[raised] = pacer.raised
         worker.batches.publish()
 
 
-class Batches:
-    """Records waiting for their batch: written once `batch_size` are in, or when the
-    oldest has waited `flush_interval`; and the latest answered counts (recorder.tally),
-    written with them.
-
-    Each message is converted as it arrives, not when its batch is full: a worker that
-    stops reading its pipe for a whole batch's conversion blocks the proxy's
-    feeder on that pipe, and with several workers the others then starve for it."""
-
-    def __init__(
-        self, writer: RecordWriter, settings: WriterSettings, shared: Any, source: str
-    ) -> None:
-        self.writer = writer
-        self.settings = settings
-        self.shared = shared
-        self.source = source
-        self.records: list[Record] = []
-        self.answered: dict[tuple[float, str], int] = {}
-        self.deadline: float | None = None
-        self.received = 0
-        self.acked = 0  # items of frames whose records are written (spool)
-        self.acked_offset = 0
-        self.unacked = 0  # items read since the last flush
-
-    def add(self, packed: list[Packed]) -> None:
-        self.received += len(packed)
-        self.unacked += len(packed)
-        for item in packed:
-            try:
-                exchange = unpack(item)
-            except Exception:
-                self.writer.stats.drop("invalid")
-                continue
-            record = self.writer.convert(exchange)
-            if record is not None:
-                self.records.append(record)
-        self._arm()
-
-    def add_frame(self, frame: Frame) -> None:
-        if frame.kind == EXCHANGES:
-            try:
-                packed = msgspec.msgpack.decode(frame.payload)
-            except msgspec.DecodeError:
-                self.writer.stats.drop("invalid", frame.items)
-                return
-            self.add(packed)
-        elif frame.kind == TALLY:
-            for bucket, role, count in msgspec.msgpack.decode(frame.payload):
-                key = (bucket, role)
-                self.answered[key] = max(count, self.answered.get(key, 0))
-            self._arm()
-
-    def _arm(self) -> None:
-        if self.deadline is None and (self.records or self.answered or self.unacked):
-            self.deadline = time.monotonic() + self.settings.flush_interval
-        if len(self.records) >= self.settings.batch_size:
-            self.flush()
-
-    def due(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
-    def wait_s(self) -> float:
-        if self.deadline is None:
-            return 0.5
-        return max(0.0, self.deadline - time.monotonic())
-
-    def flush(self) -> None:
-        if self.records or self.answered:
-            answered = [AnsweredRow(self.source, b, r, n) for (b, r), n in self.answered.items()]
-            self.writer.write_records(self.records, answered)
-        self.records = []
-        self.answered = {}
-        self.deadline = None
-        self.acked += self.unacked
-        self.unacked = 0
-
-    def publish(self) -> None:
-        """Counters into shared memory, where the proxy reads them (SHARED_COUNTERS)."""
-        stats = self.writer.stats
-        values = {
-            "written": stats.written,
-            "batches": stats.batches,
-            "write_errors": stats.write_errors,
-            "depth": len(self.records),
-            "received": self.received,
-            "acked": self.acked,
-            **{reason: stats.dropped.get(reason, 0) for reason in _DROPS},
-        }
-        for name, value in values.items():
-            self.shared[SHARED_COUNTERS.index(name)] = value
-        if self.acked_offset:
-            self.shared[SHARED_COUNTERS.index("acked_offset")] = self.acked_offset
-
-
-_DROPS = ("queue_full", "write_error", "invalid")
+def _never() -> bool:
+    return False
 
 
 class _PipeWorker:
@@ -226,25 +135,34 @@ class _PipeWorker:
         self.conn = conn
         self.batches = batches
         self.parent_gone = False
+        self.ending = False  # told to stop, or the pipe closed: write what is left, and end
 
-    def work(self) -> bool:
-        for _ in range(_MESSAGES_PER_STEP):
+    def work(self, raised: bool, stop: Callable[[], bool]) -> bool:
+        batches = self.batches
+        for _ in range(_MESSAGES_PER_STEP if raised else 1):
+            if batches.raw or self.ending:
+                break  # what was taken is converted first
             try:
                 if not self.conn.poll(0):
                     break
                 message = self.conn.recv()
             except (EOFError, OSError):
-                return False  # the proxy is gone: write what we have and exit
+                message = None
             if message is None:
-                return False
-            self.batches.add(message)
-        if self.batches.due():
-            self.batches.flush()
-        self.batches.writer.maintain_if_due()
-        self.batches.publish()
-        return True
+                self.ending = True
+            else:
+                batches.take(message)
+        batches.convert(_never if raised else stop)
+        ending = self.ending and not batches.raw
+        if batches.ready() or ending:
+            batches.flush(None if raised or ending else IDLE_FLUSH)
+        batches.writer.maintain_if_due()
+        batches.publish()
+        return not (ending and not batches.records)
 
     def wait(self, timeout: float) -> None:
+        if self.batches.raw or self.ending:
+            return
         with contextlib.suppress(EOFError, OSError):
             self.conn.poll(min(timeout, self.batches.wait_s()))
 
@@ -255,6 +173,7 @@ class _PipeWorker:
         """The pipe's end follows: what it holds is written, raised (urgent)."""
 
     def finish(self) -> None:
+        self.batches.convert(_never)
         self.batches.flush()
 
 
@@ -269,21 +188,25 @@ class _SpoolWorker:
         self.stopping = False
         self.more = True  # the last read filled its share: read again without waiting
         self.nudged = SHARED_COUNTERS.index("nudged")
-        batches.acked_offset = reader.committed
+        batches.done = batches.written_to = reader.committed
 
-    def work(self) -> bool:
+    def work(self, raised: bool, stop: Callable[[], bool]) -> bool:
         if not self._hear():
             return False
-        frames = self.reader.read(READ_BYTES)
-        for frame in frames:
-            self.batches.add_frame(frame)
-        self.more = bool(frames)
-        done = self.stopping and not frames  # the feeder spooled everything before the stop
-        if self.batches.due() or done:
-            self._flush()
-        self.batches.writer.maintain_if_due()
-        self.batches.publish()
-        return not done
+        batches = self.batches
+        if not batches.raw:
+            frames = self.reader.read(READ_BYTES if raised else IDLE_READ_BYTES)
+            for frame in frames:
+                batches.take_frame(frame)
+            self.more = bool(frames)
+        batches.convert(_never if raised else stop)
+        done = self.stopping and not self.more and not batches.raw
+        flushing = batches.ready() or done
+        if flushing and batches.flush(None if raised or done else IDLE_FLUSH):
+            self.reader.commit(batches.written_to)
+        batches.writer.maintain_if_due()
+        batches.publish(self.reader.committed)
+        return not (done and not batches.records)
 
     def _hear(self) -> bool:
         """Read the pipe: nudges, or the stop; False when the proxy is gone."""
@@ -298,13 +221,8 @@ class _SpoolWorker:
             return False
         return True
 
-    def _flush(self) -> None:
-        self.batches.flush()
-        self.reader.commit(self.reader.position)
-        self.batches.acked_offset = self.reader.committed
-
     def wait(self, timeout: float) -> None:
-        if self.more:
+        if self.more or self.batches.raw:
             return
         with contextlib.suppress(EOFError, OSError):
             self.conn.poll(min(timeout, self.batches.wait_s()))
@@ -314,7 +232,9 @@ class _SpoolWorker:
 
     def finish(self) -> None:
         if not self.parent_gone:  # the proxy gone: its next start reads the spool again
-            self._flush()
+            self.batches.convert(_never)
+            if self.batches.flush():
+                self.reader.commit(self.batches.written_to)
 
 
 @contextlib.contextmanager
