@@ -199,7 +199,7 @@ class RecordConfig(ConfigSection, frozen=True):
     # workers held.
     durability: Durability = "spool"
     spool_dir: str = ""  # "": beside the records database
-    spool_max_mb: Annotated[int, Meta(ge=1)] = 1024
+    spool_max_mb: Annotated[int, Meta(ge=1)] = 256  # per proxy process
 
 
 class CacheCheckConfig(ConfigSection, frozen=True):

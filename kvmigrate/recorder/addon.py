@@ -30,7 +30,6 @@ WORKERS = ("process", "thread")
 DURABILITY = ("spool", "fsync", "memory")
 DROP_REASONS = (
     "queue_full", "write_error", "invalid", "worker_lost", "stop_timeout", "spool_full",
-    "spool_error",
 )  # fmt: skip
 # How long a stopping server's recorder writes before it leaves the rest in its spool, for
 # the next start: within the pool's margin for the records (proxy.pool.RECORDS_MARGIN_S).
@@ -77,7 +76,7 @@ class RecorderAddon:
         hash_key: bytes = DEFAULT_HASH_KEY,
         durability: str = "spool",
         spool_dir: str = "",
-        spool_max_mb: int = 1024,
+        spool_max_mb: int = 256,
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
@@ -165,7 +164,7 @@ class RecorderCollector:
         dropped = CounterMetricFamily(
             "kvmigrate_records_dropped",
             "Records not written, by reason (queue_full, write_error, invalid, worker_lost, "
-            "stop_timeout, spool_full, spool_error).",
+            "stop_timeout, spool_full).",
             labels=["reason"],
         )
         for reason in DROP_REASONS:
@@ -193,6 +192,13 @@ class RecorderCollector:
         )
         raised.add_metric([], stats.raised)
         yield raised
+        unspooled = CounterMetricFamily(
+            "kvmigrate_records_unspooled",
+            "Records handed to a worker in memory because the spool could not be written (a "
+            "full disk): a crash would lose them.",
+        )
+        unspooled.add_metric([], stats.unspooled)
+        yield unspooled
 
 
 def build_recorder(config: Config, **overrides: Any) -> RecorderAddon:

@@ -43,9 +43,9 @@ class Lane:
         self._shared = context.Array("q", len(SHARED_COUNTERS), lock=False)
         self._counted = [0] * len(SHARED_COUNTERS)  # what the workers gone before counted
         self.directory = directory
-        # Exchanges dropped, written by the feeder only: lost with a worker that died (a
-        # pipe), or not spooled, the spool at its bound or not writable.
-        self.lost = self.full = self.failed = 0
+        # Exchanges dropped, written by the feeder only: lost with a worker that died (in a
+        # pipe), or not spooled, the spool at its bound.
+        self.lost = self.full = 0
         self._worker = WorkerProcess(
             "kvmigrate-recorder",
             # By name: the worker's main imports its module.
@@ -166,6 +166,7 @@ class SpoolLane(Lane):
         self._spool = SpoolWriter(self.directory, sync=sync)
         self._max_bytes = max_bytes
         self.spooled = 0  # exchanges appended; written by the feeder only
+        self.unspooled = 0  # ... sent through the pipe instead, the spool not writable
         self._appended = False
         self._synced = 0.0
         self._nudges = 0
@@ -176,27 +177,40 @@ class SpoolLane(Lane):
         self._nudges = self.count("nudged")  # those sent to the last worker are gone with it
 
     def send(self, batch: list[Packed]) -> None:
-        self.append(EXCHANGES, msgspec.msgpack.encode(batch), len(batch))
+        """Into the spool; when it cannot be written (a full disk), straight to the worker,
+        as without a spool: the records store may well be elsewhere, and a crash would then
+        lose only these (counted, `unspooled`)."""
+        if self.append(EXCHANGES, msgspec.msgpack.encode(batch), len(batch)) is False:
+            try:
+                self._worker.send(batch)
+                self.unspooled += len(batch)
+            except WorkerGone as exc:
+                self.lost += len(batch)
+                self._restart(str(exc))
 
     def send_tally(self, rows: list[tuple[float, str, int]]) -> None:
         self.append(TALLY, msgspec.msgpack.encode(rows), 0)
 
-    def append(self, kind: int, payload: bytes, items: int) -> None:
+    def append(self, kind: int, payload: bytes, items: int) -> bool | None:
+        """Whether the frame is in the spool; None when the spool is full (its items are
+        dropped, and counted)."""
         if self._spool.end - self.count("acked_offset") + len(payload) > self._max_bytes:
             self.full += items
-            return
+            return None
         try:
             self._spool.append(kind, payload, items)
         except OSError as exc:
-            self.failed += items
             if not self._failing:
                 self._failing = True
-                log.error("recorder: cannot write the spool %s (%s): dropping records",
-                          self.directory, exc)  # fmt: skip
-            return
-        self._failing = False
+                log.error("recorder: cannot write the spool %s (%s): records go to the "
+                          "workers in memory until it can", self.directory, exc)  # fmt: skip
+            return False
+        if self._failing:
+            self._failing = False
+            log.info("recorder: writing the spool %s again", self.directory)
         self.spooled += items
         self._appended = True
+        return True
 
     def fed(self, now: float) -> None:
         """After each round of the feeder: the group commit when due, and a nudge to the
@@ -224,7 +238,7 @@ class SpoolLane(Lane):
 
     @property
     def unwritten(self) -> int:
-        return max(0, self.spooled - self.count("acked"))
+        return max(0, self.spooled + self.unspooled - self.count("acked"))
 
     @property
     def depth(self) -> int:

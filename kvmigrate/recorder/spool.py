@@ -10,8 +10,11 @@ proxy's replay) starts at `ack`: a frame written to the records store but not ye
 read again, and the store skips a request id it already holds.
 
 A frame is a header (kind, length, CRC-32, item count, wall-clock time written) and a
-msgpack payload: data read back from disk is never unpickled. A frame cut short by a crash
-in mid-write fails its length or CRC and ends what is read of its segment.
+msgpack payload: data read back from disk is never unpickled. A frame cut short by a
+process killed in mid-write is shorter than its header says, and ends what is read of its
+segment. The CRC is there for a machine's crash, after which a file may hold blocks never
+written: it is computed only when the spool is synced (record.durability: fsync), as it
+would cost the proxy's process about as much CPU as the rest of the spooling; 0 is none.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ class SpoolWriter:
         if self._fd is None or self.end - self._base >= self._segment_bytes:
             self._rotate()
         assert self._fd is not None
-        header = HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload), items, time.time())
+        crc = zlib.crc32(payload) if self._sync else 0
+        header = HEADER.pack(MAGIC, kind, len(payload), crc, items, time.time())
         try:
             _write_all(self._fd, header, payload)
         except OSError:
@@ -190,7 +194,7 @@ class SpoolReader:
         if magic != MAGIC:
             return None
         payload = os.pread(self._fd, length, offset + HEADER.size)
-        if len(payload) < length or zlib.crc32(payload) != crc:
+        if len(payload) < length or (crc and zlib.crc32(payload) != crc):
             return None
         return Frame(kind, items, written_at, payload, self.position + HEADER.size + length)
 

@@ -48,7 +48,7 @@ class SpoolSettings:
     `sync`: fdatasync each group of appended frames (record.durability: fsync)."""
 
     root: Path
-    max_bytes: int = 1 << 30
+    max_bytes: int = 256 << 20
     sync: bool = False
 
 

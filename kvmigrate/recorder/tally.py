@@ -30,14 +30,14 @@ class AnsweredTally:
         self._changed: set[tuple[float, str]] = set()
         self._pruned = 0.0
 
-    def count(self, ts: float, role: str, n: int = 1) -> None:
-        key = (bucket_of(ts), str(role))
-        self._totals[key] = self._totals.get(key, 0) + n
+    def count(self, ts: float, role: str) -> None:
+        key = (ts - ts % BUCKET_S, role)  # a Role is the str it stands for
+        self._totals[key] = self._totals.get(key, 0) + 1
         self._changed.add(key)
 
     def changes(self, now: float) -> list[tuple[float, str, int]]:
         """The totals counted since the last call, as (minute, role, total)."""
-        rows = [(bucket, role, self._totals[bucket, role]) for bucket, role in self._changed]
+        rows = [(bucket, str(role), self._totals[bucket, role]) for bucket, role in self._changed]
         self._changed.clear()
         if now - self._pruned >= BUCKET_S:
             self._pruned = now

@@ -120,13 +120,13 @@ class ProcessWriter:
             "worker_lost": sum(lane.lost for lane in self._lanes),
             "stop_timeout": self._unwritten_at_stop,
             "spool_full": sum(lane.full for lane in self._lanes),
-            "spool_error": sum(lane.failed for lane in self._lanes),
         }
         for reason, count in drops.items():
             if count:
                 stats.drop(reason, count)
         stats.replayed = int(self._replayed[_WRITTEN])
         stats.raised = total("raised")
+        stats.unspooled = sum(getattr(lane, "unspooled", 0) for lane in self._lanes)
         return stats
 
     def start(self) -> None:

@@ -212,8 +212,11 @@ class _SpoolWorker:
         """Read the pipe: nudges, or the stop; False when the proxy is gone."""
         try:
             while self.conn.poll(0):
-                if self.conn.recv() is None:
+                message = self.conn.recv()
+                if message is None:
                     self.stopping = True
+                elif isinstance(message, list):  # exchanges the spool could not take
+                    self.batches.take(message)
                 else:
                     self.batches.shared[self.nudged] += 1
         except (EOFError, OSError):

@@ -36,6 +36,7 @@ class WriterStats:
     dropped: dict[str, int] = field(default_factory=dict)
     replayed: int = 0  # records written from the spools of proxy processes that died
     raised: int = 0  # times a worker that fell behind had its priority raised
+    unspooled: int = 0  # records handed to a worker in memory, the spool not writable
 
     def drop(self, reason: str, count: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
