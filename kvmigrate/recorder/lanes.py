@@ -237,6 +237,11 @@ class SpoolLane(Lane):
         self._spool.close()
 
     @property
+    def caught_up(self) -> bool:
+        """Every frame appended is acked: written, or counted as dropped."""
+        return self.count("acked_offset") >= self._spool.end
+
+    @property
     def unwritten(self) -> int:
         return max(0, self.spooled + self.unspooled - self.count("acked"))
 

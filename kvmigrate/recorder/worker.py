@@ -219,7 +219,10 @@ class ProcessWriter:
                 lane.kill()
             if isinstance(lane, SpoolLane):
                 lane.close_spool()
-        self._spool.release(written=all(finished) and not self._pending)
+        # A worker that died and was not started again (no traffic since) may have left a
+        # finished lane unwritten: only acks say that a spool can go.
+        caught_up = all(lane.caught_up for lane in self._lanes if isinstance(lane, SpoolLane))
+        self._spool.release(written=all(finished) and caught_up and not self._pending)
         if not all(finished):
             log.warning(
                 "recorder: about %d records not written within %g s stay in the spool %s: "

@@ -238,6 +238,7 @@ class _SpoolWorker:
             self.batches.convert(_never)
             if self.batches.flush():
                 self.reader.commit(self.batches.written_to)
+            self.batches.publish(self.reader.committed)  # the proxy removes a spool all acked
 
 
 @contextlib.contextmanager
