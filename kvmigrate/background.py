@@ -31,9 +31,9 @@ BACKGROUND_NICE = 19
 # A worker that must not starve (the recorder's, kvmigrate.pacer) keeps one thread at this
 # nice value, taken before its work steps down to the lowest priority: a thread cannot
 # leave SCHED_IDLE, nor lower its nice value, without CAP_SYS_NICE, so the raised thread
-# has to exist from the start. Against a busy core's ordinary (nice 0) task it gets about a
-# quarter of the core: enough to catch up with a proxy that shares the core, which at nice
-# 10 (a tenth) it could not.
+# has to exist from the start. Against a busy core's ordinary (nice 0) task the scheduler's
+# weights give it about a quarter of the core: enough to catch up with a proxy sharing it,
+# where a tenth (nice 10) fell further behind.
 RAISED_NICE = 5
 
 

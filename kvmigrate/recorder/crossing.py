@@ -56,8 +56,8 @@ def unpack(packed: Packed) -> tuple[Exchange, float]:
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """Everything the child needs to build its writer. It crosses as `state()`, plain
-    values: unpickling this class would import the recorder (about half a second of CPU)
-    before the child can ask to die with its parent (kvmigrate.background)."""
+    values: unpickling this class would import the whole recorder, a slow start on a busy
+    machine, before the child can ask to die with its parent (kvmigrate.background)."""
 
     url: str
     content: str

@@ -97,6 +97,11 @@ record: {{db: "sqlite:///{db}", content: full}}
     assert errors_before_kill == []
     assert answered > 100
 
+    _restart_and_count(config, db, answered)
+
+
+def _restart_and_count(config: Path, db: Path, answered: int) -> None:
+    """Start the proxy again: it writes what the dead one had spooled."""
     restarted = subprocess.Popen(
         [sys.executable, str(HERE / "kill9_proxy.py"), str(config), str(free_port())],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
