@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.config import safe_url
 from kvmigrate.recorder.batches import Batches
 from kvmigrate.recorder.crossing import SHARED_COUNTERS, WorkerSpec
 from kvmigrate.recorder.spool import SpoolReader
@@ -29,7 +30,7 @@ from kvmigrate.recorder.spool_dir import (
     lanes,
     last_touched,
     orphaned_spools,
-    spool_source,
+    spool_meta,
 )
 from kvmigrate.recorder.worker_main import READ_BYTES, log_to, open_writer
 
@@ -77,7 +78,11 @@ class _Replayer:
             return True
 
     def replay(self, directory: Path) -> None:
-        source = spool_source(directory, self.spec.source)
+        source, db = spool_meta(directory)
+        if db and db != safe_url(self.spec.url):
+            # A spool_dir shared by proxies of different records databases: not ours.
+            return
+        source = source or self.spec.source
         before = self.written
         for lane in lanes(directory):
             if not self._replay_lane(lane, source):

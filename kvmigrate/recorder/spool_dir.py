@@ -88,14 +88,15 @@ def hold(path: Path, wait_s: float | None = 0.0) -> int | None:
 class ProcessSpool:
     """This process's spool directory, locked for as long as the process lives."""
 
-    def __init__(self, root: Path, source: str) -> None:
+    def __init__(self, root: Path, source: str, db: str) -> None:
         root.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
         # Made under a hidden name and renamed once locked: a replay never sees it unlocked.
         making = root / f".{name}"
         making.mkdir(mode=DIR_MODE)
         self._owner = hold(making / OWNER_LOCK)
-        (making / META).write_bytes(orjson.dumps({"source": source, "started": time.time()}))
+        meta = {"source": source, "db": safe_url(db), "started": time.time()}
+        (making / META).write_bytes(orjson.dumps(meta))
         os.chmod(making / META, FILE_MODE)
         self.path = root / name
         making.rename(self.path)
@@ -164,13 +165,14 @@ def lanes(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("lane*") if p.is_dir())
 
 
-def spool_source(directory: Path, default: str) -> str:
-    """The `source` the process that spooled here gave its records."""
+def spool_meta(directory: Path) -> tuple[str, str]:
+    """The `source` the process that spooled here gave its records, and its records
+    database (as `safe_url` writes it); "" for what cannot be read."""
+    meta: dict[str, object] = {}
     with contextlib.suppress(OSError, ValueError):
-        source = orjson.loads((directory / META).read_bytes()).get("source")
-        if isinstance(source, str) and source:
-            return source
-    return default
+        meta = orjson.loads((directory / META).read_bytes())
+    source, db = meta.get("source"), meta.get("db")
+    return (source if isinstance(source, str) else ""), (db if isinstance(db, str) else "")
 
 
 def last_touched(directory: Path) -> float:

@@ -150,7 +150,7 @@ class ProcessWriter:
         settings = self._settings
         if settings is not None:
             try:
-                self._spool = ProcessSpool(settings.root, spec.source)
+                self._spool = ProcessSpool(settings.root, spec.source, spec.url)
             except OSError as exc:
                 log.error(
                     "recorder: cannot make the spool in %s (%s): records go to the workers "
