@@ -1,6 +1,6 @@
 """Records after a crash, on a busy machine: answers served against answers recorded.
 
-    python benchmarks/crash_durability.py [--load-seconds 5] [--concurrency 8] [--hogs N]
+    python benchmarks/crash_durability.py [--load-seconds 4] [--concurrency 8] [--hogs N]
 
 Two emulators (`kvmigrate emulate`) and the proxy (`kvmigrate proxy --config ...`, shadow
 mode, recorder on, record.durability spool) run as processes of their own, beside a CPU hog
@@ -341,7 +341,7 @@ def run_pool(root: Path, config: Path, args: argparse.Namespace) -> Outcome:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--load-seconds", type=float, default=5.0)
+    parser.add_argument("--load-seconds", type=float, default=4.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--hogs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--scenarios", default="single,pool")
