@@ -96,7 +96,7 @@ class SpoolWriter:
     def sync_now(self) -> None:
         """Group commit: what was appended since the last call reaches the disk."""
         if self._sync and self._dirty and self._fd is not None:
-            os.fdatasync(self._fd)
+            _datasync(self._fd)
             self._dirty = False
 
     def close(self) -> None:
@@ -120,6 +120,10 @@ def _write_all(fd: int, header: bytes, payload: bytes) -> None:
     while written < total:  # a short write (a signal, a nearly full disk): the rest
         rest = (header + payload)[written:]
         written += os.write(fd, rest)
+
+
+# macOS has no fdatasync: fsync does there what it does here.
+_datasync = getattr(os, "fdatasync", os.fsync)
 
 
 def fsync_directory(directory: Path) -> None:
