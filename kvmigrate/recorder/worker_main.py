@@ -46,8 +46,9 @@ def run_worker(
 ) -> None:
     """The child's main: it ends when the proxy says so, after writing what it holds. Its
     work runs at the lowest priority, raised while it is behind (kvmigrate.pacer). When the
-    proxy is gone, a spooled worker exits at once (the proxy's next start writes its spool);
-    one without a spool writes what its pipe still holds, raised, then exits."""
+    proxy is gone, Linux ends it (kvmigrate.background); elsewhere a spooled worker exits at
+    once (the proxy's next start writes its spool), and one without a spool writes what its
+    pipe still holds, raised, then exits."""
     spec = WorkerSpec.from_state(spec_state)
     log_to(logs, log_level)
     quiet_collector()
