@@ -89,11 +89,18 @@ class ProcessSpool:
     """This process's spool directory, locked for as long as the process lives."""
 
     def __init__(self, root: Path, source: str, db: str) -> None:
-        root.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        self.root = root
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
         # Made under a hidden name and renamed once locked: a replay never sees it unlocked.
         making = root / f".{name}"
-        making.mkdir(mode=DIR_MODE)
+        for attempt in range(3):
+            root.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+            try:
+                making.mkdir(mode=DIR_MODE)
+                break
+            except FileNotFoundError:  # the root, empty, removed by a process that stopped
+                if attempt == 2:
+                    raise
         self._owner = hold(making / OWNER_LOCK)
         meta = {"source": source, "db": safe_url(db), "started": time.time()}
         (making / META).write_bytes(orjson.dumps(meta))
@@ -113,6 +120,8 @@ class ProcessSpool:
             return
         if written:
             shutil.rmtree(self.path, ignore_errors=True)
+            with contextlib.suppress(OSError):  # not empty: another process's spool is there
+                self.root.rmdir()
         else:
             with contextlib.suppress(OSError):
                 (self.path / STOPPED).touch(mode=FILE_MODE)

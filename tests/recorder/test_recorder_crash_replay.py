@@ -143,7 +143,7 @@ def test_a_proxy_killed_after_answering_n_requests_has_n_records_after_its_resta
         assert restarted.wait(60) == 0
         assert restarted.stdout is not None
         restarted.stdout.close()
-    assert list(Path(f"{db}.spool").iterdir()) == []  # written, so removed
+    assert not Path(f"{db}.spool").exists()  # written, so removed
 
 
 def test_a_recorder_worker_exits_with_its_killed_proxy_even_mid_write(
