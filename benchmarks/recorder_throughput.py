@@ -168,7 +168,7 @@ def main() -> None:
         )
         print(
             f"proxy process CPU:       {own_cpu / written * 1e6:.1f} µs per record "
-            "(exchange_done, then packing and pickling on the feeder thread)"
+            "(exchange_done, then packing and spooling on the feeder thread)"
         )
     else:
         print(

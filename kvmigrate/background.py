@@ -4,13 +4,16 @@ stepped out of the response path's way, and started again when they die."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from typing import Any
@@ -25,16 +28,26 @@ from kvmigrate.lazy import load
 # cost: a saturated core leaves the workers behind, and their bounded queues drop, and
 # count, what does not fit. With a core to spare they run at full speed.
 BACKGROUND_NICE = 19
+# A worker that must not starve (the recorder's, kvmigrate.pacer) keeps one thread at this
+# nice value, taken before its work steps down to the lowest priority: a thread cannot
+# leave SCHED_IDLE, nor lower its nice value, without CAP_SYS_NICE, so the raised thread
+# has to exist from the start. Against a busy core's ordinary (nice 0) task the scheduler's
+# weights give it about a quarter of the core: enough to catch up with a proxy sharing it,
+# where a tenth (nice 10) fell further behind.
+RAISED_NICE = 5
 
 
-def become_background_worker() -> None:
+def become_background_worker(raisable: bool = False) -> None:
     """Lowest CPU priority, and deaf to SIGINT: a Ctrl-C reaches the whole process group,
-    and the proxy decides when its workers stop (after writing what they hold)."""
+    and the proxy decides when its workers stop (after writing what they hold).
+    `raisable`: this thread stays at RAISED_NICE, where it was started; the worker steps
+    down thread by thread (kvmigrate.pacer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _lowest_priority()
+    if not raisable:
+        lowest_priority()
 
 
-def _lowest_priority() -> None:
+def lowest_priority() -> None:
     """For the calling thread (Linux keeps both per thread), and what it starts."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE - os.nice(0))
@@ -42,30 +55,67 @@ def _lowest_priority() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
-def start_at_lowest_priority(process: SpawnProcess) -> None:
-    """Start `process` from a short-lived thread at the lowest priority, which the child
-    inherits: its interpreter start-up and imports, before its main can step aside, then
-    no longer take the proxy's core (about 0.1 s of CPU per worker at every start, on a
-    pinned proxy's own core). The thread ends with the start, so no priority is restored.
-    Only on Linux, where nice and the scheduling policy are a thread's own: elsewhere
-    `nice` is the whole process's, the proxy's too, so the child lowers itself as it runs."""
+class _Starter:
+    """The thread that starts one worker's processes, and lives as long as they may run.
+
+    A child takes two things from the thread that starts it. Its priority (on Linux nice
+    and the scheduling policy are a thread's own): started from a thread at the lowest
+    priority, or at RAISED_NICE for a raisable worker, its interpreter start-up and imports
+    (about 0.1 s of CPU per start) no longer take a pinned proxy's own core. And its
+    parent-death signal (`_die_with_parent`), which Linux sends when that *thread* ends,
+    not the process: so the thread waits here until its worker has ended, and a proxy that
+    is killed takes its workers with it. Elsewhere than Linux `nice` is the whole process's,
+    the proxy's too, so the thread keeps its priority and the child lowers itself."""
+
+    def __init__(self, name: str, raisable: bool) -> None:
+        self._requests: queue.SimpleQueue[tuple[SpawnProcess, Future[None]] | None]
+        self._requests = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._run, args=(raisable,), name=f"start-{name}", daemon=True
+        )
+        self._thread.start()
+
+    def start(self, process: SpawnProcess) -> None:
+        started: Future[None] = Future()
+        self._requests.put((process, started))
+        started.result()
+
+    def stop(self) -> None:
+        self._requests.put(None)
+
+    def _run(self, raisable: bool) -> None:
+        if sys.platform.startswith("linux"):
+            if raisable:
+                with contextlib.suppress(OSError):
+                    os.nice(max(0, RAISED_NICE - os.nice(0)))
+            else:
+                lowest_priority()
+        while (request := self._requests.get()) is not None:
+            process, started = request
+            try:
+                process.start()
+            except BaseException as exc:  # raised in the caller's thread
+                started.set_exception(exc)
+            else:
+                started.set_result(None)
+
+
+def _die_with_parent() -> None:
+    """In a worker: SIGKILL when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a proxy killed outright leaves no worker behind. A worker at the
+    lowest priority on a busy machine may not get the CPU to notice for itself, nor its
+    raised thread the GIL; the kernel needs neither."""
     if not sys.platform.startswith("linux"):
-        process.start()
         return
-    failed: list[BaseException] = []
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)  # it died before the signal was asked for
 
-    def start() -> None:
-        try:
-            _lowest_priority()
-            process.start()
-        except BaseException as exc:  # re-raised in the caller's thread
-            failed.append(exc)
 
-    thread = threading.Thread(target=start, name=f"start-{process.name}")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
+_PR_SET_PDEATHSIG = 1
 
 
 # The least time between two starts of a worker that keeps dying: a crash loop must not
@@ -81,7 +131,9 @@ class WorkerProcess:
     """One worker process of the proxy's, and the proxy's end of its pipe: started with
     `spawn`, never `fork` (the proxy has threads and an event loop, and forking those is
     undefined), at the lowest priority, and started again after it dies, at most once per
-    `RESPAWN_S`. `background=False` keeps the child at normal priority (a serving worker).
+    `RESPAWN_S`. `background=False` keeps the child at normal priority (a serving worker);
+    `raisable=True` starts a background one at RAISED_NICE, for kvmigrate.pacer to step
+    its work down and up.
 
     The child runs `target(conn, *args())`, `target` named as `"module:function"` and
     imported in the child only; `args` is read at each start."""
@@ -96,9 +148,11 @@ class WorkerProcess:
         pipe_bytes: int = 0,
         on_start: Callable[[], None] | None = None,
         background: bool = True,
+        raisable: bool = False,
     ) -> None:
         self.name = name
         self._background = background
+        self._raisable = raisable
         self._target = target
         self._args = args
         self._duplex = duplex
@@ -108,6 +162,7 @@ class WorkerProcess:
         self._process: SpawnProcess | None = None
         self._conn: Connection | None = None
         self._last_start = 0.0
+        self._starter: _Starter | None = None
         self.restarts = 0
 
     @property
@@ -130,14 +185,16 @@ class WorkerProcess:
             _widen(ours, self._pipe_bytes)
         self._process = self._context.Process(
             target=_worker_main,
-            args=(self._target, self._background, theirs, *self._args()),
+            args=(self._target, self._background, self._raisable, theirs, *self._args()),
             name=self.name,
             # A proxy that exits without stopping a background worker must not wait for it; a
             # serving worker has workers of its own, which a daemon process may not have.
             daemon=self._background,
         )
         if self._background:
-            start_at_lowest_priority(self._process)
+            if self._starter is None:
+                self._starter = _Starter(self.name, self._raisable)
+            self._starter.start(self._process)
         else:
             self._process.start()
         theirs.close()  # the child holds its own end; ours would hide its EOF
@@ -204,6 +261,7 @@ class WorkerProcess:
                 return False
         if self._conn is not None:
             self._conn.close()
+        self._stop_starter()
         return True
 
     def close(self, timeout: float) -> None:
@@ -218,13 +276,23 @@ class WorkerProcess:
             self._conn = None
         if self._process is not None and self._process.is_alive():
             self._process.kill()
+            self._process.join(5.0)  # reaped before its starter may end
         self._process = None
+        self._stop_starter()
+
+    def _stop_starter(self) -> None:
+        if self._starter is not None:
+            self._starter.stop()
+            self._starter = None
 
 
-def _worker_main(target: str, background: bool, conn: Connection, *args: Any) -> None:
+def _worker_main(
+    target: str, background: bool, raisable: bool, conn: Connection, *args: Any
+) -> None:
     """The child's main: out of the response path's way first, then the worker's own."""
     if background:
-        become_background_worker()
+        _die_with_parent()
+        become_background_worker(raisable)
     load(target)(conn, *args)
 
 

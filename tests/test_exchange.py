@@ -10,7 +10,7 @@ import pytest
 from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
 from kvmigrate.proxy import exchange as proxy_exchange
 from kvmigrate.recorder.convert import to_record
-from kvmigrate.recorder.worker import pack, unpack
+from kvmigrate.recorder.crossing import pack, unpack
 
 
 def _exchange() -> Exchange:

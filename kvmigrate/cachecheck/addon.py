@@ -47,6 +47,9 @@ _BATCH = 64  # exchanges per round trip to the worker process
 _GATHER_S = 0.02  # how long a first exchange waits for others to join its batch
 
 
+STOP_S = 1.0  # how long a stopping server waits for the detector's worker
+
+
 class CacheBusterAddon:
     """`worker="process"` (the default) checks in a child process; `"thread"` on a thread
     of this one (simpler, for tests and one-off use: its parsing shares the GIL with the
@@ -124,7 +127,9 @@ class CacheBusterAddon:
         self._queue.put_nowait(exchange)
 
     async def done(self) -> None:
-        await asyncio.to_thread(self.close)
+        # What is left unchecked at a stop is only this process's figures, gone with it: a
+        # worker at the lowest priority on a busy machine must not hold the stop up.
+        await asyncio.to_thread(self.close, STOP_S)
 
     # -- direct use -------------------------------------------------------------------------
 

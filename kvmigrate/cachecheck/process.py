@@ -41,11 +41,14 @@ class CheckerProcess(WorkerProcess):
     waits on the pipe, the GIL released, while the child works."""
 
     def __init__(self, limits: StoreLimits, tokenize: Tokenize | None = None) -> None:
-        # `tokenize` must pickle: a module-level function, or None.
+        # `tokenize` must pickle: a module-level function, or None. The limits cross as plain
+        # values: unpickling StoreLimits would import the checker before the child can ask
+        # to die with the proxy (kvmigrate.background).
+        state = (limits.max_conversations, limits.max_bytes, limits.ttl_s)
         super().__init__(
             "kvmigrate-cachecheck",
             "kvmigrate.cachecheck.process:serve",
-            lambda: (limits, tokenize),
+            lambda: (state, tokenize),
             duplex=True,
         )
 
@@ -58,9 +61,9 @@ class CheckerProcess(WorkerProcess):
         return outcomes, tracked
 
 
-def serve(conn: Connection, limits: StoreLimits, tokenize: Tokenize | None) -> None:
+def serve(conn: Connection, limits: tuple[int, int, float], tokenize: Tokenize | None) -> None:
     """The child's main: check each batch it is sent and answer with the outcomes."""
-    checker = CacheChecker(limits, tokenize)
+    checker = CacheChecker(StoreLimits(*limits), tokenize)
     while True:
         try:
             items = conn.recv()

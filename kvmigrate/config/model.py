@@ -25,6 +25,7 @@ BackendType = Literal["openai", "azure", "litellm", "anthropic"]
 # also be routed to one of them (kvmigrate never translates Messages to chat completions).
 NO_MESSAGES_TYPES = frozenset({"azure", "litellm"})
 ContentPolicy = Literal["none", "redacted", "full"]
+Durability = Literal["spool", "fsync", "memory"]
 
 # policies.gates owns the gates' fields and defaults (it is pure and knows no config file);
 # the values a config file may give them are bounded here.
@@ -209,6 +210,12 @@ class RecordConfig(ConfigSection, frozen=True):
     # the second raises the sustained rate (README, Performance), and at idle CPU priority
     # it only ever takes a core the proxy is not using.
     workers: Annotated[int, Meta(ge=1, le=64)] = 2
+    # What a crash may lose (kvmigrate.recorder.addon): `spool` none of the answers a crashed
+    # process had spooled, `fsync` that through a machine's crash too, `memory` what the
+    # workers held.
+    durability: Durability = "spool"
+    spool_dir: str = ""  # "": beside the records database
+    spool_max_mb: Annotated[int, Meta(ge=1)] = 256  # per proxy process
 
 
 class CacheCheckConfig(ConfigSection, frozen=True):

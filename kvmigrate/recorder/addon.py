@@ -16,15 +16,24 @@ from prometheus_client.registry import CollectorRegistry
 from kvmigrate.config import Config
 from kvmigrate.exchange import Exchange
 from kvmigrate.recorder.convert import CONTENT_POLICIES, RecordConverter, new_hash_key
+from kvmigrate.recorder.crossing import WorkerSpec
+from kvmigrate.recorder.spool_dir import SpoolSettings, spool_root
 from kvmigrate.recorder.store import open_store, pruner
-from kvmigrate.recorder.worker import ProcessWriter, WorkerSpec
+from kvmigrate.recorder.worker import ProcessWriter
 from kvmigrate.recorder.writer import RecordWriter, WriterSettings, WriterStats
 
 if TYPE_CHECKING:
     from kvmigrate.rollout.keys import StoreKeys
 
 WORKERS = ("process", "thread")
-DROP_REASONS = ("queue_full", "write_error", "invalid", "worker_lost", "stop_timeout")
+DURABILITY = ("spool", "fsync", "memory")
+DROP_REASONS = (
+    "queue_full", "write_error", "invalid", "worker_lost", "stop_timeout", "spool_full",
+)  # fmt: skip
+# How long a stopping server's recorder writes before it leaves the rest in its spool, for
+# the next start: within the pool's margin for the records (proxy.pool.RECORDS_MARGIN_S).
+SPOOLED_STOP_S = 5.0
+MB = 1 << 20
 
 
 class Writer(Protocol):
@@ -45,7 +54,14 @@ class RecorderAddon:
     On the response path `exchange_done` does two clock reads and a deque append. With
     `worker="process"` (the default) everything else runs in `workers` child processes,
     on other cores and off the proxy's GIL; `worker="thread"` keeps it in this process (a
-    CLI that records a few calls, or a platform where spawning is not allowed)."""
+    CLI that records a few calls, or a platform where spawning is not allowed).
+
+    `durability` (with process workers): `spool` appends each exchange to a spool file
+    beside the records (or in `spool_dir`) before the workers write it, so a crash of the
+    proxy or of a worker loses none that reached it, and the next start writes what a dead
+    process left; `fsync` also syncs the spool to disk every 0.1 s, and each commit of the
+    records, for a machine that crashes; `memory` hands exchanges to the workers through
+    pipes alone (a crash loses what they hold). A thread writer holds them in memory."""
 
     def __init__(
         self,
@@ -57,11 +73,16 @@ class RecorderAddon:
         worker: str = "process",
         workers: int = 1,
         hash_key: bytes | None = None,
+        durability: str = "spool",
+        spool_dir: str = "",
+        spool_max_mb: int = 256,
     ) -> None:
         if content not in CONTENT_POLICIES:
             raise ValueError(f"content must be one of {CONTENT_POLICIES}, got {content!r}")
         if worker not in WORKERS:
             raise ValueError(f"worker must be one of {WORKERS}, got {worker!r}")
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {DURABILITY}, got {durability!r}")
         self.url = url
         self.content = content
         self.retention_days = retention_days
@@ -71,9 +92,14 @@ class RecorderAddon:
         self.hash_key = new_hash_key() if hash_key is None else hash_key
         hash_key = self.hash_key
         self._writer: Writer
+        self._spooled = False
         if worker == "process":
-            spec = WorkerSpec(url, content, self.source, retention_days, settings, hash_key)
-            self._writer = ProcessWriter(spec, workers)
+            fsync = durability == "fsync"
+            spec = WorkerSpec(url, content, self.source, retention_days, settings, hash_key, fsync)
+            root = spool_root(url, spool_dir) if durability != "memory" else None
+            spool = None if root is None else SpoolSettings(root, spool_max_mb * MB, fsync)
+            self._spooled = spool is not None
+            self._writer = ProcessWriter(spec, workers, spool=spool)
         else:
             convert = RecordConverter(content, self.source, hash_key=hash_key)
             self._writer = RecordWriter(
@@ -98,7 +124,9 @@ class RecorderAddon:
         self._writer.submit((exchange, time.time() - (time.perf_counter() - exchange.started)))
 
     async def done(self) -> None:
-        await asyncio.to_thread(self.close)
+        # With a spool, what is not written in a few seconds is not lost: the next start
+        # writes it, and the server stops in time for its orchestrator's grace period.
+        await asyncio.to_thread(self.close, SPOOLED_STOP_S if self._spooled else 30.0)
 
     # -- direct use (CLI, benchmarks, tests) ------------------------------------------------
 
@@ -138,7 +166,7 @@ class RecorderCollector:
         dropped = CounterMetricFamily(
             "kvmigrate_records_dropped",
             "Records not written, by reason (queue_full, write_error, invalid, worker_lost, "
-            "stop_timeout).",
+            "stop_timeout, spool_full).",
             labels=["reason"],
         )
         for reason in DROP_REASONS:
@@ -150,16 +178,36 @@ class RecorderCollector:
         errors.add_metric([], stats.write_errors)
         yield errors
         depth = GaugeMetricFamily(
-            "kvmigrate_recorder_queue_depth", "Records waiting to be written."
+            "kvmigrate_recorder_queue_depth", "Records waiting to be written (spooled or not)."
         )
         depth.add_metric([], self._writer.depth)
         yield depth
+        replayed = CounterMetricFamily(
+            "kvmigrate_records_replayed",
+            "Records written from the spools of proxy processes that were gone (a crash).",
+        )
+        replayed.add_metric([], stats.replayed)
+        yield replayed
+        raised = CounterMetricFamily(
+            "kvmigrate_recorder_raised",
+            "Times a recorder worker fell a second behind and had its CPU priority raised.",
+        )
+        raised.add_metric([], stats.raised)
+        yield raised
+        unspooled = CounterMetricFamily(
+            "kvmigrate_records_unspooled",
+            "Records handed to a worker in memory because the spool could not be written (a "
+            "full disk): a crash would lose them.",
+        )
+        unspooled.add_metric([], stats.unspooled)
+        yield unspooled
 
 
 def build_recorder(
     config: Config, keys: StoreKeys | None = None, **overrides: Any
 ) -> RecorderAddon:
-    """The recorder the config asks for (`record.db`, `content`, `retention_days`, `workers`).
+    """The recorder the config asks for (`record.db`, `content`, `retention_days`, `workers`,
+    `durability`, `spool_dir`, `spool_max_mb`).
 
     Conversation ids are hashed with `record.hash_key`, else with a key derived from the
     rollout store's secret (`keys`): the same for every proxy on the store and across
@@ -175,5 +223,8 @@ def build_recorder(
         "retention_days": record.retention_days,
         "workers": record.workers,
         "hash_key": key,
+        "durability": record.durability,
+        "spool_dir": record.spool_dir,
+        "spool_max_mb": record.spool_max_mb,
     }
     return RecorderAddon(record.db, record.content, **(options | overrides))

@@ -121,4 +121,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         # record belongs to its model's own cohort.
         ("ALTER TABLE records ADD COLUMN cohort TEXT",),
     ),
+    Migration(
+        "m009_answered",
+        (
+            # How many exchanges each proxy process answered per minute (recorder.tally),
+            # so the report counts the answers that have no record.
+            """CREATE TABLE answered (
+                source TEXT NOT NULL,
+                bucket DOUBLE PRECISION NOT NULL,
+                role TEXT NOT NULL,
+                answers BIGINT NOT NULL,
+                PRIMARY KEY (source, bucket, role)
+            )""",
+            "CREATE INDEX answered_bucket ON answered (bucket)",
+            # A proxy process that ended without a clean stop (kill -9, OOM, a crash): its
+            # spool was replayed, but what it had not spooled yet was never counted.
+            """CREATE TABLE unclean_stops (
+                source TEXT PRIMARY KEY,
+                ts DOUBLE PRECISION NOT NULL,
+                replayed BIGINT NOT NULL
+            )""",
+        ),
+    ),
 )

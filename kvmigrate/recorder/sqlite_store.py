@@ -64,6 +64,12 @@ class SqliteStore(RecordStore):
     def _lock_schema(self, cursor: Cursor) -> None:
         """BEGIN IMMEDIATE already holds the database's write lock."""
 
+    def sync_every_commit(self) -> None:
+        """synchronous=FULL: WAL with NORMAL loses the last commits to a power cut, and a
+        commit is what lets the recorder drop its spool."""
+        with self._lock:
+            self._conn.execute("PRAGMA synchronous=FULL")
+
     def columns(self, table: str) -> set[str]:
         return {row[1] for row in self.query(f"PRAGMA table_info({table})")}
 

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from kvmigrate.config.secret import safe_url
 from kvmigrate.lazy import implementation
@@ -52,9 +52,28 @@ UPSERT_MESSAGE_SQL = (
     " WHERE messages.last_seen < excluded.last_seen"
 )
 TOUCH_MESSAGE_SQL = "UPDATE messages SET last_seen = ? WHERE digest = ? AND last_seen < ?"
+# A running total (recorder.tally): the larger one wins, so one written twice counts once.
+UPSERT_ANSWERED_SQL = (
+    "INSERT INTO answered (source, bucket, role, answers) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (source, bucket, role) DO UPDATE SET answers = excluded.answers"
+    " WHERE answered.answers < excluded.answers"
+)
+UNCLEAN_STOP_SQL = (
+    "INSERT INTO unclean_stops (source, ts, replayed) VALUES (?, ?, ?)"
+    " ON CONFLICT (source) DO UPDATE SET replayed = unclean_stops.replayed + excluded.replayed"
+)
 # A message is kept this long past the last record that may reference it: the writer
 # refreshes `last_seen` at most this often (kvmigrate.recorder.history.TOUCH_S).
 MESSAGE_GRACE_S = 2 * 3600.0
+
+
+class AnsweredRow(NamedTuple):
+    """One row of the `answered` table: a proxy process's total for a minute and role."""
+
+    source: str
+    bucket: float
+    role: str
+    answers: int
 
 
 class RecordStore(ABC):
@@ -102,10 +121,11 @@ class RecordStore(ABC):
                 applied.append(migration.name)
         return applied
 
-    def insert(self, records: Sequence[Record]) -> None:
+    def insert(self, records: Sequence[Record], answered: Sequence[AnsweredRow] = ()) -> None:
         """Write a batch in one transaction: all of it lands, or none (a crash mid-batch
-        rolls back). A request id already stored is skipped, so a retried batch is safe."""
-        if not records:
+        rolls back). A request id already stored is skipped, so a retried batch is safe;
+        so is a total in `answered` no larger than the one stored."""
+        if not records and not answered:
             return
         rows = [r.row() for r in records]
         messages = [m for r in records for m in r.messages]
@@ -113,9 +133,18 @@ class RecordStore(ABC):
         with self._lock, self._transaction() as cursor:
             if messages:
                 cursor.executemany(self.sql(UPSERT_MESSAGE_SQL), messages)
-            cursor.executemany(self.sql(INSERT_SQL), rows)
+            if rows:
+                cursor.executemany(self.sql(INSERT_SQL), rows)
             if touched:
                 cursor.executemany(self.sql(TOUCH_MESSAGE_SQL), touched)
+            if answered:
+                cursor.executemany(self.sql(UPSERT_ANSWERED_SQL), answered)
+
+    def note_unclean_stop(self, source: str, ts: float, replayed: int) -> None:
+        """A proxy process of `source` ended without a clean stop about `ts`; its spool
+        gave back `replayed` records."""
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self.sql(UNCLEAN_STOP_SQL), (source, ts, replayed))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock, self._transaction() as cursor:
@@ -127,6 +156,11 @@ class RecordStore(ABC):
 
     @abstractmethod
     def columns(self, table: str) -> set[str]: ...
+
+    def sync_every_commit(self) -> None:
+        """Each commit on disk before it returns (record.durability: fsync). PostgreSQL's
+        commits are, by default."""
+        return None
 
     def prune(self, before: float) -> int:
         """Delete the records that started before `before` (Unix seconds), and the history

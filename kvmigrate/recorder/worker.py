@@ -1,17 +1,21 @@
-"""The recorder's worker process: parsing, redaction, parity and writing off the proxy's GIL.
+"""The recorder's worker processes: parsing, redaction, parity and writing off the proxy's GIL.
 
 Reassembling a streamed answer, redacting a history and scoring a pair cost more Python
 per record than forwarding the request. On a thread of the proxy that work competes for
 the GIL with the event loop, and under load every request's first chunk waited for it
 (docs/performance-history.md). In a process of its own it runs on another core. What stays
-in the proxy is a deque append on the response path, and a feeder thread that pickles
-batches of plain tuples (mostly bytes) into a pipe.
+in the proxy is a deque append on the response path, and a feeder thread that packs
+batches of plain tuples (mostly bytes) for the workers.
 
-The child is started with `spawn`, never `fork`: the proxy has threads and an event loop,
-and forking those is undefined. It ignores SIGINT (a Ctrl-C reaches the whole process
-group; the proxy decides when the recorder stops) and exits once its pipe says so or
-closes, after writing what it holds: a `kill -9` of the proxy loses only the records not
-yet fed into the pipe, at most `feed_interval` seconds of them.
+How they cross (record.durability): appended to this process's spool (kvmigrate.recorder.
+spool), which the workers read, so that a crash of the proxy or of a worker loses nothing
+spooled: the next start replays what a dead process left (kvmigrate.recorder.replay); or,
+`memory`, pickled into each worker's pipe, so that a `kill -9` of the proxy loses what was
+not yet fed to the pipe and a dead worker what it held.
+
+The children are started with `spawn`, never `fork`: the proxy has threads and an event
+loop, and forking those is undefined. They ignore SIGINT (a Ctrl-C reaches the whole
+process group; the proxy decides when the recorder stops).
 """
 
 from __future__ import annotations
@@ -21,101 +25,68 @@ import multiprocessing
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnContext
+from pathlib import Path
 from typing import Any
 
-import orjson
-
-from kvmigrate.background import WorkerGone, WorkerProcess
-from kvmigrate.exchange import STATE_FIELDS, Exchange, exchange_from_state, exchange_scalars
+from kvmigrate.background import WorkerProcess
+from kvmigrate.exchange import Exchange
 from kvmigrate.log_pipe import LogRelay
-from kvmigrate.recorder.convert import new_hash_key
-from kvmigrate.recorder.writer import WriterSettings, WriterStats, describe
-from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
+from kvmigrate.recorder.crossing import SHARED_COUNTERS, Packed, WorkerSpec, pack
+from kvmigrate.recorder.lanes import PipeLane, SpoolLane
+from kvmigrate.recorder.spool_dir import ProcessSpool, SpoolSettings, others_in
+from kvmigrate.recorder.tally import AnsweredTally
+from kvmigrate.recorder.writer import WriterStats, describe
 
 log = logging.getLogger("kvmigrate.recorder")
 
-# Counters the child publishes into shared memory, in this order.
-SHARED_COUNTERS = (
-    "written", "batches", "write_errors", "queue_full", "write_error", "invalid", "depth",
-    "received",
-)  # fmt: skip
-# Exchanges per pickled message. Pickling holds the GIL in one C call, so this bounds the
-# event loop's stall as much as the message's size.
+# Exchanges per message. Packing holds the GIL in one C call, so this bounds the event
+# loop's stall as much as the message's size.
 _MAX_MESSAGE = 32
-# A 1 MiB pipe instead of 64 KiB: a message of `_MAX_MESSAGE` exchanges is about 300 KB.
-_PIPE_BYTES = 1 << 20
-
-
-Packed = tuple[Any, ...]  # an exchange's state (kvmigrate.exchange), then the wall-clock start
-
-
-def pack(exchange: Exchange, ts: float) -> Packed:
-    """The exchange as it crosses to a worker. A request body over `MAX_RECORDED_BYTES`
-    crosses as a marker with its size, and so does an answer whose middle was not kept
-    (`ChunkLog`), unless it is a stream: its head and its usage-bearing tail still count."""
-    fields = exchange_scalars(exchange)
-    body = exchange.request_body
-    if len(body) > MAX_RECORDED_BYTES:
-        fields = (*fields[:_BODY], not_recorded(len(body)), *fields[_BODY + 1 :])
-    dropped = getattr(exchange.chunks, "dropped", 0)
-    answer = b"".join(exchange.chunks)
-    if dropped and not exchange.stream:
-        answer = not_recorded(len(answer) + dropped)
-    return (*fields, [answer], ts)
-
-
-def not_recorded(size: int) -> bytes:
-    """What the record holds in place of a body too large to keep."""
-    return orjson.dumps({"kvmigrate_not_recorded": {"bytes": size}})
-
-
-_BODY = STATE_FIELDS.index("request_body")
-
-
-def unpack(packed: Packed) -> tuple[Exchange, float]:
-    return exchange_from_state(packed[:-1]), packed[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSpec:
-    """Everything the child needs to build its writer; picklable."""
-
-    url: str
-    content: str
-    source: str
-    retention_days: int | None
-    settings: WriterSettings
-    # What conversation ids are hashed with: one key for every worker of the recorder.
-    hash_key: bytes = field(default_factory=new_hash_key)
 
 
 class ProcessWriter:
     """The `RecordWriter` interface (submit, start, stop, stats, depth) over worker
     processes. Items are (exchange, wall-clock start) pairs; `submit` never blocks.
+    `spool`: where this process spools what its workers have yet to write; None, through
+    their pipes alone (record.durability: memory).
 
     With several workers each conversation goes to one of them, so a shadow copy meets the
     answer it mirrors and a history is stored by the worker that has seen it."""
 
-    def __init__(self, spec: WorkerSpec, workers: int = 1, feed_interval: float = 0.02) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        workers: int = 1,
+        feed_interval: float = 0.02,
+        spool: SpoolSettings | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.spec = spec
+        self._workers = workers
         self._feed_interval = feed_interval
-        context = multiprocessing.get_context("spawn")
+        self._context = multiprocessing.get_context("spawn")
         # The children's log records come back here and go through this process's handlers.
         # Nothing here is a named semaphore (a multiprocessing Queue or Lock): one left by
         # a process killed mid-drain made the resource tracker warn at every pool shutdown.
         self._logs = LogRelay()
+        self._replay_log: Connection | None = None
         self._listening = False
-        # Several workers writing one SQLite file take turns on a lock of ours (see
-        # RecordWriter); PostgreSQL takes concurrent writers as they come.
-        lock = writers_lock_path(spec.url) if workers > 1 else None
-        self._lanes = [_Lane(context, spec, self._logs, lock) for _ in range(workers)]
+        # Several workers writing one SQLite file (the replay is one, with a spool) take
+        # turns on a lock of ours (see RecordWriter); PostgreSQL takes concurrent writers
+        # as they come.
+        several = workers > 1 or spool is not None
+        self._lock = writers_lock_path(spec.url) if several else None
+        self._settings = spool
+        self._spool: ProcessSpool | None = None  # made at start
+        self._lanes: list[PipeLane | SpoolLane] = []
+        self._tally: AnsweredTally | None = None
+        self._replayer: WorkerProcess | None = None
+        self._replayed: Any = self._context.Array("q", len(SHARED_COUNTERS), lock=False)
         self._pending: deque[tuple[Exchange, float]] = deque()
         self._parent_drops = 0  # queue_full on this side; written by the event loop only
+        self._dropped: deque[tuple[float, str]] = deque()  # ... when, and what role
         self._invalid = 0  # items that are not exchanges; written by the feeder only
         self._unwritten_at_stop = 0
         self._stopping = threading.Event()
@@ -124,13 +95,20 @@ class ProcessWriter:
     def submit(self, item: tuple[Exchange, float]) -> bool:
         if len(self._pending) >= self.spec.settings.queue_size:
             self._parent_drops += 1
+            if self._tally is not None:  # an answer all the same (recorder.tally)
+                self._dropped.append((item[1], getattr(item[0], "role", "")))
             return False
         self._pending.append(item)
         return True
 
     @property
     def depth(self) -> int:
-        return len(self._pending) + sum(lane.count("depth") for lane in self._lanes)
+        return len(self._pending) + sum(lane.depth for lane in self._lanes)
+
+    @property
+    def spool_path(self) -> Path | None:
+        """This process's spool directory, once started with one."""
+        return None if self._spool is None else self._spool.path
 
     @property
     def stats(self) -> WriterStats:
@@ -140,26 +118,70 @@ class ProcessWriter:
         stats = WriterStats(total("written"), total("batches"), total("write_errors"))
         drops = {
             "queue_full": total("queue_full") + self._parent_drops,
-            "write_error": total("write_error"),
+            "write_error": total("write_error") + self._replayed[_WRITE_ERROR],
             "invalid": total("invalid") + self._invalid,
             "worker_lost": sum(lane.lost for lane in self._lanes),
             "stop_timeout": self._unwritten_at_stop,
+            "spool_full": sum(lane.full for lane in self._lanes),
         }
         for reason, count in drops.items():
             if count:
                 stats.drop(reason, count)
+        stats.replayed = int(self._replayed[_WRITTEN])
+        stats.raised = total("raised")
+        stats.unspooled = sum(getattr(lane, "unspooled", 0) for lane in self._lanes)
         return stats
 
     def start(self) -> None:
         if self._feeder is None:
             self._logs.start()
             self._listening = True
+            self._open_lanes()
             for lane in self._lanes:
                 lane.spawn()
+            if self._replayer is not None:
+                self._replayer.start()
             self._feeder = threading.Thread(
                 target=self._feed, name="kvmigrate-recorder-feeder", daemon=True
             )
             self._feeder.start()
+
+    def _open_lanes(self) -> None:
+        """Spool lanes, and the replay of what dead processes left; pipe lanes without a
+        spool, or when the spool's directory cannot be made (the proxy must serve)."""
+        context, spec, logs, lock = self._context, self.spec, self._logs, self._lock
+        settings = self._settings
+        if settings is not None:
+            try:
+                self._spool = ProcessSpool(settings.root, spec.source, spec.url)
+            except OSError as exc:
+                log.error(
+                    "recorder: cannot make the spool in %s (%s): records go to the workers "
+                    "in memory only, and a crash loses what they hold",
+                    settings.root,
+                    exc,
+                )
+        if self._spool is None or settings is None:
+            self._lanes = [PipeLane(context, spec, logs, lock) for _ in range(self._workers)]
+            return
+        share = max(1, settings.max_bytes // self._workers)
+        self._lanes = [
+            SpoolLane(context, spec, logs, lock, self._spool.lane(i), share, settings.sync)
+            for i in range(self._workers)
+        ]
+        self._tally = AnsweredTally()
+        root, own = str(settings.root), str(self._spool.path)
+        if not others_in(settings.root, self._spool.path):
+            return
+        state, replayed = spec.state(), self._replayed
+        self._replay_log = logs.new_pipe()
+        replay_log = self._replay_log
+        self._replayer = WorkerProcess(
+            "kvmigrate-recorder-replay",
+            "kvmigrate.recorder.replay:run_replay",
+            lambda: (state, replayed, replay_log, log.getEffectiveLevel(), lock, root, own),
+            raisable=True,
+        )
 
     def stop(self, timeout: float = 30.0) -> None:
         """Feed what is queued, tell the workers to finish, and wait for them to."""
@@ -167,25 +189,57 @@ class ProcessWriter:
         self._stopping.set()
         if self._feeder is None:
             return
+        for lane in self._lanes:
+            lane.urge()
         self._feeder.join(timeout)
         finished = [lane.join(deadline) for lane in self._lanes]
-        if not all(finished):
-            # A worker runs at the lowest priority: on a CPU that other work keeps busy it
-            # may not have read its pipe at all, and its own depth says nothing of that.
+        if self._replayer is not None:
+            # A replay stopped part-way loses nothing: it acks as it goes.
+            self._replayer.close(0.0)
+        if self._spool is not None:
+            self._close_spool(finished, timeout)
+        elif not all(finished):
+            # On a CPU that other work keeps busy a worker may not have read its pipe at
+            # all, and its own depth says nothing of that.
             unwritten = len(self._pending) + sum(lane.unwritten for lane in self._lanes)
             self._unwritten_at_stop = unwritten
             log.error(
                 "recorder: %d records not written: the workers did not finish within %g s "
-                "(they run at the lowest CPU priority, and this machine's CPU is busy)",
+                "(this machine's CPU is busy)",
                 unwritten,
                 timeout,
             )
             return
         for lane in self._lanes:
             lane.close_log_pipe()
+        if self._replay_log is not None:
+            self._replay_log.close()
         if self._listening:
             self._listening = False
             self._logs.stop()
+
+    def _close_spool(self, finished: list[bool], timeout: float) -> None:
+        """What the workers did not write in time stays in the spool, for the next start:
+        not lost, so not counted as dropped."""
+        assert self._spool is not None
+        unwritten = len(self._pending) + sum(lane.unwritten for lane in self._lanes)
+        for lane, done in zip(self._lanes, finished, strict=True):
+            if not done:
+                lane.kill()
+            if isinstance(lane, SpoolLane):
+                lane.close_spool()
+        # A worker that died and was not started again (no traffic since) may have left a
+        # finished lane unwritten: only acks say that a spool can go.
+        caught_up = all(lane.caught_up for lane in self._lanes if isinstance(lane, SpoolLane))
+        self._spool.release(written=all(finished) and caught_up and not self._pending)
+        if not all(finished):
+            log.warning(
+                "recorder: about %d records not written within %g s stay in the spool %s: "
+                "the next start of the proxy writes them",
+                unwritten,
+                timeout,
+                self._spool.path,
+            )
 
     def _feed(self) -> None:
         while True:
@@ -194,15 +248,29 @@ class ProcessWriter:
                 for lane, batch in zip(self._lanes, self._take(), strict=True):
                     if batch:
                         lane.send(batch)
+            self._round_done()
             if stopping:
                 for lane in self._lanes:
-                    lane.send(None)
+                    lane.finish()
                 return
+
+    def _round_done(self) -> None:
+        """The answered counts that changed, into lane 0; each lane's commit and nudge."""
+        if self._tally is None:
+            return
+        now = time.time()
+        while self._dropped:
+            self._tally.count(*self._dropped.popleft())
+        rows = self._tally.changes(now)
+        if rows and isinstance(lane := self._lanes[0], SpoolLane):
+            lane.send_tally(rows)
+        for each in self._lanes:
+            each.fed(now)
 
     def _take(self) -> list[list[Packed]]:
         """Up to `_MAX_MESSAGE` exchanges, split by lane (a conversation keeps its lane)."""
         batches: list[list[Packed]] = [[] for _ in self._lanes]
-        pending, lanes = self._pending, len(self._lanes)
+        pending, lanes, tally = self._pending, len(self._lanes), self._tally
         for _ in range(min(len(pending), _MAX_MESSAGE)):
             item = pending.popleft()
             try:
@@ -212,89 +280,14 @@ class ProcessWriter:
                 # By id and sizes only: the item holds the unredacted request and answer.
                 log.debug("recorder: cannot pack %s (%s)", describe(item), type(exc).__name__)
                 self._invalid += 1
+                continue
+            if tally is not None:
+                tally.count(item[1], item[0].role)
         return batches
 
 
-class _Lane:
-    """One worker process and its counters (the process started again if it dies)."""
-
-    def __init__(
-        self, context: SpawnContext, spec: WorkerSpec, logs: LogRelay, write_lock: str | None
-    ) -> None:
-        self._shared = context.Array("q", len(SHARED_COUNTERS), lock=False)
-        self._logs = logs
-        self._log_pipe: Connection | None = None  # this process's copy of the worker's end
-        self._counted = [0] * len(SHARED_COUNTERS)  # what the workers gone before counted
-        self.lost = 0  # what a worker that died took with it; written by the feeder only
-        self.sent = 0  # into the pipe, to this lane's workers so far; written by the feeder only
-        self._abandoned = 0  # of those, what a worker that died had not read
-        self._worker = WorkerProcess(
-            "kvmigrate-recorder",
-            # By name: the worker's main imports this module.
-            "kvmigrate.recorder.worker_main:run_worker",
-            lambda: (spec, self._shared, self._new_log_pipe(), log.getEffectiveLevel(), write_lock),
-            pipe_bytes=_PIPE_BYTES,
-            on_start=self._carry_counts,
-        )
-
-    def _new_log_pipe(self) -> Connection:
-        self.close_log_pipe()  # the worker before has its own copy, or is gone
-        self._log_pipe = self._logs.new_pipe()
-        return self._log_pipe
-
-    def close_log_pipe(self) -> None:
-        if self._log_pipe is not None:
-            self._log_pipe.close()
-            self._log_pipe = None
-
-    def count(self, name: str) -> int:
-        index = SHARED_COUNTERS.index(name)
-        if name == "depth":
-            return int(self._shared[index])
-        return int(self._shared[index]) + self._counted[index]
-
-    def _carry_counts(self) -> None:
-        """A new worker counts from zero: keep what the last one had counted, and count as
-        lost what it took with it, its pipe's contents and the records it held unwritten."""
-        in_pipe = self._in_pipe()
-        self._abandoned += in_pipe
-        self.lost += in_pipe + self.count("depth")
-        for index, name in enumerate(SHARED_COUNTERS):
-            if name != "depth":
-                self._counted[index] += self._shared[index]
-            self._shared[index] = 0
-
-    def spawn(self) -> None:
-        self._worker.start()
-
-    def send(self, batch: list[Packed] | None) -> None:
-        if batch is None:
-            self._worker.finish()
-            return
-        try:
-            self._worker.send(batch)
-            self.sent += len(batch)
-        except WorkerGone as exc:
-            self.lost += len(batch)
-            try:
-                if self._worker.restart():
-                    log.error("recorder: %s; started it again", exc)
-            except WorkerGone:
-                # Out of processes or memory: the feeder must live on, and try again later.
-                log.exception("recorder: cannot start a worker process; records are dropped")
-
-    @property
-    def unwritten(self) -> int:
-        """Sent but not received yet (still in the pipe), or received and not yet written."""
-        return self._in_pipe() + self.count("depth")
-
-    def _in_pipe(self) -> int:
-        """Sent to the running worker and not read by it yet."""
-        return self.sent - self.count("received") - self._abandoned
-
-    def join(self, deadline: float) -> bool:
-        """Wait for the worker to finish; False if it is still writing at `deadline`."""
-        return self._worker.join(deadline - time.monotonic())
+_WRITTEN = SHARED_COUNTERS.index("written")
+_WRITE_ERROR = SHARED_COUNTERS.index("write_error")
 
 
 def writers_lock_path(url: str) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvmigrate.logtext import printable
 from kvmigrate.recorder.record import Record
-from kvmigrate.recorder.store import RecordStore
+from kvmigrate.recorder.store import AnsweredRow, RecordStore
 
 log = logging.getLogger("kvmigrate.recorder")
 
@@ -34,6 +34,9 @@ class WriterStats:
     batches: int = 0
     write_errors: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    replayed: int = 0  # records written from the spools of proxy processes that died
+    raised: int = 0  # times a worker that fell behind had its priority raised
+    unspooled: int = 0  # records handed to a worker in memory, the spool not writable
 
     def drop(self, reason: str, count: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
@@ -190,11 +193,12 @@ class RecordWriter:
             self.stats.drop("invalid")
             return None
 
-    def write_records(self, records: list[Record]) -> None:
-        """Write converted records in one transaction, now. A worker process converts each
-        message as it arrives and writes in batches (kvmigrate.recorder.worker_main)."""
+    def write_records(self, records: list[Record], answered: Sequence[AnsweredRow] = ()) -> None:
+        """Write converted records, and `answered` totals (recorder.tally), in one
+        transaction, now. A worker process converts each message as it arrives and writes in
+        batches (kvmigrate.recorder.worker_main)."""
         try:
-            self._insert(records)
+            self._insert(records, answered)
         except Exception as exc:
             # A full disk or a database that is down must never reach the proxy: count,
             # drop this batch, and say so once (a log line per batch would flood).
@@ -206,14 +210,14 @@ class RecordWriter:
                 self._on_write_error()
             return
         self.stats.written += len(records)
-        self.stats.batches += 1
+        self.stats.batches += bool(records)
         if self._logged_error:
             # The outage is over: say so, and let the next one be logged at error level
             # again (it was debug only, so a second outage dropped records in silence).
             self._logged_error = False
             log.info("recorder: writing records again")
 
-    def _insert(self, records: list[Record]) -> None:
+    def _insert(self, records: list[Record], answered: Sequence[AnsweredRow] = ()) -> None:
         """One insert; a store kept open since an earlier batch gets a second try on a new
         connection: its server may have ended the idle one (a restart, a failover, a
         pooler's idle timeout), which each writer learnt only by losing a batch after the
@@ -221,18 +225,18 @@ class RecordWriter:
         request id already stored is skipped."""
         reused = self._store is not None
         try:
-            self._insert_once(records)
+            self._insert_once(records, answered)
         except Exception:
             if not reused:
                 raise
             log.debug("recorder: a batch failed on a kept connection; retrying on a new one")
             self._reset_store()
-            self._insert_once(records)
+            self._insert_once(records, answered)
 
-    def _insert_once(self, records: list[Record]) -> None:
+    def _insert_once(self, records: list[Record], answered: Sequence[AnsweredRow]) -> None:
         store = self._store = self._store or self._open_store()
         with self._write_lock():
-            store.insert(records)
+            store.insert(records, answered)
 
     def _log_error(self, exc: Exception) -> None:
         if self._logged_error:

@@ -24,6 +24,7 @@ from kvmigrate.report.cohorts import (
     outside_cohorts,
     split_by_cohort,
 )
+from kvmigrate.report.completeness import completeness
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.divergences import divergent_pairs
 from kvmigrate.report.identity import identity_notes, identity_summary
@@ -63,6 +64,8 @@ def build_report(
         timeline=sorted(timeline, key=lambda e: e.ts),
     )
     recorded, _ = fetch_rows(store, since, until) if store is not None else ([], False)
+    if store is not None:
+        report.completeness = completeness(store, since, until)
     prices = prices or Prices()
     cohorts = split_by_cohort(recorded)
     paired = paired_answers(recorded, store)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvmigrate.report.completeness import Completeness
 from kvmigrate.report.identity import IdentitySummary
 
 
@@ -256,6 +257,8 @@ class Report:
     parity_by_candidate: dict[str, ParitySummary] = field(default_factory=dict)
     # Candidates against each other on the requests both were mirrored.
     candidate_pairs: list[CandidatePair] = field(default_factory=list)
+    # The answers the proxies counted against the records (fleet-wide only).
+    completeness: Completeness = field(default_factory=Completeness)
 
     @property
     def empty(self) -> bool:

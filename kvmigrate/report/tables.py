@@ -11,6 +11,7 @@ from kvmigrate.report.candidate_pairs import HEADERS as PAIR_HEADERS
 from kvmigrate.report.candidate_pairs import pair_rows
 from kvmigrate.report.candidates import HEADERS as CANDIDATE_HEADERS
 from kvmigrate.report.candidates import candidate_rows
+from kvmigrate.report.completeness import completeness_lines
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
 
@@ -33,7 +34,7 @@ def summary_lines(report: Report) -> list[str]:
         f"Records: {report.records:,} calls from {report.database or 'no database'}",
         f"Primary: {report.primary}   Candidate: {report.candidate}",
     ]
-    return lines + list(report.notes)
+    return lines + completeness_lines(report.completeness) + list(report.notes)
 
 
 def report_tables(report: Report) -> list[Table]:

@@ -52,6 +52,7 @@ def recorder_config(
     content: str = "redacted",
     rollout: str = "{mode: shadow, noise_sample: 0}",
     workers: int = 1,
+    spool_dir: str = "",
 ) -> Config:
     text = f"""
 backends:
@@ -60,7 +61,7 @@ backends:
 models:
   - {{model_name: {HOSTED_MODEL}, hosted: {HOSTED_MODEL}, vllm: {VLLM_MODEL}}}
 rollout: {rollout}
-record: {{db: "{db}", content: {content}, workers: {workers}}}
+record: {{db: "{db}", content: {content}, workers: {workers}, spool_dir: "{spool_dir}"}}
 """
     return parse_config(text, env={})
 

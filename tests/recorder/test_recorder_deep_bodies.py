@@ -23,7 +23,8 @@ from recorder_support import (
 from kvmigrate.exchange import Exchange, Role
 from kvmigrate.recorder import RecorderAddon, WriterSettings, open_store
 from kvmigrate.recorder.convert import TOO_DEEP, RecordConverter
-from kvmigrate.recorder.worker import ProcessWriter, WorkerSpec
+from kvmigrate.recorder.crossing import WorkerSpec
+from kvmigrate.recorder.worker import ProcessWriter
 from kvmigrate.recorder.writer import RecordWriter, WriterStats
 
 EMAIL = "carol@example.com"

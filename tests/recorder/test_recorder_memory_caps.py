@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from kvmigrate.proxy.exchange import Exchange
-from kvmigrate.recorder.worker import pack, unpack
+from kvmigrate.recorder.crossing import pack, unpack
 from kvmigrate.redaction import Redactor
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES, ChunkLog
 

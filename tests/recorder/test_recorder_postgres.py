@@ -22,8 +22,12 @@ from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.report import busters
 
 
-def test_two_proxies_write_to_one_postgres_at_once(backends: Backends, pg_url: str) -> None:
-    config = recorder_config(backends.hosted.url, backends.vllm.url, pg_url)
+def test_two_proxies_write_to_one_postgres_at_once(
+    backends: Backends, pg_url: str, tmp_path: Path
+) -> None:
+    # The spool of a PostgreSQL recorder would be in the working directory's .kvmigrate/.
+    spool = str(tmp_path / "spool")
+    config = recorder_config(backends.hosted.url, backends.vllm.url, pg_url, spool_dir=spool)
     proxies = [
         start_recording_proxy(config, source=f"replica-{i}", batch_size=8, flush_interval=0.05)
         for i in range(2)

@@ -34,7 +34,7 @@ class _Blocked(RecordStore):
         self.release = release
         self.rows = 0
 
-    def insert(self, records: object) -> None:
+    def insert(self, records: object, answered: object = ()) -> None:
         self.release.wait(10)
         self.rows += len(records)  # type: ignore[arg-type]
 
@@ -94,6 +94,7 @@ def test_a_failing_store_counts_errors_drops_batches_and_logs_once(
         f"sqlite:///{blocker}/records.db",
         settings=WriterSettings(batch_size=3, flush_interval=0.01),
         worker=worker,
+        durability="memory",  # a spool, beside the database, would fail too (a second error)
     )
     recorder.start()
     with caplog.at_level(logging.DEBUG, "kvmigrate.recorder"):
@@ -205,9 +206,33 @@ def test_what_a_dead_worker_had_not_read_from_its_pipe_is_counted_as_lost(tmp_pa
         assert store.query("SELECT count(*) FROM records") == [(stats.written,)]
 
 
-def _recorder_with_its_worker(url: str) -> tuple[RecorderAddon, psutil.Process]:
+def test_a_killed_worker_loses_nothing_it_was_spooled(tmp_path: Path) -> None:
+    """With the spool (record.durability: spool, the default) a worker that dies holding
+    records unwritten (stopped first, as a busy machine would leave it) loses none: the
+    next worker starts at the last ack, and nothing is counted as lost."""
+    url = f"sqlite:///{tmp_path}/r.db"
+    recorder, worker = _recorder_with_its_worker(url, durability="spool")
+    worker.suspend()
+    for i in range(1, 21):
+        recorder.exchange_done(_exchange(i))
+    worker.kill()
+    worker.wait(10)
+    sent = _until_a_new_worker_writes(recorder, sent=21, written=21)
+    recorder.close(timeout=120)
+    assert "worker_lost" not in recorder.stats.dropped
+    with open_store(url) as store:
+        assert store.query("SELECT count(*) FROM records") == [(sent,)]
+
+
+def _recorder_with_its_worker(
+    url: str, durability: str = "memory"
+) -> tuple[RecorderAddon, psutil.Process]:
     """A started recorder that has written one record, and its worker process."""
-    recorder = RecorderAddon(url, settings=WriterSettings(flush_interval=0.01))
+    # By default through pipes alone (record.durability: memory), where a dead worker loses
+    # what it held.
+    recorder = RecorderAddon(
+        url, settings=WriterSettings(flush_interval=0.01), durability=durability, workers=1
+    )
     # This process may hold other children (an earlier test's worker still finishing, a
     # zombie): the worker is the one child that is new since the recorder started.
     before = {p.pid for p in psutil.Process().children()}
@@ -218,13 +243,13 @@ def _recorder_with_its_worker(url: str) -> tuple[RecorderAddon, psutil.Process]:
     return recorder, worker
 
 
-def _until_a_new_worker_writes(recorder: RecorderAddon, sent: int) -> int:
-    """Send exchanges after a worker's death until its successor has written one; the
-    count of exchanges sent in all. The new worker starts at the lowest priority, so a
-    loaded machine makes this wait longer (a deadline, not a count of sends)."""
+def _until_a_new_worker_writes(recorder: RecorderAddon, sent: int, written: int = 1) -> int:
+    """Send exchanges after a worker's death until its successor has written one more than
+    `written`; the count of exchanges sent in all. The new worker starts slowly on a loaded
+    machine, so this waits longer there (a deadline, not a count of sends)."""
     time.sleep(1.0)  # past the restart throttle
     deadline = time.monotonic() + 60
-    while recorder.stats.written < 2:
+    while recorder.stats.written <= written:
         recorder.exchange_done(_exchange(sent))
         sent += 1
         time.sleep(0.05)
