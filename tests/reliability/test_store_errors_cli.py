@@ -81,11 +81,12 @@ def test_a_postgres_url_libpq_cannot_read_never_shows_its_password(
     command: list[str], tmp_path: Path
 ) -> None:
     """libpq quotes the part of a connection string it refuses: a password with a space
-    (not percent-encoded) came back whole in the error."""
+    (not percent-encoded) came back whole in the error. Such a URL is now refused when the
+    config loads, by its key and the character, never its value."""
     records = f"postgresql://kv:{PASSWORD} x@127.0.0.1:{refused_port()}/records"
     config = write_config(tmp_path, f"sqlite:///{tmp_path}/state.db", records)
     done = run_cli(*command, "--config", str(config))
-    assert_clean_failure(done, "records database")
+    assert_clean_failure(done, "record.db: must not contain whitespace")
 
 
 @pytest.mark.parametrize("command", [["rollout", "status"], ["rollout", "--percent", "20"]])
