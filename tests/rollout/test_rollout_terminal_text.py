@@ -14,13 +14,12 @@ from kvmigrate.config import load_config
 from kvmigrate.rollout.configured import open_controller
 
 RLO = "\u202e"  # right-to-left override: reverses what follows it on screen
-MODEL = f"gpt{RLO}lanigiro"
 CONFIG = """
 backends:
   hosted: {{api_base: "http://127.0.0.1:9/v1"}}
   vllm: {{api_base: "http://127.0.0.1:9/v1"}}
 models:
-  - {{model_name: "gpt\\u202elanigiro", hosted: "m\\u2066", vllm: m}}
+  - {{model_name: {model}, hosted: m, vllm: m}}
 rollout: {{state: "sqlite:///{root}/state.db"}}
 record: {{db: "sqlite:///{root}/records.db"}}
 """
@@ -29,7 +28,7 @@ record: {{db: "sqlite:///{root}/records.db"}}
 @pytest.fixture
 def config_path(tmp_path: Path) -> str:
     path = tmp_path / "config.yaml"
-    path.write_text(CONFIG.format(root=tmp_path))
+    path.write_text(CONFIG.format(root=tmp_path, model="gpt-original"))
     controller = open_controller(load_config(str(path)))
     try:  # what an admin API client may send as its reason and actor
         controller.change(
@@ -40,9 +39,13 @@ def config_path(tmp_path: Path) -> str:
     return str(path)
 
 
-def _assert_escaped(output: str) -> None:
+def _assert_not_raw(output: str) -> None:
     for raw in (RLO, "\u2066", "\x1b"):
         assert raw not in output, output
+
+
+def _assert_escaped(output: str) -> None:
+    _assert_not_raw(output)
     assert "\\u202e" in output
 
 
@@ -51,7 +54,6 @@ def _assert_escaped(output: str) -> None:
     [
         (["rollout", "history"], "reason: ok\\u202e\\x1b[2Jgnikcab"),
         (["rollout", "status"], "by ops\\u202e"),
-        (["config", "check"], "model gpt\\u202elanigiro: hosted=m\\u2066, vllm=m"),
     ],
 )
 def test_stored_and_configured_text_reaches_the_terminal_escaped(
@@ -69,4 +71,19 @@ def test_an_error_naming_the_file_s_values_is_escaped(config_path: str) -> None:
     )
     assert result.exit_code == 1
     _assert_escaped(result.output)
-    assert "no model 'x\\u202e' in the config; models: gpt\\u202elanigiro" in result.output
+    assert "no model 'x\\u202e' in the config; models: gpt-original" in result.output
+
+
+def test_a_configured_name_with_a_control_character_is_refused_without_echoing_it(
+    tmp_path: Path,
+) -> None:
+    """A name the config gives (it labels metrics, logs and every table) may not hold a
+    bidi control or an escape: refused at load by its key and the character's code."""
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.format(root=tmp_path, model='"gpt\\u202elanigiro"'))
+    result = CliRunner().invoke(main, ["config", "check", "--config", str(path)])
+    assert result.exit_code == 1
+    _assert_not_raw(result.output)
+    assert "models[0].model_name: must not contain control characters; found U+202E" in (
+        result.output
+    )
