@@ -44,6 +44,9 @@ MAX_VERDICTS = 10_000
 ASKED_ALSO = ("anthropic-version",)
 # The fingerprint of a request that carried no credential at all.
 NO_CREDENTIALS = b""
+# How often, at most, a primary that served a request with no credential is asked whether
+# it is open to all.
+OPEN_QUESTION_S = 60.0
 # A refusal's body is read up to this, to be relayed to the client.
 REFUSAL_BODY_LIMIT = 16 * 1024
 
@@ -90,6 +93,8 @@ class KeyGate:
         self._hash_key = os.urandom(32)
         self._verdicts: OrderedDict[bytes, Verdict] = OrderedDict()
         self._asking: dict[bytes, asyncio.Future[Verdict]] = {}
+        self._background: set[asyncio.Future[None]] = set()
+        self._open_asked = 0.0  # when the primary may next be asked whether it is open
         self.checks = Counter(
             "kvmigrate_client_key_checks",
             "Passed-through client keys the primary was asked about, by verdict (accepted, "
@@ -146,6 +151,30 @@ class KeyGate:
             return True
         verdict = self._verdicts.get(fingerprint)
         return verdict is not None and verdict.accepted and verdict.until > time.monotonic()
+
+    def ask_after_keyless_success(
+        self, request: web.Request, fingerprint: bytes | None, status: int | None, primary: Upstream
+    ) -> None:
+        """The primary served a request that carried no credential. That vouches for
+        nothing (it may admit by a header the proxy cannot read), but it is worth asking
+        whether the primary is open to all: its model list asked without any credential,
+        in the background. Open, later requests of the kind are mirrored too."""
+        if fingerprint != NO_CREDENTIALS or status is None or not 200 <= status < 300:
+            return
+        now = time.monotonic()
+        if self.accepted(fingerprint) or fingerprint in self._asking or now < self._open_asked:
+            return
+        self._open_asked = now + OPEN_QUESTION_S  # a closed primary is not asked every time
+        raw_query = request.rel_url.raw_query_string
+        asking = self.admit(fingerprint, request.headers, raw_query, primary)
+        task = asyncio.ensure_future(asking)
+        self._background.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled():
+            task.exception()  # a refusal or no answer: nothing opens, nothing to report
 
     def learn(self, fingerprint: bytes | None, status: int | None) -> None:
         """The primary's own answer to the client's request is a verdict too, when it is a

@@ -126,12 +126,14 @@ class ProxyMetrics:
 
         # Known label sets start at 0, so rate() and alerts work before the first event.
         # no_candidate_chain: a Responses copy whose chain the candidate does not hold.
+        # key_unverified: the primary has not (yet) vouched for the client's key.
         for reason in (
             "concurrency_limit",
             "bytes_limit",
             "timeout",
             "error",
             "no_candidate_chain",
+            "key_unverified",
         ):
             self.shadow_dropped.labels(reason)
 

@@ -319,16 +319,19 @@ class ProxyService:
         served = exchange.backend == routed.route.serve and exchange.role == SERVE
         if served and routed.route.is_primary(exchange.backend):
             self.keys.learn(routed.key, exchange.status)
-        exchange.mirrored = (
+        worth_a_copy = (
             served
             and routed.route.shadow is not None
             and not refused_client(exchange.status)
-            and self.keys.accepted(routed.key)
             and (
                 self.config.rollout.shadow_primary_failures
                 or worth_mirroring(exchange.status, exchange.error)
             )
         )
+        exchange.mirrored = worth_a_copy and self.keys.accepted(routed.key)
+        if worth_a_copy and not exchange.mirrored:
+            # Counted, so a report's "answers without a shadow copy" add up.
+            self.metrics.shadow_dropped.labels("key_unverified").inc()
         self.addons.exchange_done(exchange)
 
     async def _relay(
@@ -382,6 +385,11 @@ class ProxyService:
             raise
         self._finish(routed, exchange)
         self.copies.mirror(request, routed, exchange)
+        primary = routed.route.snapshot.primary
+        if exchange.backend == primary:
+            self.keys.ask_after_keyless_success(
+                request, routed.key, exchange.status, self.upstreams[primary]
+            )
         return client
 
     def _answer_model(self, exchange: Exchange) -> Rewrite | None:

@@ -12,6 +12,7 @@ import asyncio
 import http.client
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -56,8 +57,10 @@ class Primary:
             return web.json_response({"error": {"message": "down"}}, status=self.models_status)
         if "X-Break" in request.headers:  # a front end's complaint before any key is read
             return web.json_response({"error": {"message": "Malformed request"}}, status=400)
-        authorized = request.headers.get("Authorization") == f"Bearer {GOOD_KEY}" or (
-            request.headers.get("Ocp-Apim-Subscription-Key") == APIM_KEY
+        authorized = (
+            request.headers.get("Authorization") == f"Bearer {GOOD_KEY}"
+            or request.headers.get("Ocp-Apim-Subscription-Key") == APIM_KEY
+            or request.headers.get("X-Tenant") == "t1"  # a name that gives nothing away
         )
         if not authorized or request.headers.get("OpenAI-Project", OWN_PROJECT) != OWN_PROJECT:
             return web.json_response(
@@ -489,7 +492,8 @@ def test_a_key_in_a_vendor_header_is_judged_by_that_header(bed_factory) -> None:
     """A primary behind an API management front end reads `Ocp-Apim-Subscription-Key`. The
     verdict on a client that sends it belongs to that header's value: its answers never
     open the candidate to clients that send no key at all."""
-    bed = bed_factory("{mode: split, percent: 50, noise_sample: 0}")
+    # No copies of the primary's half: what reaches the candidate is what it serves.
+    bed = bed_factory("{mode: split, percent: 50, noise_sample: 0, shadow_sample: 0}")
     apim = [("Ocp-Apim-Subscription-Key", APIM_KEY)]
     served = {exchange(bed.proxy.url, [*apim, ("X-Session-ID", f"L{i}")])[0] for i in range(12)}
     assert served == {200}  # on either backend: the primary's answers vouched for the key
@@ -523,3 +527,46 @@ def test_the_check_carries_a_vendor_key_header(bed_factory) -> None:
     (asked,) = [r for r in bed.primary.seen if r.path == "/v1/models"]
     assert {k.lower(): v for k, v in asked.headers.items()}["ocp-apim-subscription-key"] == APIM_KEY
     assert exchange(bed.proxy.url, [("Ocp-Apim-Subscription-Key", APIM_KEY + "x")])[0] == 401
+
+
+def test_keyless_clients_of_an_open_primary_are_mirrored_once_it_says_it_is_open() -> None:
+    """A primary that needs no key (an internal endpoint) serves clients that send none. Its
+    answers vouch for nothing, but its model list asked without any credential says it is
+    open to all: from then on such requests are mirrored as any other."""
+    seen: list[Recorded] = []
+    open_primary = EmulatorSettings(profile="hosted", time_scale=0)
+    with (
+        BackgroundServer(lambda: build_app(open_primary)) as hosted,
+        BackgroundServer(lambda: recording_candidate(seen)) as candidate,
+    ):
+        config = proxy_config(hosted.url, candidate.url, "{mode: shadow, noise_sample: 0}")
+        with BackgroundServer(lambda: build_proxy_app(config)) as proxy:
+            assert chat(proxy.url, None, session="first")[0] == 200
+            deadline = time.monotonic() + 30  # the question runs after the first answer
+            while time.monotonic() < deadline:
+                if chat(proxy.url, None, session="later")[0] == 200 and seen:
+                    break
+                time.sleep(0.05)
+    assert {r.headers["X-Session-ID"] for r in seen} == {"later"}
+
+
+def test_a_primary_admitting_by_a_header_the_proxy_cannot_read_opens_nothing(
+    bed_factory,
+) -> None:
+    """The primary serves a client that names its tenant in a header no name gives away as
+    a credential: the question without it is refused, so no request without a key is
+    mirrored, and none reaches the candidate in a split."""
+    bed = bed_factory("{mode: shadow, noise_sample: 0}")
+    for i in range(5):
+        status, _, _ = exchange(bed.proxy.url, [("X-Tenant", "t1"), ("X-Session-ID", f"t{i}")])
+        assert status == 200
+    deadline = time.monotonic() + 5
+    while bed.primary.calls("GET", "/v1/models") == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert bed.primary.calls("GET", "/v1/models") == 1  # asked once, refused, not kept
+    withheld = 'kvmigrate_shadow_dropped_total{reason="key_unverified"} 5.0'
+    assert withheld in urllib.request.urlopen(f"{bed.proxy.url}/metrics").read().decode()
+    assert chat(bed.proxy.url, GOOD_KEY, session="marker")[0] == 200
+    wait_for_copy(bed, "marker")
+    time.sleep(0.2)
+    assert [r.headers["X-Session-ID"] for r in bed.candidate_seen] == ["marker"]
