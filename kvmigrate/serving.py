@@ -27,6 +27,18 @@ from aiohttp.web_request import BaseRequest
 
 from kvmigrate.collector import settle_collector
 from kvmigrate.logtext import printable
+from kvmigrate.vendor_internals.aiohttp_internals import (
+    IdleCheckedRequestHandler,
+    ServerHookedAppRunner,
+    adopt_server,
+    cancel_handler,
+    handler_kwargs,
+    loop_of,
+    new_handler,
+    rearm_idle_timer,
+    request_in_handling,
+    spare_handler,
+)
 
 log = logging.getLogger("kvmigrate.serving")
 LIMIT_WARNING_INTERVAL = 10.0
@@ -110,7 +122,7 @@ RequestHandlerFn = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DIRECT_POSTS: web.AppKey[dict[str, RequestHandlerFn]] = web.AppKey("kvmigrate_direct_posts")
 
 
-class EnvelopeRequestHandler(RequestHandler):
+class EnvelopeRequestHandler(IdleCheckedRequestHandler):
     """Closes connections as `ConnectionLimits` says (when the application sets them), and
     answers protocol-level errors in OpenAI's envelope (below)."""
 
@@ -122,41 +134,26 @@ class EnvelopeRequestHandler(RequestHandler):
         if limits is None:
             return
         limits.open += 1
-        loop = self._loop
-        if limits.over_limit(loop.time()):
+        if limits.over_limit(loop_of(self).time()):
             self.force_close()
             return
         # aiohttp closes a connection idle for `keepalive_timeout`, from its start too; a
         # first request head gets only `header_timeout`.
-        if self._keepalive_handle is not None:
-            self._keepalive_handle.cancel()
-        self._next_keepalive_close_time = loop.time() + limits.header_timeout
-        self._keepalive_handle = loop.call_at(
-            self._next_keepalive_close_time, self._process_keepalive
-        )
+        rearm_idle_timer(self, limits.header_timeout)
 
-    def _process_keepalive(self) -> None:
-        """aiohttp's idle check, counting what it closes: a connection that never sent a
-        whole request head (header_timeout), or a kept-alive one with no next request
-        (idle: a client pool, not a slow client)."""
-        limits = self._limits
-        if (
-            limits is not None
-            and self._keepalive
-            and not self._force_close
-            and self._loop.time() >= self._next_keepalive_close_time
-            and self._waiter is not None
-            and not self._waiter.done()
-        ):
-            limits.on_close("idle" if self._request_count else "header_timeout")
-        super()._process_keepalive()
+    def closing_idle(self, served: bool) -> None:
+        """Counts what aiohttp's idle check closes: a connection that never sent a whole
+        request head (header_timeout), or a kept-alive one with no next request (idle: a
+        client pool, not a slow client)."""
+        if self._limits is not None:
+            self._limits.on_close("idle" if served else "header_timeout")
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._limits is not None:
             self._limits.open -= 1
-        request = self._current_request
+        request = request_in_handling(self)
         if request is not None and request.get(_OUTLIVES_CLIENT):
-            self._task_handler = None  # what aiohttp would cancel the handler through
+            spare_handler(self)
         super().connection_lost(exc)
 
     def handle_error(
@@ -230,12 +227,12 @@ class EnvelopeServer(web.Server):
     limits: ConnectionLimits | None = None
 
     def __call__(self) -> RequestHandler:
-        handler = EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
+        handler = new_handler(self, EnvelopeRequestHandler)
         handler._limits = self.limits
         return handler
 
 
-class EnvelopeAppRunner(web.AppRunner):
+class EnvelopeAppRunner(ServerHookedAppRunner):
     """An AppRunner whose protocol-level errors are JSON envelopes (see above), and whose
     handlers are cancelled when their client disconnects: a proxy must stop the upstream call
     of a client that gave up, and record that it did."""
@@ -244,18 +241,16 @@ class EnvelopeAppRunner(web.AppRunner):
         kwargs.setdefault("handler_cancellation", True)
         super().__init__(app, **kwargs)
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
+    def adapt_server(self, built: web.Server) -> web.Server:
         # aiohttp builds its Server inside the app; reuse its settings with our handler.
-        server.__class__ = EnvelopeServer
+        server = adopt_server(built, EnvelopeServer)
         direct = self.app.get(DIRECT_POSTS)
         if direct:
             server.request_handler = partial(_direct_or_routed, direct, server.request_handler)
         limits = self.app.get(CONNECTION_LIMITS)
         if limits is not None:
-            assert isinstance(server, EnvelopeServer)
             server.limits = limits
-            server._kwargs["keepalive_timeout"] = limits.idle_timeout
+            handler_kwargs(server)["keepalive_timeout"] = limits.idle_timeout
         return server
 
 
@@ -350,9 +345,7 @@ async def _hurried(hurry: asyncio.Event, runner: web.AppRunner) -> None:
     if end_now is not None:
         end_now()
     for handler in handlers:
-        task = handler._task_handler
-        if task is not None:
-            task.cancel()
+        cancel_handler(handler)
 
 
 def _phase_timeout(drain_s: float) -> float:

@@ -24,6 +24,7 @@ from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from kvmigrate.proxy.client.head import encode_head
+from kvmigrate.vendor_internals.aiohttp_internals import set_keep_alive
 
 _HTTP11 = (1, 1)
 _LAST_CHUNK = b"0\r\n\r\n"
@@ -65,7 +66,7 @@ class ClientAnswer(web.StreamResponse):
         self._no_body = _has_no_body(status)
         # A HEAD answer has a head only (RFC 9110 section 9.3.2), its length included.
         self._empty = self._no_body or request.method == "HEAD"
-        self._chunked = False
+        self._chunking = False
 
     async def send_whole(self, body: bytes) -> None:
         """The whole answer at once: head and body in one send."""
@@ -76,9 +77,9 @@ class ClientAnswer(web.StreamResponse):
     async def begin(self, first: bytes) -> None:
         """The head of an answer whose length is not known yet, with its first bytes."""
         # HTTP/1.0 has no chunked coding: the body ends where the connection does.
-        self._chunked = not self._empty and self._client.version >= _HTTP11
-        framing = ["Transfer-Encoding: chunked\r\n"] if self._chunked else []
-        head = self._head(framing, reusable=self._chunked or self._empty)
+        self._chunking = not self._empty and self._client.version >= _HTTP11
+        framing = ["Transfer-Encoding: chunked\r\n"] if self._chunking else []
+        head = self._head(framing, reusable=self._chunking or self._empty)
         await self._send(head + self._framed(first))
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -95,9 +96,9 @@ class ClientAnswer(web.StreamResponse):
         """The body's `last` bytes, and the end of a chunked body, in one send; the end only
         once (none for a whole or connection-delimited body, nor for an empty one, which
         `begin` never chunks)."""
-        if self._chunked:
+        if self._chunking:
             framed = self._framed(last)
-            self._chunked = False
+            self._chunking = False
             await self._send(framed + _LAST_CHUNK)
         elif last:
             await self._send(self._framed(last))
@@ -115,7 +116,7 @@ class ClientAnswer(web.StreamResponse):
         once the handler returns)."""
         version = self._client.version
         keep_alive = reusable and self._client.keep_alive
-        self._keep_alive = keep_alive
+        set_keep_alive(self, keep_alive)
         tail = [*framing, f"Date: {_http_date(int(time.time()))}\r\n"]
         if version >= _HTTP11 and not keep_alive:
             tail.append("Connection: close\r\n")
@@ -127,7 +128,7 @@ class ClientAnswer(web.StreamResponse):
     def _framed(self, data: bytes) -> bytes:
         if self._empty or not data:
             return b""
-        if self._chunked:
+        if self._chunking:
             return b"%x\r\n%b\r\n" % (len(data), data)
         return data
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kvmigrate.proxy.pool_metrics import TrackingRegistry, pool_directory, render_pool
+from kvmigrate.vendor_internals.prometheus_internals import add_observations, upper_bounds
 
 # Agent turns range from a cached 40 ms prefill to minutes of decoding.
 LATENCY_BUCKETS = (
@@ -185,27 +186,13 @@ class ProxyMetrics:
         return generate_latest(self.registry)
 
 
-def add_observations(histogram: Histogram, counts: Sequence[float], total: float) -> None:
-    """Observations already counted per bucket (`counts[i]`: values above bucket i-1's
-    bound, up to bucket i's, +Inf last) and summed, added as `observe` would have added
-    them one by one. prometheus-client has no bulk form: this reaches into the buckets'
-    values, which it keeps per bucket (made cumulative when collected)."""
-    buckets = histogram._buckets
-    if len(counts) != len(buckets):
-        raise ValueError(f"{len(counts)} bucket counts for a histogram of {len(buckets)}")
-    for value, count in zip(buckets, counts, strict=True):
-        if count:
-            value.inc(count)
-    histogram._sum.inc(total)
-
-
 class _Tally:
     """Observations of one histogram's child, counted per bucket and summed."""
 
     __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, histogram: Histogram) -> None:
-        self.bounds: tuple[float, ...] = tuple(histogram._upper_bounds)  # +Inf last
+        self.bounds: tuple[float, ...] = upper_bounds(histogram)  # +Inf last
         self.counts = [0.0] * len(self.bounds)
         self.total = 0.0
 
