@@ -4,7 +4,6 @@ stepped out of the response path's way, and started again when they die."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import queue
@@ -19,6 +18,7 @@ from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from kvmigrate.lazy import load
+from kvmigrate.vendor_internals.libc import set_parent_death_signal
 
 # The lowest priority: on Linux the SCHED_IDLE policy (any ordinary task that wakes up
 # preempts it at once), elsewhere nice 19. When a worker shares a core with a busy proxy (a
@@ -105,17 +105,10 @@ def _die_with_parent() -> None:
     PR_SET_PDEATHSIG), so a proxy killed outright leaves no worker behind. A worker at the
     lowest priority on a busy machine may not get the CPU to notice for itself, nor its
     raised thread the GIL; the kernel needs neither."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    set_parent_death_signal(signal.SIGKILL)
     parent = multiprocessing.parent_process()
     if parent is not None and os.getppid() != parent.pid:
         os._exit(0)  # it died before the signal was asked for
-
-
-_PR_SET_PDEATHSIG = 1
 
 
 # The least time between two starts of a worker that keeps dying: a crash loop must not

@@ -13,40 +13,20 @@ has no `memmem` (Windows) every scan is `bytes.find`.
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from collections.abc import Callable
+from kvmigrate.vendor_internals.libc import bytes_address, memmem
 
 FOREIGN_FROM = 4096
-
-# memmem(haystack, haystack_len, needle, needle_len) -> the first match's address or NULL
-MemMem = Callable[[int, int, bytes, int], "int | None"]
-
-
-@functools.cache
-def _memmem() -> MemMem | None:
-    """The C library's memmem, looked up once (the process's own symbols: no search for a
-    library file, which would start a subprocess); None where there is none."""
-    try:
-        function = ctypes.CDLL(None).memmem
-    except (OSError, AttributeError, TypeError):
-        return None
-    function.restype = ctypes.c_void_p
-    function.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
-    return function
 
 
 def find(haystack: bytes, needle: bytes, start: int = 0) -> int:
     """`haystack.find(needle, start)`, at memory speed for a long haystack."""
     rest = len(haystack) - start
-    memmem = _memmem() if rest >= FOREIGN_FROM and needle and start >= 0 else None
-    if memmem is None or type(haystack) is not bytes:
+    search = memmem() if rest >= FOREIGN_FROM and needle and start >= 0 else None
+    if search is None or type(haystack) is not bytes:
         return haystack.find(needle, start)
-    # The address of the bytes' own buffer: nothing is copied, and `haystack` is held
-    # (this frame's argument) for as long as memmem reads it.
-    base = ctypes.cast(ctypes.c_char_p(haystack), ctypes.c_void_p).value
-    assert base is not None
-    found = memmem(base + start, rest, needle, len(needle))
+    # `haystack` is held (this frame's argument) for as long as memmem reads its buffer.
+    base = bytes_address(haystack)
+    found = search(base + start, rest, needle, len(needle))
     return -1 if found is None else found - base
 
 
