@@ -66,6 +66,7 @@ class ClientAnswer(web.StreamResponse):
         self._no_body = _has_no_body(status)
         # A HEAD answer has a head only (RFC 9110 section 9.3.2), its length included.
         self._empty = self._no_body or request.method == "HEAD"
+        # Our own flag: `_chunked` is StreamResponse's private one (tests/private_api guard).
         self._chunking = False
 
     async def send_whole(self, body: bytes) -> None:
