@@ -1,10 +1,9 @@
 """The C library, called through ctypes: what kvmigrate needs of it that Python does not offer.
 
   - `memmem`, to find a short byte string in a long request body at memory speed
-    (kvmigrate.bytescan): CPython 3.11's `bytes.find` reads 1-2 GB/s there, memmem 8 or
-    more. On 118-234 KB agent bodies the forwarding proxy spent 8-29% less CPU a request
-    with it than with bytescan's `bytes.find` fallback (benchmarks/agent_body.py, three
-    runs; the same code measured against itself moved 4-11%: docs/performance-history.md).
+    (kvmigrate.bytescan): CPython 3.11's `bytes.find` reads 0.5-2 GB/s there, memmem 8 or
+    more: the duplicate-key check of a 234 KB agent body took 0.28 ms with it and 0.89
+    without (docs/performance-history.md, with the noisier end-to-end figures).
   - `prctl(PR_SET_PDEATHSIG)`, so the kernel kills a worker whose parent died
     (kvmigrate.background): Python has no binding for it.
 Both are looked up among the process's own symbols (`CDLL(None)`: no search for a library
