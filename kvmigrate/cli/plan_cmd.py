@@ -201,6 +201,12 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     default=1000.0,
     help="TTFT p95 target in ms; exit 1 when no fleet size meets it.",
 )
+@click.option(
+    "--headroom",
+    type=FiniteRange(0, 400),
+    default=25.0,
+    help="Percent to buy above the smallest fleet meeting the SLO (25: run at <= 80%).",
+)
 @click.option("--gpu-hour-price", type=FiniteRange(min=0), default=3.50, help="$ per GPU-hour.")
 @click.option("--input-price", type=_PRICE, default=2.50, help="Hosted $ per 1M input tokens.")
 @click.option("--cached-input-price", type=_PRICE, default=1.25,
@@ -280,6 +286,7 @@ class _Options:
     rate_scale: float
     context_scale: float
     ttft_p95_slo: float
+    headroom: float
     gpu_hour_price: float
     input_price: float
     cached_input_price: float
@@ -349,7 +356,8 @@ def _run(o: _Options) -> None:
     prices = Prices(o.input_price, o.cached_input_price, o.output_price, o.gpu_hour_price)
     costs = Costs(o.gpus_per_replica, o.gpu_hour_price, hosted_monthly(workload, prices))
     progress = None if o.as_json else (lambda n: click.echo(f"simulated {n} replica(s)", err=True))
-    result = sweep(workload, fleet, sizes, o.ttft_p95_slo / 1000.0, costs, progress)
+    slo = o.ttft_p95_slo / 1000.0
+    result = sweep(workload, fleet, sizes, slo, costs, progress, o.headroom / 100.0)
     notes = _notes(o.dataset, o.conversation_rate, o.think_time, o.rate_scale, o.context_scale)
     result = replace(result, notes=refined + notes)
     _emit(result, o.as_json, o.html_path)
