@@ -100,7 +100,7 @@ def _cost_model(
             sizes = [int(x) for x in lengths.split(",") if x.strip()]
             target = Target(calibrate.rstrip("/"), model, api_key or "EMPTY", calibrate)
             fitted, probes = run_calibration(target, sizes)
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError) as exc:  # CalibrationError is a RuntimeError
             raise click.ClickException(f"calibration failed: {exc}") from None
         click.echo(f"calibrated on {len(probes)} probes against {calibrate}", err=True)
         return fitted
