@@ -1,11 +1,15 @@
 """What one simulated fleet size delivered: hit rate, TTFT by turn, queueing, and how hard
 the replicas worked.
 
-Two figures say how hard. `active` is the share of time any step runs, however small: one
-sequence decoding alone keeps a replica "active" while using a sliver of it, so it is no
-capacity figure. `utilisation` is the one to size by: tokens computed (prompt tokens
-prefilled plus one per sequence per decode step) against what the replicas compute flat
-out, steps that fill the whole token budget with new prompt tokens (`peak_tokens_s`).
+`active` is the share of time any step runs, however small: one sequence decoding alone
+keeps a replica "active" while using a sliver of it, so it is no capacity figure. A
+replica runs out of one of two things, and `utilisation` is the larger share used:
+- compute: tokens computed (prompt tokens prefilled plus one per sequence per decode step)
+  against what the replicas compute flat out, steps that fill the whole token budget with
+  new prompt tokens (`peak_tokens_s`); prefill-heavy traffic runs out of this;
+- KV cache: blocks held by running requests against the cache's blocks, over time; many
+  long conversations decoding at once run out of this first (cached blocks of finished
+  requests do not count: they are evicted on demand).
 
 Requests refused for being larger than a replica's KV cache are counted, and left out of
 the TTFT, queueing and hit-rate figures, which describe the requests that ran; when none
@@ -45,7 +49,9 @@ class FleetFigures:
     queue_p50_s: float
     queue_p95_s: float
     active: float  # mean share of the simulated time the replicas ran any step
-    utilisation: float  # tokens computed / (peak tokens per second x time x replicas)
+    utilisation: float  # the larger of the two below: the binding resource's share
+    compute: float  # tokens computed / (peak tokens per second x time x replicas)
+    kv_held: float  # KV blocks held by running requests / (blocks x time x replicas)
     evicted_blocks: int
     turns: tuple[TurnFigures, ...]
     refused: int = 0  # requests larger than a replica's whole KV cache
@@ -80,6 +86,8 @@ def figures(outcome: Outcome) -> FleetFigures:
         turns.append(TurnFigures(label, len(group), _p(values, 50), _p(values, 95), _hit(group)))
     capacity = (outcome.end_s or 1.0) * outcome.replicas
     peak = outcome.peak_tokens_s
+    compute = sum(outcome.tokens) / (peak * capacity) if peak > 0 else 0.0
+    kv = sum(outcome.held_block_s) / (outcome.kv_blocks * capacity) if outcome.kv_blocks else 0.0
     return FleetFigures(
         replicas=outcome.replicas,
         requests=len(outcome.jobs),
@@ -89,7 +97,9 @@ def figures(outcome: Outcome) -> FleetFigures:
         queue_p50_s=_p(queue, 50),
         queue_p95_s=_p(queue, 95),
         active=sum(outcome.busy_s) / capacity,
-        utilisation=sum(outcome.tokens) / (peak * capacity) if peak > 0 else 0.0,
+        utilisation=max(compute, kv),
+        compute=compute,
+        kv_held=kv,
         evicted_blocks=outcome.evictions,
         turns=tuple(turns),
         refused=len(outcome.jobs) - len(jobs),

@@ -72,6 +72,7 @@ class Engine:
     decoded: int = 0  # decode steps run so far; a decoder finishes when this reaches done_at
     busy_s: float = 0.0  # time any step ran, however small
     tokens: int = 0  # tokens computed: prompt tokens prefilled plus one per decode step
+    held_block_s: float = 0.0  # KV blocks held by running requests, integrated over time
     step: Step | None = None
     _joined: int = 0
 
@@ -140,6 +141,7 @@ class Engine:
         self.busy_s += step.duration * step.repeat
         prefilled = sum(chunk for _, chunk in step.chunks)
         self.tokens += (prefilled + len(self.decoding)) * step.repeat
+        self.held_block_s += self.cache.pinned * step.duration * step.repeat
         if self.decoding:
             self.decoded += step.repeat
         finished: list[Job] = []

@@ -41,6 +41,8 @@ class Outcome:
     evictions: int
     end_s: float
     tokens: tuple[int, ...] = ()  # computed per replica (prefilled + decoded)
+    held_block_s: tuple[float, ...] = ()  # KV blocks held by running requests x time
+    kv_blocks: int = 0  # per replica
     peak_tokens_s: float = 0.0  # what one replica computes flat out (see `peak_tokens_s`)
 
 
@@ -138,5 +140,7 @@ def simulate(workload: Workload, fleet: Fleet, replicas: int) -> Outcome:
         evictions=sum(e.cache.evictions for e in loop.engines),
         end_s=now,
         tokens=tuple(e.tokens for e in loop.engines),
+        held_block_s=tuple(e.held_block_s for e in loop.engines),
+        kv_blocks=fleet.kv_blocks,
         peak_tokens_s=peak_tokens_s(fleet),
     )

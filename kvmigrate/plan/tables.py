@@ -59,6 +59,11 @@ def band_words(utilisation: float) -> str:
     return f"{fmt.pct(utilisation)} utilisation, {where} the {low:.0%}-{high:.0%} band"
 
 
+def utilisation_words(size: FleetFigures) -> str:
+    binding = "KV cache" if size.kv_held >= size.compute else "compute"
+    return f"{band_words(size.utilisation)} ({binding} is the binding resource)"
+
+
 def verdict(plan: Plan) -> str:
     costs = plan.costs
     hosted = (
@@ -76,7 +81,7 @@ def verdict(plan: Plan) -> str:
     at_buy = f" (at {buy}: {band_words(bought.utilisation)})" if bought is not None else ""
     return (
         f"Smallest fleet meeting TTFT p95 <= {_ms(plan.slo_p95_s)}: {chosen.replicas} "
-        f"replica(s), at {band_words(chosen.utilisation)}. Buy {buy} replica(s) "
+        f"replica(s), at {utilisation_words(chosen)}. Buy {buy} replica(s) "
         f"({chosen.replicas} + {plan.headroom:.0%} headroom, rounded up){at_buy}: "
         f"{buy * costs.gpus_per_replica} GPU(s), {fmt.usd(costs.monthly_usd(buy))}/month{hosted}."
     )
@@ -96,7 +101,8 @@ def sweep_table(plan: Plan) -> Table:
                 _ms(s.ttft_p95_s),
                 _ms(s.queue_p95_s),
                 fmt.pct(s.active),
-                fmt.pct(s.utilisation),
+                fmt.pct(s.compute),
+                fmt.pct(s.kv_held),
                 meets,
                 fmt.usd(plan.costs.monthly_usd(s.replicas)),
             )
@@ -108,7 +114,8 @@ def sweep_table(plan: Plan) -> Table:
         "TTFT p95",
         "queue p95",
         "any step running",
-        "utilisation",
+        "compute used",
+        "KV held",
         "meets SLO",
         "$/month",
     )

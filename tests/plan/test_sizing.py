@@ -64,7 +64,26 @@ def test_utilisation_is_tokens_computed_against_full_budget_steps() -> None:
     assert outcome.end_s == pytest.approx(end)
     assert got.active == pytest.approx(1.0)
     peak = BUDGET / (0.01 + BUDGET * 0.001)
-    assert got.utilisation == pytest.approx(110 / (peak * end))
+    assert got.compute == pytest.approx(110 / (peak * end))
+    # Its 111 tokens hold 7 blocks of 16, of 1,000, the whole time.
+    assert got.kv_held == pytest.approx(7 / 1000)
+    assert got.utilisation == got.compute
+
+
+def test_kv_cache_held_is_the_utilisation_when_it_binds() -> None:
+    """Two requests of 100 + 60 tokens (10 blocks each) in a 20-block cache: both decode
+    together, the cache full, while the token budget is nearly idle. The first arrival
+    starts a step alone (0.11 s, 10 blocks); the second prefills beside its first decode
+    (0.01 + 0.1 + 0.002 s, 20 blocks); 58 steps decode both (0.014 s, 20 blocks); the
+    last decodes the second alone (0.012 s, 10 blocks)."""
+    fleet = Fleet(kv_blocks=20, cost=COST)
+    got = figures(simulate(workload(request("a", 1, 100, 60), request("b", 1, 100, 60)), fleet, 1))
+    end = 0.11 + 0.112 + 58 * 0.014 + 0.012
+    held = 10 * 0.11 + 20 * 0.112 + 20 * 58 * 0.014 + 10 * 0.012
+    assert got.kv_held == pytest.approx(held / (20 * end))
+    tokens = 100 + (100 + 1) + 58 * 2 + 1
+    assert got.compute == pytest.approx(tokens / (BUDGET / 8.202 * end))
+    assert got.utilisation == got.kv_held
 
 
 def test_a_second_idle_replica_halves_both_shares() -> None:
@@ -72,7 +91,8 @@ def test_a_second_idle_replica_halves_both_shares() -> None:
     one = figures(simulate(workload(request("c", 1, 100, 11)), fleet, 1))
     two = figures(simulate(workload(request("c", 1, 100, 11)), fleet, 2))
     assert two.active == pytest.approx(one.active / 2)
-    assert two.utilisation == pytest.approx(one.utilisation / 2)
+    assert two.compute == pytest.approx(one.compute / 2)
+    assert two.kv_held == pytest.approx(one.kv_held / 2)
 
 
 @pytest.mark.parametrize(
