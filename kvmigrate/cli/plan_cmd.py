@@ -180,7 +180,11 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     help="Seconds between an answer and the next turn, for a --dataset.",
 )
 @click.option("--replicas", default="1..8", help="Fleet sizes: 4, 1..16, 1,2,4,8 or 2..16/2.")
-@click.option("--gpu", default="h200", help=f"GPU: {', '.join(GPUS)}.")
+@click.option(
+    "--gpu",
+    default="h200",
+    help=f"GPU: {', '.join(GPUS)}. Sets the KV cache, and the speed unless calibrated.",
+)
 @click.option("--model", "model_name", default="llama-3.1-8b", help=f"Model: {', '.join(MODELS)}.")
 @click.option("--gpus-per-replica", type=_POSITIVE, default=1, help="Tensor-parallel GPUs.")
 @click.option("--weights-gb", type=FiniteRange(min=0), help="Override the model's weights.")
@@ -269,7 +273,9 @@ def plan(**options: object) -> None:
     eviction), continuous batching with chunked prefill, and the routing; step times come
     from a cost model that
     --calibrate fits against a real endpoint. The smallest fleet meeting --ttft-p95-slo is
-    chosen and priced against the hosted bill for the same traffic.
+    chosen, --headroom added, and priced against the hosted bill for the same traffic.
+    Without --calibrate the speed is the H200 + 8B figures scaled to --gpu, --model and
+    --gpus-per-replica (docs/plan.md), an estimate the plan warns of.
     """
     _run(_Options(**options))  # type: ignore[arg-type]
 

@@ -72,6 +72,22 @@ def message_tokens(message: Mapping[str, Any]) -> int:
     return TEMPLATE_TOKENS + text_tokens(message.get("content")) + chars_tokens(_json_chars(calls))
 
 
+def answer_tokens(message: Mapping[str, Any]) -> int:
+    """An answer as the model generated it: its text, and each tool call as open models'
+    templates have them write it (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`,
+    the tags a token each; the call's id and type are the server's, not generated), and the
+    end-of-sequence token."""
+    calls = message.get("tool_calls")
+    generated, tags = 0, 0
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            name, arguments = function.get("name") or "", function.get("arguments") or ""
+            generated += len(f'{{"name": "{name}", "arguments": {arguments}}}')
+            tags += 2
+    return text_tokens(message.get("content")) + chars_tokens(generated) + tags + 1
+
+
 def body_tokens(body: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> int:
     """A request's prompt: its messages and what the template adds for tools and schemas."""
     extra = _json_chars(body.get("tools")) + _json_chars(body.get("functions"))
@@ -168,7 +184,7 @@ def _answers_from_history(requests: Sequence[_Request]) -> None:
                 continue
             answer = following.messages[len(current.messages)]
             if answer.get("role") == "assistant":
-                current.output = message_tokens(answer)
+                current.output = answer_tokens(answer)
 
 
 def _lines(path: Path) -> Iterator[tuple[_Line, dict[str, Any]]]:
@@ -192,7 +208,7 @@ def _conversation(line: _Line, messages: list[Mapping[str, Any]]) -> list[Turn]:
     for message in messages:
         tokens = message_tokens(message)
         if message.get("role") == "assistant" and turns:
-            turns[-1].output = tokens
+            turns[-1].output = answer_tokens(message)
         history += tokens
         if message.get("role") == "user":
             turns.append(Turn(f"c{line.number}", len(turns) + 1, 0.0, history, -1))

@@ -32,6 +32,11 @@ def export(turn: int, messages: list[dict[str, Any]], **body: Any) -> dict[str, 
     return {"custom_id": f"r{turn}", "body": {"messages": messages, **body}, "metadata": meta}
 
 
+def generated(chars: int) -> int:
+    """An answer of `chars` characters of text: a token per 4, and the end-of-sequence."""
+    return math.ceil(chars / 4) + 1
+
+
 def user(chars: int) -> dict[str, str]:
     return {"role": "user", "content": "u" * chars}
 
@@ -51,10 +56,11 @@ def test_the_three_shapes_count_tokens_and_turns(tmp_path: Path) -> None:
     sharegpt = {"conversations": [{"from": "human", "value": "h" * 8}]}
     path = write(tmp_path, export(2, [user(400)], max_tokens=64), bench, sharegpt)
     got = outputs(path)
-    answer = tokens(120)  # the only answer the file holds: the unknown ones take it
+    answer = generated(120)  # the only answer the file holds: the unknown ones take it
     assert got[("conv", 2)] == (tokens(400), answer)
     assert got[("c2", 1)] == (tokens(40) + tokens(80), answer)
-    assert got[("c2", 2)] == (tokens(40) + tokens(80) + answer + tokens(40), answer)
+    # In the next prompt the answer is a message: its text and the template's markers.
+    assert got[("c2", 2)] == (tokens(40) + tokens(80) + tokens(120) + tokens(40), answer)
     assert got[("c3", 1)] == (tokens(8), answer)
 
 
@@ -74,11 +80,8 @@ def test_an_answer_s_length_is_the_recorded_answer_whatever_the_cap(
         export(3, third, **capped),  # no answer anywhere: the median of the known ones
     )
     got = outputs(path)
-    assert [got[("conv", t)][1] for t in (1, 2, 3)] == [
-        tokens(60),
-        31,
-        round((tokens(60) + 31) / 2),
-    ]
+    known = [generated(60), 31]
+    assert [got[("conv", t)][1] for t in (1, 2, 3)] == [*known, round(sum(known) / 2)]
     note = from_jsonl(path).notes[0]
     assert note.startswith("Answer lengths: 2 of 3 from the recorded answers; 1 unrecorded took")
     assert "(the median recorded answer)" in note
@@ -105,6 +108,17 @@ def test_tools_tool_calls_and_schemas_count_in_the_prompt(tmp_path: Path) -> Non
     assert outputs(path)[("conv", 1)][0] == tokens(40) + calls_tokens + tokens(12) + math.ceil(
         extra / 4
     )
+
+
+def test_a_tool_call_answer_counts_what_the_model_writes(tmp_path: Path) -> None:
+    """`<tool_call>{"name": "grep", "arguments": {"q": "x"}}</tool_call>`: the tags a token
+    each, the JSON between them at 4 characters a token, and the end of sequence."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "grep", "arguments": '{"q": "x"}'}}  # fmt: skip
+    answer = {"role": "assistant", "content": None, "tool_calls": [call]}
+    path = write(tmp_path, export(1, [user(8)]), export(2, [user(8), answer, user(4)]))
+    written = '{"name": "grep", "arguments": {"q": "x"}}'
+    assert outputs(path)[("conv", 1)][1] == 2 + math.ceil(len(written) / 4) + 1
 
 
 def test_recorded_prompt_tokens_win_over_counting(tmp_path: Path) -> None:
