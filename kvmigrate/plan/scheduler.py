@@ -59,6 +59,7 @@ class Step:
     duration: float
     repeat: int  # identical decode-only steps in a row; 1 for a step that prefills
     chunks: list[tuple[Job, int]]
+    tokens: int = 0  # computed per step: the prompt chunks plus one per decoding sequence
 
 
 @dataclass(slots=True)
@@ -117,7 +118,7 @@ class Engine:
             return None
         duration = self.cost.step_s(prefill, cached, decoders, pairs)
         repeat = 1 if chunks else self.decoding[0][0] - self.decoded
-        self.step = Step(now, duration, repeat, chunks)
+        self.step = Step(now, duration, repeat, chunks, prefill + decoders)
         return now + duration * repeat
 
     def cut(self, now: float) -> float | None:
@@ -139,8 +140,7 @@ class Engine:
         assert step is not None, "finish without a step"
         self.step = None
         self.busy_s += step.duration * step.repeat
-        prefilled = sum(chunk for _, chunk in step.chunks)
-        self.tokens += (prefilled + len(self.decoding)) * step.repeat
+        self.tokens += step.tokens * step.repeat
         self.held_block_s += self.cache.pinned * step.duration * step.repeat
         if self.decoding:
             self.decoded += step.repeat
