@@ -37,6 +37,8 @@ models:
 # Keys the example sets to something else than their default, and why.
 EXAMPLE_NOT_DEFAULT = {
     "backends.vllm.connect_timeout": "the example's vLLM runs beside the proxy: 2 s, not 5",
+    "rollout.gates.min_parity": "the reference config (and `init`) gates parity; a config "
+    "written without it keeps the gate off, and `rollout status` says so",
 }
 # Keys the example shows commented out with an alternative to their default.
 COMMENTED_ALTERNATIVES = {
