@@ -122,8 +122,13 @@ spawn "$WORK/hosted.log" "${KV[@]}" emulate --profile hosted --port "$HOSTED_POR
     --time-scale 0.05 --answer-family playbook
 spawn "$WORK/vllm.log" "${KV[@]}" emulate --profile vllm --port "$VLLM_PORT" \
     --time-scale 0.05 --answer-family playbook
+# The planner calibrates on a vLLM at real speed: at 20x, prefill costs too little to
+# measure beside the machine's noise, and a fit would plan a fleet 20 times too small.
+CALIBRATE_PORT="$(free_port)"
+spawn "$WORK/vllm-real-speed.log" "${KV[@]}" emulate --profile vllm --port "$CALIBRATE_PORT"
 wait_http "http://127.0.0.1:$HOSTED_PORT/health"
 wait_http "http://127.0.0.1:$VLLM_PORT/health"
+wait_http "http://127.0.0.1:$CALIBRATE_PORT/health"
 
 step "a new config: kvmigrate init, in a new directory"
 mkdir -p "$WORK/team" && cd "$WORK/team"
@@ -258,7 +263,7 @@ allow "0 2" kvmigrate cachecheck --dataset requests.jsonl
 allow "0 3" kvmigrate parity --dataset requests.jsonl --min-score 0.9
 
 step "Plan: calibrate, size the fleet, what-ifs"
-kvmigrate plan --calibrate "http://127.0.0.1:$VLLM_PORT/v1" --save-cost-model cost.json
+kvmigrate plan --calibrate "http://127.0.0.1:$CALIBRATE_PORT/v1" --save-cost-model cost.json
 # The pilot's vLLM is one emulated replica: refine on it.
 kvmigrate plan --cost-model cost.json --refine-replicas 1 --replicas 1..16 \
     --ttft-p95-slo 500 --html plan.html
