@@ -37,7 +37,8 @@ def main() -> int:
     costs = Costs(1, 3.5, None)
     print(f"{len(workload.requests):,} requests over {workload.span_s / 3600:.1f} h "
           f"(built in {built:.1f} s); {blocks:,} KV blocks per replica")  # fmt: skip
-    print(f"{'replicas':>8}  {'seconds':>7}  {'hit':>6}  {'p50 ms':>8}  {'p95 ms':>9}  {'busy':>5}")
+    print(f"{'replicas':>8}  {'seconds':>7}  {'hit':>6}  {'p50 ms':>8}  {'p95 ms':>9}  "
+          f"{'active':>6}  {'util':>5}")  # fmt: skip
     total = 0.0
     for size in parse_sizes(args.sizes):
         started = time.perf_counter()
@@ -46,7 +47,7 @@ def main() -> int:
         total += took
         s = plan.sizes[0]
         print(f"{size:>8}  {took:>7.2f}  {s.hit_rate:>6.1%}  {s.ttft_p50_s * 1e3:>8.1f}  "
-              f"{s.ttft_p95_s * 1e3:>9.1f}  {s.busy:>5.0%}")  # fmt: skip
+              f"{s.ttft_p95_s * 1e3:>9.1f}  {s.active:>6.0%}  {s.utilisation:>5.0%}")  # fmt: skip
     print(f"sweep total: {total:.1f} s (target < 60 s)")
     return 0 if total < 60 else 1
 

@@ -4,6 +4,9 @@ is restored. Exits non-zero when a bug goes unnoticed or a named test fails on t
 
     python scripts/mutation_table.py          every row (PYTHON: the test interpreter)
     python scripts/mutation_table.py floor    the rows whose bug mentions "floor"
+    python scripts/mutation_table.py --before COMMIT i54
+        the kill rate of the rows in OLD_FILES against the files that covered their code
+        before, as they were at COMMIT (a row's own tests are not run): a miss is no problem
 """
 
 from __future__ import annotations
@@ -142,10 +145,154 @@ ROWS: list[tuple[str, str, str, str, list[str]]] = [
     ),
 ]
 
+# Issue 54: realistic bugs in the security and decision code, each named for what the
+# client or an upstream would see. `OLD_FILES`: the test files that covered that code
+# before issue 54's tables (`--before COMMIT` runs those, from COMMIT's tests/).
+UP = "tests/proxy/test_upstream_contract.py"
+UPK = "tests/proxy/test_upstream_contract_kinds.py"
+ERR = "tests/proxy/test_error_contract.py"
+KEYS = "tests/proxy/test_exact_keys.py"
+EXACT = "tests/test_exact_matching.py"
+DEFAULTS = "tests/test_config_defaults.py"
+ROWS += [
+    (
+        "i54 candidate gets the client's headers",
+        "kvmigrate/proxy/calls.py",
+        "else candidate_view(request.headers, upstream.candidate_headers),",
+        "else request.headers,",
+        [UP, UPK],
+    ),
+    (
+        "i54 open-mode primary gets the client's credentials",
+        "kvmigrate/proxy/calls.py",
+        "passes = primary and self.passes_credentials",
+        "passes = primary and self.config.server.master_key is None",
+        [UP, UPK],
+    ),
+    (
+        "i54 headers named in Connection forwarded",
+        "kvmigrate/proxy/headers.py",
+        "if lower in HOP_BY_HOP or lower in listed:",
+        "if lower in HOP_BY_HOP:",
+        [UP, UPK],
+    ),
+    (
+        "i54 502 carries the exception text",
+        "kvmigrate/proxy/forward.py",
+        "raise UpstreamFailure(kind, upstream_unreachable(upstream.name)) from None",
+        "raise UpstreamFailure(kind, upstream_unreachable(f'{upstream.name} ({exc})')) from None",
+        [ERR],
+    ),
+    (
+        "i54 key compared with == instead of compare_digest",
+        "kvmigrate/config/secret.py",
+        "        return hmac.compare_digest(",
+        "        return (lambda a, b: a == b)(",
+        [KEYS, EXACT],
+    ),
+    (
+        "i54 key matched by prefix",
+        "kvmigrate/config/secret.py",
+        "        return hmac.compare_digest(",
+        "        return (lambda a, b: b.startswith(a))(",
+        [KEYS],
+    ),
+    (
+        "i54 metrics key matched by prefix",
+        "kvmigrate/proxy/app.py",
+        "if token is None or not key.matches(token):",
+        "if token is None or not token.startswith(key.reveal()):",
+        [KEYS, EXACT],
+    ),
+    (
+        "i54 header selector matched by substring",
+        "kvmigrate/policies/cohorts.py",
+        "and all(headers.get(name) == want for name, want in selector.headers)",
+        "and all(want in (headers.get(name) or '') for name, want in selector.headers)",
+        [EXACT],
+    ),
+    (
+        "i54 metadata selector matched without case",
+        "kvmigrate/policies/cohorts.py",
+        "values.get(name) == want",
+        "str(values.get(name)).lower() == want.lower()",
+        [EXACT],
+    ),
+    (
+        "i54 hashed id taken by its prefix",
+        "kvmigrate/rollout/keys.py",
+        "and len(key) == len(HASHED_PREFIX) + HASH_HEX_DIGITS",
+        "and len(key) >= len(HASHED_PREFIX) + HASH_HEX_DIGITS",
+        [EXACT],
+    ),
+    (
+        "i54 hashed conversation recovered by a prefix",
+        "kvmigrate/rollout/keys.py",
+        "if candidate and self.key(candidate) == stored:",
+        "if candidate and stored.startswith(self.key(candidate)[:12]):",
+        [EXACT],
+    ),
+    (
+        "i54 records' key not derived from the store",
+        "kvmigrate/recorder/addon.py",
+        "key = keys.records_key()",
+        "key = None",
+        [EXACT],
+    ),
+    (
+        "i54 read_timeout default grows tenfold",
+        "kvmigrate/config/model.py",
+        "read_timeout: Annotated[float, Meta(ge=0.001)] = 600.0",
+        "read_timeout: Annotated[float, Meta(ge=0.001)] = 6000.0",
+        [DEFAULTS],
+    ),
+    (
+        "i54 client_key_ttl_seconds default moves",
+        "kvmigrate/config/model.py",
+        "client_key_ttl_seconds: Annotated[float, Meta(ge=1.0, le=86400.0)] = 300.0",
+        "client_key_ttl_seconds: Annotated[float, Meta(ge=1.0, le=86400.0)] = 3000.0",
+        [DEFAULTS],
+    ),
+]
+_PROXY = ["tests/proxy/test_forwarding.py", "tests/proxy/test_credential_tables.py"]
+OLD_FILES: dict[str, list[str]] = {
+    "i54 candidate gets the client's headers": _PROXY,
+    "i54 open-mode primary gets the client's credentials": _PROXY,
+    "i54 headers named in Connection forwarded": _PROXY,
+    "i54 502 carries the exception text": ["tests/proxy/test_errors.py"],
+    "i54 key compared with == instead of compare_digest": [
+        "tests/test_secret.py",
+        "tests/test_config.py",
+        "tests/proxy/test_errors.py",
+    ],
+    "i54 key matched by prefix": [
+        "tests/test_secret.py",
+        "tests/test_config.py",
+        "tests/proxy/test_errors.py",
+    ],
+    "i54 metrics key matched by prefix": [
+        "tests/proxy/test_service_routes.py",
+        "tests/proxy/test_hardening.py",
+    ],
+    "i54 header selector matched by substring": ["tests/cohorts/test_cohort_resolution.py"],
+    "i54 metadata selector matched without case": ["tests/cohorts/test_cohort_resolution.py"],
+    "i54 hashed id taken by its prefix": ["tests/rollout/test_store_keys.py"],
+    "i54 hashed conversation recovered by a prefix": ["tests/rollout/test_store_keys.py"],
+    "i54 records' key not derived from the store": ["tests/rollout/test_store_keys.py"],
+    "i54 read_timeout default grows tenfold": [
+        "tests/test_config.py",
+        "tests/test_config_reference.py",
+    ],
+    "i54 client_key_ttl_seconds default moves": [
+        "tests/test_config.py",
+        "tests/test_config_reference.py",
+    ],
+}
+
 
 def run(root: Path, test: str) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=str(root))
-    argv = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+    argv = [PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *test.split()]
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, check=False)
     return done.returncode, (done.stdout.strip().splitlines() or ["?"])[-1]
 
@@ -167,9 +314,22 @@ def main() -> int:
                 (root / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(here / name, root / name)
         wanted = sys.argv[1:]
+        before = None
+        if wanted[:1] == ["--before"]:
+            before, wanted = wanted[1], wanted[2:]
+            shutil.rmtree(root / "tests")
+            tests_then = subprocess.run(
+                ["git", "archive", before, "tests"], cwd=here, capture_output=True, check=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(root)], input=tests_then, check=True)
+        killed = tried = 0
         for bug, path, old, new, tests in ROWS:
             if wanted and not any(w in bug for w in wanted):
                 continue
+            if before is not None:
+                if bug not in OLD_FILES:
+                    continue
+                tests = [" ".join(OLD_FILES[bug])]
             text = (root / path).read_text()
             if text.count(old) != 1:
                 print(f"STALE  {bug}: the text to replace is not in {path} once")
@@ -180,16 +340,17 @@ def main() -> int:
                 for test in tests:
                     code, last = run(root, test)
                     caught = code == 1 and "failed" in last
-                    bad += not caught
+                    bad += not caught and before is None
+                    killed, tried = killed + caught, tried + 1
                     print(f"{'CAUGHT' if caught else 'MISSED'} {bug}: {test} ({last})", flush=True)
             finally:
                 (root / path).write_text(text)
-            for test in tests:
+            for test in tests if before is None else ():
                 code, last = run(root, test)
                 if code != 0:
                     bad += 1
                     print(f"FAILS ON THE REAL CODE {test} ({last})")
-    print(f"{len(ROWS)} bugs, {bad} problems")
+    print(f"{len(ROWS)} bugs, {bad} problems; caught {killed} of {tried} runs")
     return 1 if bad else 0
 
 

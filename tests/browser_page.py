@@ -7,9 +7,12 @@ outcome needs the page kept open, which this gives, with no library beyond `webs
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -68,7 +71,7 @@ def open_page(path: Path, fragment: str = "") -> Iterator[Page]:
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={profile}", "--remote-debugging-port=0",
          "--remote-allow-origins=*", path.as_uri() + fragment],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
         port = _port(profile / "DevToolsActivePort", proc)
@@ -76,9 +79,26 @@ def open_page(path: Path, fragment: str = "") -> Iterator[Page]:
         with connect(url, max_size=None, open_timeout=WAIT_S) as socket:
             yield Page(socket)
     finally:
-        proc.terminate()
-        proc.wait(timeout=WAIT_S)
+        _stop_group(proc)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Chromium's own children (zygote, renderer, crash handler) outlive a terminated
+    browser process and kept writing into the profile while it was removed, leaving
+    /tmp/kvmigrate-chromium-* behind: the whole group goes, and is gone before the profile."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _port(active: Path, proc: subprocess.Popen[bytes]) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -50,3 +52,27 @@ def _collect_what_the_file_left() -> Iterator[None]:
 
 
 # --- end leaked resources ---------------------------------------------------------------------
+
+
+# --- files left in the repository -------------------------------------------------------------
+# A config with no `record.db` or `rollout.state` keeps them under ./.kvmigrate, and the tests
+# run from the repository root: a test that starts a proxy or opens a store from such a config
+# left .kvmigrate/records.db in the checkout. A file that makes the folder fails, named.
+
+REPO_STATE = Path(__file__).resolve().parents[1] / ".kvmigrate"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_state_in_the_repository(request: pytest.FixtureRequest) -> Iterator[None]:
+    before = REPO_STATE.exists()
+    yield
+    if not before and REPO_STATE.exists():
+        left = sorted(p.name for p in REPO_STATE.iterdir())
+        shutil.rmtree(REPO_STATE, ignore_errors=True)
+        pytest.fail(
+            f"{request.node.nodeid} left {REPO_STATE} ({', '.join(left)}): give its config a "
+            "record.db and rollout.state under tmp_path"
+        )
+
+
+# --- end files left in the repository ---------------------------------------------------------

@@ -55,6 +55,7 @@ def test_help_lists_only_working_commands() -> None:
     listed = set(re.findall(r"^  (\w+)", out.split("Commands:")[1], re.M))
     assert listed == {
         "config",
+        "init",
         "demo",
         "emulate",
         "proxy",

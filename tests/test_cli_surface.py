@@ -1,5 +1,6 @@
-"""What a user reads of the CLI: summaries that are whole sentences, and the README's
-claims about `--config` and the cache-buster metrics' labels kept true."""
+"""What a user reads of the CLI: summaries that are whole sentences, and the docs' claims
+about `--config` (docs/index.md) and the cache-buster metrics' labels (docs/deployment.md's
+metrics table) kept true."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from click.testing import CliRunner
 from kvmigrate.cachecheck.addon import CacheBusterAddon
 from kvmigrate.cli import main
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+HOME = (DOCS / "index.md").read_text()
+METRICS_PAGE = (DOCS / "deployment.md").read_text()
 
 
 def _groups() -> list[list[str]]:
@@ -47,21 +50,22 @@ def _leaves(command: click.Command, path: str) -> list[tuple[str, click.Command]
     return [(path, command)]
 
 
-def test_readme_names_exactly_the_commands_without_config() -> None:
+def test_docs_name_exactly_the_commands_without_config() -> None:
     without = set()
     for path, command in _leaves(main, ""):
         if not any("--config" in p.opts for p in command.params):
             without.add(path.split()[0])
-    claim = re.search(r"takes `--config`.*?all but (.*?), which need none", README, re.S)
-    assert claim, "the README's --config sentence moved"
+    claim = re.search(r"takes `--config`.*?all but (.*?), which need none", HOME, re.S)
+    assert claim, "docs/index.md's --config sentence moved"
     assert set(re.findall(r"`(\w+)`", claim.group(1))) == without
 
 
-def test_readme_gives_the_cache_buster_metrics_their_real_labels() -> None:
+def test_docs_give_the_cache_buster_metrics_their_real_labels() -> None:
     addon = CacheBusterAddon(worker="thread")
     for metric in (addon.breaks, addon.tokens_lost, addon.reuse):
         name = metric._name
-        [row] = [line for line in README.splitlines() if line.startswith("|") and name in line]
+        rows = METRICS_PAGE.splitlines()
+        [row] = [line for line in rows if line.startswith("|") and name in line]
         meaning = row.split("|")[2].strip()
         labels = ", ".join(metric._labelnames)
         if labels:

@@ -4,22 +4,28 @@ appears in it, set or commented out, in its section.
 The accepted keys are found by the loader's own behaviour, not by reading its code: each
 field of the loaded config objects is offered to the loader as a key of its section, and a
 key is accepted when the loader does not call it unknown. So the test holds whatever shape
-the loader takes inside."""
+the loader takes inside.
+
+docs/configuration.md, generated from the config model (scripts/config_reference.py), is
+checked here too: current, and listing exactly the keys the loader accepts."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kvmigrate.config import ConfigError, parse_config
+from kvmigrate.config import ConfigError, config_keys, parse_config
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "config.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "config.yaml"
 ENV = {"OPENAI_API_KEY": "sk-x", "VLLM_API_KEY": "v", "KVMIGRATE_MASTER_KEY": "m",
        "KVMIGRATE_ADMIN_KEY": "a"}  # fmt: skip
 
@@ -99,3 +105,23 @@ def test_the_example_lists_every_key_the_loader_accepts() -> None:
                 missing.append(".".join((*path, key)))
     assert probed > 30  # the probe found the keys, not nothing
     assert missing == [], missing
+
+
+def test_configuration_page_is_current() -> None:
+    """docs/configuration.md is generated from the config model, as docs/cli.md is from the
+    CLI: a key, type, default, bound or field comment changed without it fails here."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "config_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, (
+        "docs/configuration.md is stale: run python scripts/config_reference.py"
+    )
+
+
+def test_configuration_page_lists_exactly_the_accepted_keys() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    listed = re.findall(r"^\| `([^`]+)` \|", page, re.M)
+    assert listed == config_keys()

@@ -13,8 +13,11 @@ import pytest
 DEMO_BOUND_S = 220
 
 
-def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_demo(
+    tmp_path: Path, *extra: str, out: bool = True
+) -> tuple[subprocess.CompletedProcess[str], float]:
     start = time.monotonic()
+    where = ["--out", str(tmp_path / "report.html")] if out else []
     proc = subprocess.run(
         [
             sys.executable,
@@ -27,8 +30,7 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
             "4",
             "--time-scale",
             "0.3",
-            "--out",
-            str(tmp_path / "report.html"),
+            *where,
             *extra,
         ],
         capture_output=True,
@@ -50,6 +52,15 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     assert "Prefix cache hit by turn" in out
     assert "noise-adjusted parity" in out
     assert "Cost projection" in out
+    # Looser gates than config.yaml's, said before the first figure, with both values.
+    assert out.splitlines()[1:3] == [
+        "gates looser than config.yaml's: min_conversations 8 (config.yaml: 20), min_requests "
+        "30 (config.yaml: 100), error_rate_margin 0.1 (config.yaml: 0.01), min_parity 0.8 "
+        "(config.yaml: 0.9), min_parity_samples 20 (config.yaml: 30)",
+        "why: the demo sends a few dozen conversations, and config.yaml's gates would wait for "
+        "hundreds (a 1-point error margin needs about 240 with no errors either side); a real "
+        "rollout keeps config.yaml's",
+    ]
     for step in ("10%", "50%", "100%"):
         assert f"promoted to {step}" in out
     assert "rollout complete" in out
@@ -76,7 +87,7 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
 
 
 def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
-    proc, _ = run_demo(tmp_path, "--bad-candidate")
+    proc, _ = run_demo(tmp_path, "--bad-candidate", out=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "promotion to 10% REFUSED" in proc.stdout
     assert "FAIL  parity" in proc.stdout
@@ -85,6 +96,15 @@ def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
     # Without --keep it names no directory that is about to disappear.
     assert "deleted at the end (--keep keeps them)" in proc.stdout
     assert "kept in" not in proc.stdout
+    # Without --out the report goes to a directory of its own, named, never the current
+    # one (run in a clone, report.html was left untracked in the tree).
+    [wrote] = [line for line in proc.stdout.splitlines() if line.startswith("wrote ")]
+    report = Path(wrote.removeprefix("wrote "))
+    assert report.name == "report.html"
+    assert report.parent.name.startswith("kvmigrate-demo-report-")
+    assert report.exists()
+    assert list(tmp_path.iterdir()) == []
+    shutil.rmtree(report.parent)
 
 
 @pytest.mark.parametrize("args", [["--conversations", "0"], ["--time-scale", "-1"]])

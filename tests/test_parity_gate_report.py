@@ -152,7 +152,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "passed",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200/20 noise)",
+            "detail": "noise-adjusted parity since the last change, lowest of 1 comparator with 30+ pairs: exact 1.000 [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200/20 noise)",
             "estimate": 1.0,
             "interval": [0.9654850004150907, 1.0],
             "threshold": 0.9,
@@ -190,7 +190,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "failed",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 0.710; parity [0.630, 0.791] vs 0.9 (rollout.gates.min_parity)",
+            "detail": "noise-adjusted parity since the last change, lowest of 2 comparators with 30+ pairs: exact 0.710 [0.630, 0.791] vs 0.9 (rollout.gates.min_parity)",
             "estimate": 0.71,
             "interval": [0.6299817433712058, 0.7905136246161212],
             "threshold": 0.9,
@@ -236,7 +236,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "inconclusive",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 0.973; parity [0.802, 1.000] vs 0.9 (rollout.gates.min_parity); about 106 more conversations at the observed rates; at the current rate (20 min so far) about 71 min more",
+            "detail": "noise-adjusted parity since the last change, lowest of 1 comparator with 30+ pairs: exact 0.973 [0.802, 1.000] vs 0.9 (rollout.gates.min_parity); about 106 more conversations at the observed rates; at the current rate (20 min so far) about 71 min more",
             "estimate": 0.9733,
             "interval": [0.8020890955841534, 1.0],
             "threshold": 0.9,
@@ -274,7 +274,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "passed",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 0.990; parity [0.934, 1.000] vs 0.9 (rollout.gates.min_parity)",
+            "detail": "noise-adjusted parity since the last change, lowest of 1 comparator with 30+ pairs: exact 0.990 [0.934, 1.000] vs 0.9 (rollout.gates.min_parity)",
             "estimate": 0.99,
             "interval": [0.9340327408944229, 1.0],
             "threshold": 0.9,
@@ -344,7 +344,7 @@ PARITY_ROWS: list[tuple[str, W, dict[str, Any]]] = [
         {
             "name": "parity",
             "verdict": "passed",
-            "detail": "lowest covered comparator exact: noise-adjusted parity 1.000; parity [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200/20 noise), embed (20/30 pairs, 200/20 noise)",
+            "detail": "noise-adjusted parity since the last change, lowest of 1 comparator with 30+ pairs: exact 1.000 [0.965, 1.000] vs 0.9 (rollout.gates.min_parity); not yet covered: judge (12/30 pairs, 200/20 noise), embed (20/30 pairs, 200/20 noise)",
             "estimate": 1.0,
             "interval": [0.9654850004150907, 1.0],
             "threshold": 0.9,
@@ -379,3 +379,24 @@ def test_the_parity_gate_reports_each_comparator_and_what_it_still_needs(
     candidate: W, expected: dict[str, Any]
 ) -> None:
     assert rounded(parity_gate(candidate, PARITY).to_dict()) == rounded(expected)
+
+
+def test_a_comparator_with_a_lower_bound_than_the_lowest_estimate_is_named_with_it() -> None:
+    """Two comparators at 1.000, one on fewer pairs: the line names the one whose interval
+    sets the headline bound, never one comparator beside another's interval."""
+    candidate = W(
+        "c",
+        parity=1.0,
+        parity_samples=400,
+        noise_pairs=200,
+        noise_needed=20,
+        conversations=80,
+        comparators=(C("api_shape", 400, 0, 200, 0), C("text", 40, 0, 40, 0)),
+    )
+    gate = parity_gate(candidate, PARITY)
+    assert gate.detail.partition("; about")[0] == (
+        "noise-adjusted parity since the last change, lowest of 2 comparators with 30+ pairs: "
+        f"api_shape 1.000 [{gate.figures['comparators'][0]['low']:.3f}, 1.000]; lowest bound "
+        f"text 1.000 [{gate.low:.3f}, 1.000] vs 0.9 (rollout.gates.min_parity)"
+    )
+    assert gate.low == gate.figures["comparators"][1]["low"] < 0.96

@@ -34,6 +34,11 @@ COMMANDS = {
         "kvmigrate.cli.emulate:emulate",
         "Serve an emulated backend: OpenAI's hosted API, vLLM, or Anthropic's API.",
     ),
+    "init": LazyCommand(
+        "kvmigrate.cli.init_cmd:init",
+        "Write a commented config.yaml for your hosted API and your vLLM: the example config"
+        " with your URLs and model names, every other key with its default and its comment.",
+    ),
     "parity": LazyCommand(
         "kvmigrate.cli.parity_cmd:parity",
         "Replay requests against the primary and the candidate and report parity beyond noise.",

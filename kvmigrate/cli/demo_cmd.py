@@ -45,9 +45,9 @@ from kvmigrate.demo import DemoSettings, run_demo
 @click.option(
     "--out",
     type=OutputPath(),
-    default=Path("report.html"),
-    show_default=True,
-    help="The HTML report.",
+    default=None,
+    help="The HTML report [default: report.html in --workdir, else in a new temporary "
+    "directory; the path is printed].",
 )
 @click.option(
     "--workdir",
@@ -67,7 +67,7 @@ def demo(
     bad_candidate: bool,
     real_vllm: bool,
     api: str,
-    out: Path,
+    out: Path | None,
     workdir: Path | None,
     keep: bool,
 ) -> None:

@@ -23,13 +23,15 @@ from kvmigrate.cli.options import (
 from kvmigrate.cli.report_cmd import open_records, parse_since
 from kvmigrate.config import safe_url
 from kvmigrate.plan.cost_model import CostModel
-from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Model, Replica, lookup
+from kvmigrate.plan.dataset import MAX_OUTPUT_TOKENS, from_jsonl
+from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Replica, lookup
 from kvmigrate.plan.refine import refine
 from kvmigrate.plan.routing import ROUTINGS
 from kvmigrate.plan.scheduler import EngineSettings
 from kvmigrate.plan.simulate import Fleet
+from kvmigrate.plan.speed import scaled_cost, speed_note
 from kvmigrate.plan.sweep import Costs, Plan, hosted_monthly, parse_sizes, sweep
-from kvmigrate.plan.workload import Workload, WorkloadError, from_jsonl, from_store, pace, scaled
+from kvmigrate.plan.workload import Workload, WorkloadError, from_store, pace, scaled
 from kvmigrate.report.model import Prices
 
 _POSITIVE = click.IntRange(min=1)
@@ -44,10 +46,11 @@ def _workload(
     since: str,
     pacing: tuple[float, float],
     backend: str | None = None,
+    output_tokens: int | None = None,
 ) -> Workload:
     try:
         if dataset is not None:
-            loaded = from_jsonl(dataset)
+            loaded = from_jsonl(dataset, output_tokens)
             return pace(loaded, *pacing)
         # The plan calls no backend: the proxy's secrets need not be set (as for report).
         url = records or load_or_exit(config_path, secrets_required=False).record.db
@@ -63,24 +66,22 @@ def _workload(
         raise click.ClickException(str(exc)) from None
 
 
-def _kv_blocks(
-    gpu: str,
-    model: str,
-    gpus: int,
-    weights_gb: float | None,
-    kv_bytes: int | None,
-    utilization: float,
-    block_size: int,
-    kv_blocks: int | None,
-) -> int:
-    if kv_blocks is not None:
-        return kv_blocks
+def _replica(o: _Options) -> Replica:
     try:
-        chosen = lookup(MODELS, model, "model")
-        if weights_gb is not None:
-            chosen = Model(chosen.name, weights_gb, chosen.layers, chosen.kv_heads, chosen.head_dim)
-        replica = Replica(lookup(GPUS, gpu, "GPU"), chosen, gpus, utilization, kv_bytes)
-        return replica.kv_blocks(block_size)
+        chosen = lookup(MODELS, o.model_name, "model")
+        if o.weights_gb is not None:
+            chosen = replace(chosen, weights_gb=o.weights_gb)
+        gpu = lookup(GPUS, o.gpu, "GPU")
+    except HardwareError as exc:
+        raise click.ClickException(str(exc)) from None
+    return Replica(gpu, chosen, o.gpus_per_replica, o.gpu_memory_utilization, o.kv_bytes_per_token)
+
+
+def _kv_blocks(o: _Options, replica: Replica) -> int:
+    if o.kv_blocks is not None:
+        return o.kv_blocks
+    try:
+        return replica.kv_blocks(o.block_size)
     except HardwareError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -100,8 +101,14 @@ def _cost_model(
             sizes = [int(x) for x in lengths.split(",") if x.strip()]
             target = Target(calibrate.rstrip("/"), model, api_key or "EMPTY", calibrate)
             fitted, probes = run_calibration(target, sizes)
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError) as exc:  # CalibrationError is a RuntimeError
             raise click.ClickException(f"calibration failed: {exc}") from None
+        problem = fitted.problem()
+        if problem is not None:
+            raise click.ClickException(
+                f"calibration failed: the fit's {problem}; the endpoint's timings were too "
+                "noisy to separate: retry on a quiet server, or with longer --calibrate-lengths"
+            )
         click.echo(f"calibrated on {len(probes)} probes against {calibrate}", err=True)
         return fitted
     if cost_model is not None:
@@ -119,7 +126,8 @@ def _notes(
     if dataset is not None:
         notes.append(
             f"Untimed dataset: a new conversation every {1 / rate:g} s, each turn "
-            f"{think:g} s after the previous answer; tokens counted at ~4 chars each."
+            f"{think:g} s after the previous answer; prompt tokens not recorded in it are "
+            "counted at ~4 characters each (tool definitions included)."
         )
     if rate_scale != 1.0:
         notes.append(f"What if: traffic {rate_scale:g}x as fast as recorded.")
@@ -160,13 +168,23 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     help="New conversations per second, for a --dataset without times.",
 )
 @click.option(
+    "--output-tokens",
+    type=click.IntRange(1, MAX_OUTPUT_TOKENS),
+    help="Answer length for --dataset turns whose answer is not recorded "
+    "[default: the median recorded answer, else 256]; never a request's max_tokens.",
+)
+@click.option(
     "--think-time",
     type=FiniteRange(min=0),
     default=5.0,
     help="Seconds between an answer and the next turn, for a --dataset.",
 )
 @click.option("--replicas", default="1..8", help="Fleet sizes: 4, 1..16, 1,2,4,8 or 2..16/2.")
-@click.option("--gpu", default="h200", help=f"GPU: {', '.join(GPUS)}.")
+@click.option(
+    "--gpu",
+    default="h200",
+    help=f"GPU: {', '.join(GPUS)}. Sets the KV cache, and the speed unless calibrated.",
+)
 @click.option("--model", "model_name", default="llama-3.1-8b", help=f"Model: {', '.join(MODELS)}.")
 @click.option("--gpus-per-replica", type=_POSITIVE, default=1, help="Tensor-parallel GPUs.")
 @click.option("--weights-gb", type=FiniteRange(min=0), help="Override the model's weights.")
@@ -200,6 +218,12 @@ def _emit(plan: Plan, as_json: bool, html_path: Path | None) -> None:
     type=FiniteRange(min=0),
     default=1000.0,
     help="TTFT p95 target in ms; exit 1 when no fleet size meets it.",
+)
+@click.option(
+    "--headroom",
+    type=FiniteRange(0, 400),
+    default=25.0,
+    help="Percent to buy above the smallest fleet meeting the SLO (25: run at <= 80%).",
 )
 @click.option("--gpu-hour-price", type=FiniteRange(min=0), default=3.50, help="$ per GPU-hour.")
 @click.option("--input-price", type=_PRICE, default=2.50, help="Hosted $ per 1M input tokens.")
@@ -249,7 +273,9 @@ def plan(**options: object) -> None:
     eviction), continuous batching with chunked prefill, and the routing; step times come
     from a cost model that
     --calibrate fits against a real endpoint. The smallest fleet meeting --ttft-p95-slo is
-    chosen and priced against the hosted bill for the same traffic.
+    chosen, --headroom added, and priced against the hosted bill for the same traffic.
+    Without --calibrate the speed is the H200 + 8B figures scaled to --gpu, --model and
+    --gpus-per-replica (docs/plan.md), an estimate the plan warns of.
     """
     _run(_Options(**options))  # type: ignore[arg-type]
 
@@ -263,6 +289,7 @@ class _Options:
     since: str
     dataset: Path | None
     conversation_rate: float
+    output_tokens: int | None
     think_time: float
     replicas: str
     gpu: str
@@ -280,6 +307,7 @@ class _Options:
     rate_scale: float
     context_scale: float
     ttft_p95_slo: float
+    headroom: float
     gpu_hour_price: float
     input_price: float
     cached_input_price: float
@@ -295,18 +323,28 @@ class _Options:
     html_path: Path | None
 
 
-def _fleet(o: _Options, cost: CostModel) -> Fleet:
-    blocks = _kv_blocks(
-        o.gpu, o.model_name, o.gpus_per_replica, o.weights_gb, o.kv_bytes_per_token,
-        o.gpu_memory_utilization, o.block_size, o.kv_blocks,
-    )  # fmt: skip
-    return Fleet(
+def _fleet(o: _Options, cost: CostModel) -> tuple[Fleet, tuple[str, ...]]:
+    """The fleet to simulate, and what its speed rests on. The default cost model (the
+    H200 + 8B measurements) is scaled to the GPU, model and width asked for; a measured
+    one (--calibrate, --cost-model) is the speed of what it measured, and kept."""
+    replica = _replica(o)
+    blocks = _kv_blocks(o, replica)
+    if o.calibrate_url or o.cost_model is not None:
+        where = "calibrated" if o.calibrate_url else f"read from {o.cost_model}"
+        notes: tuple[str, ...] = (
+            f"Speed: {where}; --gpu, --model and --gpus-per-replica set only the KV cache.",
+        )
+    else:
+        cost, factors = scaled_cost(cost, replica)
+        notes = () if o.refine_replicas is not None else (speed_note(factors),)
+    fleet = Fleet(
         kv_blocks=blocks,
         cost=cost,
         engine=EngineSettings(o.max_batched_tokens, o.max_seqs, o.block_size),
         routing=o.routing,
         prefix_caching=not o.no_prefix_caching,
     )
+    return fleet, notes
 
 
 def _refined(o: _Options, fleet: Fleet) -> tuple[Fleet, tuple[str, ...]]:
@@ -340,18 +378,22 @@ def _run(o: _Options) -> None:
         write_output(o.save_cost_model, json.dumps(cost.to_json(), indent=2) + "\n")
         click.echo(json.dumps(cost.to_json(), indent=2))
         return
-    fleet, refined = _refined(o, _fleet(o, cost))
+    fleet, speed = _fleet(o, cost)
+    fleet, refined = _refined(o, fleet)
     if o.save_cost_model is not None:
         write_output(o.save_cost_model, json.dumps(fleet.cost.to_json(), indent=2) + "\n")
     pacing = (o.conversation_rate, o.think_time)
-    workload = _workload(o.dataset, o.records, o.config_path, o.since, pacing)
+    workload = _workload(
+        o.dataset, o.records, o.config_path, o.since, pacing, None, o.output_tokens
+    )
     workload = scaled(workload, o.rate_scale, o.context_scale)
     prices = Prices(o.input_price, o.cached_input_price, o.output_price, o.gpu_hour_price)
     costs = Costs(o.gpus_per_replica, o.gpu_hour_price, hosted_monthly(workload, prices))
     progress = None if o.as_json else (lambda n: click.echo(f"simulated {n} replica(s)", err=True))
-    result = sweep(workload, fleet, sizes, o.ttft_p95_slo / 1000.0, costs, progress)
+    slo = o.ttft_p95_slo / 1000.0
+    result = sweep(workload, fleet, sizes, slo, costs, progress, o.headroom / 100.0)
     notes = _notes(o.dataset, o.conversation_rate, o.think_time, o.rate_scale, o.context_scale)
-    result = replace(result, notes=refined + notes)
+    result = replace(result, notes=speed + refined + workload.notes + notes)
     _emit(result, o.as_json, o.html_path)
     if result.chosen is None:
         sys.exit(1)

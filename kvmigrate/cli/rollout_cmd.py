@@ -17,7 +17,7 @@ from click.core import ParameterSource
 from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, prefer_env
 from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
-from kvmigrate.policies.gates import gate_summary, render_gates
+from kvmigrate.policies.gates import GateResult, gate_summary, gates_off, render_gates
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
@@ -252,7 +252,7 @@ def status(target: Target) -> None:
     if len(report.candidates) > 1:
         _echo_candidates(report)
     elif report.gates_for_next_step:
-        _echo(render_gates([g.to_dict() for g in report.gates_for_next_step]))
+        _echo(_every_gate(report.gates_for_next_step))
 
 
 @rollout.command("history", short_help="Every change: when, who, why, and the gates' verdicts.")
@@ -353,10 +353,16 @@ def _echo_candidates(report: RolloutStatus) -> None:
         chosen = " (selected: a split serves it)" if candidate.serving else ""
         _echo(f"candidate {candidate.backend}{chosen}:")
         if candidate.gates:
-            _echo(render_gates([g.to_dict() for g in candidate.gates]))
+            _echo(_every_gate(candidate.gates))
     _echo("candidates compared (A - B):")
     for d in report.comparisons:
         _echo(f"  {d.measure:<10}  {d.detail}")
+
+
+def _every_gate(results: list[GateResult]) -> str:
+    """The gates that ran, then those the config leaves off, each on its line."""
+    shown = [g.to_dict() for g in results]
+    return render_gates(shown + gates_off(shown))
 
 
 def _statuses(client: RolloutClient) -> list[RolloutStatus]:

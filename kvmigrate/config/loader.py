@@ -62,7 +62,10 @@ def load_config(
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(source, "", "file not found") from None
+        # The first command a new user runs in a new directory lands here.
+        raise ConfigError(
+            source, "", 'file not found: run "kvmigrate init" to write one, or pass --config'
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "", f"cannot read: {exc}") from None
     return parse_config(text, source, env, secrets_required)

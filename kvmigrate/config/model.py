@@ -78,17 +78,22 @@ class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ServerConfig(ConfigSection, frozen=True):
-    host: HostName = "127.0.0.1"
+    host: HostName = "127.0.0.1"  # the address the proxy listens on
     port: Annotated[int, Meta(ge=0, le=65535)] = 4000
+    # When set, clients must send it as their Bearer key (compared in constant time). Unset,
+    # with no api_key on the primary, each client's key passes through to the primary, and
+    # the candidate sees a request only once the primary accepted its key.
     master_key: Secret | None = None
+    # Guards /admin and remote rollout changes (`--proxy-url`).
     admin_key: Secret | None = None
-    max_body_bytes: Annotated[int, Meta(ge=1024)] = 32 * 1024 * 1024
+    max_body_bytes: Annotated[int, Meta(ge=1024)] = 32 * 1024 * 1024  # larger bodies get a 413
+    # A body that trickles in slower than this gets a 408.
     body_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 30.0
     # Guards /metrics when set (a Bearer key for the scraper); unset, /metrics is open.
     metrics_key: Secret | None = None
-    # A client must send its whole request head within this, and a kept-alive connection
-    # with no request in flight is closed after `idle_timeout_seconds`.
+    # A client must send its whole request head within this.
     header_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 10.0
+    # A kept-alive connection with no request in flight is closed after this.
     idle_timeout_seconds: Annotated[float, Meta(ge=0.1)] = 30.0
     # Open client connections at most; 0: a third of the process's file-descriptor limit
     # (each request can hold a client, an upstream and a shadow connection).
@@ -107,10 +112,16 @@ class BackendConfig(ConfigSection, frozen=True):
     name: str  # its key under `backends:`
     # The replica URLs, from `api_base` (one URL or a list); a litellm backend may have none.
     api_bases: tuple[str, ...] = msgspec.field(name="api_base")
+    # This backend's own key. Unset on the primary: the client's key passes through to it
+    # (never to a candidate).
     api_key: Secret | None = None
-    connect_timeout: Annotated[float, Meta(ge=0.001)] = 5.0
+    connect_timeout: Annotated[float, Meta(ge=0.001)] = 5.0  # seconds to open a connection
+    # Seconds of silence allowed while waiting for the answer's bytes.
     read_timeout: Annotated[float, Meta(ge=0.001)] = 600.0
-    max_connections: Annotated[int, Meta(ge=1)] = 1000
+    max_connections: Annotated[int, Meta(ge=1)] = 1000  # the backend's connection pool size
+    # The API this backend speaks: `openai` (any OpenAI-compatible API, vLLM included),
+    # `azure` (Azure OpenAI: models map to deployments), `litellm` (Bedrock, Vertex, ...
+    # through litellm: `pip install 'kvmigrate[litellm]'`), `anthropic` (the Messages API).
     type: BackendType = "openai"
     # azure: the api-version query parameter (`2024-10-21`, `2024-05-01-preview`).
     api_version: Annotated[str, Meta(max_length=64)] | None = None
@@ -160,10 +171,11 @@ class ModelRoute(ConfigSection, frozen=True):
 
     other_keys: ClassVar[str | None] = "served"
 
-    model_name: str
+    model_name: str  # what clients send
+    # `BACKEND: MODEL`: what each backend (a name under `backends:`) calls this model.
     served: dict[str, str]
-    # Several candidate backends (issue 19): each gets its own shadow copy, and a split
-    # gives its share to one at a time. Empty: rollout.candidate alone.
+    # Several candidate backends: each gets its own shadow copy, and a split gives its
+    # share to one at a time. Empty: rollout.candidate alone.
     candidates: tuple[str, ...] = ()
 
     def served_name(self, backend: str) -> str | None:
@@ -171,59 +183,76 @@ class ModelRoute(ConfigSection, frozen=True):
 
 
 class RolloutConfig(ConfigSection, frozen=True):
-    primary: str = "hosted"  # a backend's name
-    candidate: str = "vllm"
+    primary: str = "hosted"  # the incumbent: a backend's name
+    candidate: str = "vllm"  # the backend being rolled out: a backend's name
+    # shadow: the primary answers and the candidate gets a copy; split: the candidate
+    # answers `percent`% of conversations.
     mode: Mode = Mode.SHADOW
-    percent: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.0
+    percent: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.0  # split: the candidate's share
+    # The share of conversations (not requests) mirrored to the candidate.
     shadow_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     # Increasing percentages in (0, 100].
     steps: tuple[float, ...] = (10.0, 50.0, 100.0)
+    # Where the live rollout state, its history and the pins live: a SQLite file for one
+    # proxy, `redis://...` for several.
     state: Url = "sqlite:///.kvmigrate/state.db"
-    salt: str = "kvmigrate"
+    salt: str = "kvmigrate"  # changes which conversations fall in the candidate's buckets
+    # Split mode: a candidate failure or refusal (4xx) before the first byte goes to the
+    # primary instead.
     fallback: bool = True
+    # Shadow copies in flight beyond this are dropped and counted, never queued.
     shadow_max_concurrency: Annotated[int, Meta(ge=0)] = 64
     # The request bodies the copies in flight may hold, per candidate.
     shadow_max_bytes: Annotated[int, Meta(ge=0)] = 256 * 1024 * 1024
     # Mirror requests the primary failed too (a retrying SDK sends each attempt again).
     shadow_primary_failures: bool = False
-    # 0.5, not less: a pilot of the gates' minimum size must bring the 20 noise pairs a
-    # parity verdict needs (tests/rollout/test_gate_evidence.py).
+    # Of shadowed conversations, the share also sent to the primary twice, so parity can
+    # subtract the primary's own disagreement. 0.5, not less: a pilot of the gates' minimum
+    # size must bring the 20 noise pairs a parity verdict needs
+    # (tests/rollout/test_gate_evidence.py).
     noise_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
+    # The budget of those second calls to the primary, per minute.
     noise_per_minute: Annotated[float, Meta(ge=0.0)] = 30.0
-    pinning: bool = True
+    pinning: bool = True  # a conversation stays on the backend of its first turn ...
+    # ... for this long, so a percent change moves only new conversations.
     pin_ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0
-    bake_seconds: Annotated[float, Meta(ge=0.0)] = 600.0
+    bake_seconds: Annotated[float, Meta(ge=0.0)] = 600.0  # `rollout auto` waits this at a step
     gates: GateConfig = msgspec.field(default_factory=GateConfig)
     auto_rollback: RollbackConfig = msgspec.field(default_factory=RollbackConfig)
 
 
 class RecordConfig(ConfigSection, frozen=True):
-    enabled: bool = True
+    enabled: bool = True  # false: no records (reports, gates and parity have no evidence)
+    # A SQLite file for one proxy, `postgresql://...` for several.
     db: Url = "sqlite:///.kvmigrate/records.db"
+    # What of prompts and answers is stored: nothing, redacted (docs/security.md), or all.
     content: ContentPolicy = "redacted"
-    retention_days: Annotated[int, Meta(ge=1)] = 30
+    retention_days: Annotated[int, Meta(ge=1)] = 30  # older records are deleted
     # Keys the hash of conversation ids taken from `user` or `X-Session-ID` (personal data)
     # in records, unless `content: full`. Unset: a key derived from the rollout store's
     # secret (the same for every proxy on the store, and after a restart).
     hash_key: Secret | None = None
     # Processes that parse, redact and write records (kvmigrate.recorder). Two by default:
-    # the second raises the sustained rate (README, Performance), and at idle CPU priority
+    # the second raises the sustained rate (docs/performance.md), and at idle CPU priority
     # it only ever takes a core the proxy is not using.
     workers: Annotated[int, Meta(ge=1, le=64)] = 2
     # What a crash may lose (kvmigrate.recorder.addon): `spool` none of the answers a crashed
     # process had spooled, `fsync` that through a machine's crash too, `memory` what the
     # workers held.
     durability: Durability = "spool"
-    spool_dir: str = ""  # "": beside the records database
-    spool_max_mb: Annotated[int, Meta(ge=1)] = 256  # per proxy process
+    # Where answers wait, unredacted (0700, files 0600), until written. "": beside the
+    # records database (records.db.spool/).
+    spool_dir: str = ""
+    # Per proxy process: past it, new records are dropped and counted.
+    spool_max_mb: Annotated[int, Meta(ge=1)] = 256
 
 
 class CacheCheckConfig(ConfigSection, frozen=True):
     """The online cache-buster detector (kvmigrate.cachecheck): what breaks prefix reuse."""
 
-    enabled: bool = True
-    max_conversations: Annotated[int, Meta(ge=1)] = 50_000
-    ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0
+    enabled: bool = True  # counted in kvmigrate_cache_breaks_total and its siblings
+    max_conversations: Annotated[int, Meta(ge=1)] = 50_000  # conversations it follows at once
+    ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0  # a conversation idle this long is let go
 
 
 class CohortMatch(ConfigSection, frozen=True):
@@ -231,21 +260,21 @@ class CohortMatch(ConfigSection, frozen=True):
     names match case-insensitively; `client_key` is the key a client sends as its Bearer
     token (never stored or shown: the cohort's name is its label)."""
 
-    header: Mapping[str, str] = msgspec.field(default_factory=dict)
-    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
-    client_key: Secret | None = None
+    header: Mapping[str, str] = msgspec.field(default_factory=dict)  # header values
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)  # `metadata` values
+    client_key: Secret | None = None  # the client's Bearer key; never stored or shown
 
 
 class CohortConfig(ConfigSection, frozen=True):
     """A cohort: part of a model group's traffic that moves on its own rollout. The traffic
     of a model that no named cohort matches is the model's own cohort, named after it."""
 
-    name: str
+    name: str  # unique, and not a model_name: `rollout --cohort NAME`
     model: str  # a models[].model_name
     match: CohortMatch = msgspec.field(default_factory=CohortMatch)
     # Unset: the rollout's.
     steps: tuple[float, ...] | None = None
-    bake_seconds: Annotated[float, Meta(ge=0.0)] | None = None
+    bake_seconds: Annotated[float, Meta(ge=0.0)] | None = None  # unset: the rollout's
 
 
 class Config(ConfigSection, frozen=True):

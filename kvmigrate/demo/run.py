@@ -25,6 +25,7 @@ from kvmigrate.config import Config
 from kvmigrate.demo import agent, anthropic_agent
 from kvmigrate.demo.second_model import SECOND_MODEL, follow, show_cohorts
 from kvmigrate.demo.settle import wait_settled
+from kvmigrate.demo.thresholds import threshold_lines
 from kvmigrate.embedded import (
     CLAUDE_MODEL,
     HOSTED_MODEL,
@@ -44,8 +45,9 @@ from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer
 
 Echo = Callable[[str], None]
-# Gates sized for a demo's few dozen conversations; production defaults are stricter. Its
-# few hundred requests can show a 10-point error margin, not the default 1 point.
+# Gates sized for a demo's few dozen conversations; config.yaml's are stricter, and the demo
+# prints both (demo/thresholds.py). Its few hundred requests can show a 10-point error
+# margin, not config.yaml's 1 point.
 MORE = (SECOND_MODEL,)
 DEMO_ROLLOUT: dict[str, Any] = {
     "noise_sample": 1.0,
@@ -69,7 +71,7 @@ class DemoSettings:
     time_scale: float = 1.0
     bad_candidate: bool = False
     real_vllm: bool = False
-    out: Path = Path("report.html")
+    out: Path | None = None  # None: report.html in a new temporary directory, kept
     workdir: Path | None = None
     api: str = "openai"  # or "anthropic": the agents speak Anthropic's Messages API
 
@@ -93,7 +95,8 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
             else "state and records in a temporary directory, deleted at the end "
             "(--keep keeps them)"
         )
-        echo(f"proxy on {base_url} (shadow mode); {where}\n")
+        echo(f"proxy on {base_url} (shadow mode); {where}")
+        echo("\n".join(threshold_lines(config)) + "\n")
         _phase(
             f"1. Shadow: {settings.conversations} agent conversations of {settings.turns} "
             "turns, mirrored to the candidate",
@@ -104,8 +107,9 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         _phase("2. Rollout 10% -> 50% -> 100%, checked by the gates", echo)
         ok = _walk(controller, base_url, settings, echo)
         _phase("3. Report", echo)
-        write_private(settings.out, _report(config, "html", started))
-        echo(f"wrote {settings.out.resolve()}")
+        out = settings.out or _new_report_path(settings.workdir)
+        write_private(out, _report(config, "html", started))
+        echo(f"wrote {out.resolve()}")
         return ok
 
 
@@ -241,6 +245,13 @@ def _show_auto_rollback(
         return False
     echo(f"auto-rollback: {last.from_percent:g}% -> {last.to_percent:g}%: {last.reason}")
     return True
+
+
+def _new_report_path(workdir: Path | None) -> Path:
+    """Where the report goes unless --out says: beside the kept state, else in a directory
+    of its own, never the current one (run in a clone, it left report.html in the tree)."""
+    folder = workdir or Path(tempfile.mkdtemp(prefix="kvmigrate-demo-report-"))
+    return folder / "report.html"
 
 
 def _chat(settings: DemoSettings) -> str:

@@ -408,6 +408,8 @@ def build_app(settings: EmulatorSettings) -> web.Application:
         app.router.add_post(f"{azure}/chat/completions", chat_completions)
         app.router.add_post(f"{azure}/completions", completions)
         app.router.add_post(f"{azure}/embeddings", embeddings)
+        # Azure's "Models - List": what the proxy asks to verify a passed-through key.
+        app.router.add_get("/openai/models", list_models)
     return app
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -248,7 +249,18 @@ def revert(
     manifest["status"] = "reverted"
     assert key is not None  # _find_backup found a sealed manifest
     _write_manifest(backup_dir, manifest, key)
+    _remove_copies(backup_dir)
     return RevertResult(manifest["id"], [e["path"] for e in todo], unchanged)
+
+
+def _remove_copies(backup_dir: Path) -> None:
+    """The copies a revert has put back are deleted: they hold the files as they were, a
+    `.env` with its live key among them, and once restored they are the tree's own again.
+    The sealed manifest stays, marked reverted, so a second revert of it is refused by name.
+    Removed only after the manifest says reverted: a crash in between leaves copies of
+    files already restored, never a manifest pointing at copies that are gone."""
+    shutil.rmtree(backup_dir / "files", ignore_errors=True)
+    _fsync_dir(backup_dir)
 
 
 def _classify(
@@ -321,11 +333,16 @@ def _find_backup(
         if os.sep in backup_id or "/" in backup_id or not (path / MANIFEST).is_file():
             raise RevertError(f"no backup {backup_id!r} under {base}")
         _read_manifest(path)  # an unreadable one says so
-        if _own_manifest(path, key) is None:
+        manifest = _own_manifest(path, key)
+        if manifest is None:
             raise RevertError(
                 f"backup {backup_id!r} under {base} was not written by `kvmigrate rewrite "
                 "--apply` as this user (it may have come with the repository): refused, "
                 "nothing was written"
+            )
+        if manifest.get("status") == "reverted":
+            raise RevertError(
+                f"backup {backup_id!r} was reverted already, and its copies removed then"
             )
         return path
     for manifest in list_backups(root, backup_dir):

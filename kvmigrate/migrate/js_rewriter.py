@@ -16,7 +16,6 @@ from types import MappingProxyType
 
 from kvmigrate.migrate.findings import Action, Edit, Finding, ParseFailure, ScanResult
 from kvmigrate.migrate.js_tokens import Tok, Token, TokenizeError, tokenize
-from kvmigrate.migrate.python_rules import AZURE, BEDROCK
 from kvmigrate.migrate.text import LineIndex
 from kvmigrate.migrate.values import RewriteOptions, Verdict, is_azure_url, judge_url
 
@@ -47,20 +46,44 @@ _ANTHROPIC_CLOUD = (
     "Anthropic's Bedrock and Vertex clients sign requests for AWS or Google Cloud: replace "
     "with new Anthropic({ baseURL: <proxy root> }) and serve the model from a kvmigrate backend"
 )
+# What to write instead of a client the proxy cannot move, in the file's own language: the
+# Python wording (`OpenAI(base_url=<proxy>)`) read as a typo in a .ts file. Each names the
+# same package's OpenAI-compatible client, so the import stays the one the file has.
+_INSTEAD = {
+    "openai": "new OpenAI({ baseURL: <proxy> })",
+    "vercel-ai": 'createOpenAI({ baseURL: <proxy> }) from "@ai-sdk/openai"',
+    "langchain-js": "new ChatOpenAI({ configuration: { baseURL: <proxy> } })",
+}
+_AZURE_JS = (
+    "Azure OpenAI clients ignore OPENAI_BASE_URL and build deployment URLs: replace with {} "
+    "and map the deployment to a model in the kvmigrate config"
+)
+_BEDROCK_JS = (
+    "Bedrock does not speak the OpenAI API: call the proxy with {} and serve the model from "
+    "a kvmigrate backend instead"
+)
 # (module, exported name) -> client; "default" is the default export.
 _CLIENTS: Mapping[tuple[str, str], _Client] = MappingProxyType(
     {
         ("openai", "default"): _OPENAI,
         ("openai", "OpenAI"): _OPENAI,
-        ("openai", "AzureOpenAI"): _Client("azure", "options", AZURE.flag),
+        ("openai", "AzureOpenAI"): _Client(
+            "azure", "options", _AZURE_JS.format(_INSTEAD["openai"])
+        ),
         ("@ai-sdk/openai", "createOpenAI"): _VERCEL,
         ("@ai-sdk/openai-compatible", "createOpenAICompatible"): _VERCEL,
-        ("@ai-sdk/azure", "createAzure"): _Client("azure", "options", AZURE.flag),
-        ("@ai-sdk/amazon-bedrock", "createAmazonBedrock"): _Client("bedrock", "", BEDROCK.flag),
+        ("@ai-sdk/azure", "createAzure"): _Client(
+            "azure", "options", _AZURE_JS.format(_INSTEAD["vercel-ai"])
+        ),
+        ("@ai-sdk/amazon-bedrock", "createAmazonBedrock"): _Client(
+            "bedrock", "", _BEDROCK_JS.format(_INSTEAD["vercel-ai"])
+        ),
         ("@langchain/openai", "ChatOpenAI"): _LANGCHAIN,
         ("@langchain/openai", "OpenAI"): _LANGCHAIN,
         ("@langchain/openai", "OpenAIEmbeddings"): _LANGCHAIN,
-        ("@langchain/openai", "AzureChatOpenAI"): _Client("azure", "", AZURE.flag),
+        ("@langchain/openai", "AzureChatOpenAI"): _Client(
+            "azure", "", _AZURE_JS.format(_INSTEAD["langchain-js"])
+        ),
         ("@anthropic-ai/sdk", "default"): _ANTHROPIC,
         ("@anthropic-ai/sdk", "Anthropic"): _ANTHROPIC,
         ("@anthropic-ai/bedrock-sdk", "default"): _Client("bedrock", "", _ANTHROPIC_CLOUD),
@@ -281,7 +304,8 @@ class _Scanner:
             return
         if is_azure_url(old):
             msg = f"{prop}: {old!r} is Azure OpenAI: not rewritten"
-            self._add(at, client.framework, Action.FLAGGED, msg, AZURE.flag, old)
+            instead = _INSTEAD.get(client.framework, _INSTEAD["openai"])
+            self._add(at, client.framework, Action.FLAGGED, msg, _AZURE_JS.format(instead), old)
             return
         quote = tok.text[0]
         self.result.edits.append(Edit(tok.start, tok.end, f"{quote}{proxy}{quote}"))

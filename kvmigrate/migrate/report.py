@@ -144,7 +144,10 @@ def _closing(
 
 
 def revert_text(result: RevertResult) -> str:
-    lines = [f"Reverted backup {result.backup_id}: {len(result.restored)} file(s) restored."]
+    lines = [
+        f"Reverted backup {result.backup_id}: {len(result.restored)} file(s) restored; the "
+        "backup's copies of them are removed (its manifest stays, marked reverted)."
+    ]
     lines.extend(f"  restored {path}" for path in result.restored)
     lines.extend(f"  already original {path}" for path in result.unchanged)
     return for_terminal("\n".join(lines))

@@ -12,9 +12,13 @@ requests pay for compilation and allocation).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 
+import openai
+
 from kvmigrate.bench import RunSettings, Target, TurnRecord, run_bench, synthetic
+from kvmigrate.config import safe_text, safe_url
 from kvmigrate.plan.cost_model import CostModel, Probe, fit
 
 DEFAULT_LENGTHS = (256, 1024, 4096)
@@ -22,6 +26,43 @@ TURNS = 3
 TURN_TOKENS = 32
 MAX_TOKENS = 16
 BATCH = 4  # sequences decoding together, to measure what one more adds to a step
+
+
+class CalibrationError(RuntimeError):
+    """The endpoint could not be probed; the message names it (never its key) and why."""
+
+
+KEY_REFUSED = (401, 403)
+_SDK_PREFIX = re.compile(r"Error code: \d+ - ")  # the openai SDK's, before the server's text
+
+
+def describe(exc: openai.APIError, url: str) -> str:
+    """A failed call in a line: where, the HTTP status, and what to do. The server's own
+    text is left out when it refused the key, since servers quote part of the key back."""
+    where = safe_url(url)
+    if isinstance(exc, openai.APITimeoutError):
+        return f"{where} did not answer in time"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        why = f": {safe_text(f'{type(cause).__name__}: {cause}')}" if cause else ""
+        return f"cannot connect to {where}{why}"
+    status = getattr(exc, "status_code", None)
+    if status in KEY_REFUSED:
+        return (
+            f"{where} refused the API key (HTTP {status}); pass the endpoint's key with "
+            "--api-key or KVMIGRATE_BENCH_API_KEY"
+        )
+    if status is not None:
+        return f"{where} answered HTTP {status}: {safe_text(_SDK_PREFIX.sub('', exc.message))}"
+    return f"{where}: {safe_text(f'{type(exc).__name__}: {exc.message}')}"
+
+
+def _turn_error(error: str) -> str:
+    """A probe turn's recorded error, its text dropped when the key was refused."""
+    for status in KEY_REFUSED:
+        if error.startswith(f"http {status}:"):
+            return f"HTTP {status}: the API key was refused; pass it with --api-key"
+    return _SDK_PREFIX.sub("", error)
 
 
 def probes(records: Sequence[TurnRecord]) -> list[Probe]:
@@ -54,7 +95,11 @@ async def _probe(
     """The single-request records, and the inter-token times of a batch decoding together."""
     alone = RunSettings(concurrency=1, max_tokens=MAX_TOKENS, temperature=0.0)
     warm = synthetic(1, 1, min(lengths), TURN_TOKENS, seed)
-    await run_bench(target, warm, alone)
+    failed = [r.error for r in (await run_bench(target, warm, alone)).records if r.error]
+    if failed:  # the server refuses or breaks every request: say so now, not after 18
+        raise CalibrationError(
+            f"the warm-up request to {safe_url(target.base_url)} failed: {_turn_error(failed[0])}"
+        )
     records: list[TurnRecord] = []
     for _ in range(repeats):
         for length in lengths:
@@ -72,14 +117,23 @@ def probe_endpoint(
     """The probe's raw measurements: each single-request turn, and the inter-token times of
     `BATCH` sequences decoding together. Kept apart from the fit so a run on one machine
     can be fitted again elsewhere."""
-    return asyncio.run(_probe(target, lengths, repeats, seed))
+    try:
+        return asyncio.run(_probe(target, lengths, repeats, seed))
+    except openai.APIError as exc:
+        raise CalibrationError(describe(exc, target.base_url)) from None
 
 
 def fit_probe(records: Sequence[TurnRecord], batch_itls: Sequence[float], label: str) -> CostModel:
     """The cost model fitted to a probe's raw measurements."""
     measured = probes(records)
+    failed = [r.error for r in records if r.error is not None]
+    if failed:
+        raise CalibrationError(
+            f"{len(failed)} of {len(records)} probe requests to {safe_url(label)} failed; "
+            f"the first: {_turn_error(failed[0])}"
+        )
     if len(records) > len(measured) or not batch_itls:
-        raise RuntimeError(f"probe requests failed; is {label} serving?")
+        raise CalibrationError(f"probe requests to {safe_url(label)} measured no TTFT")
     batch = (BATCH, sorted(batch_itls)[len(batch_itls) // 2])
     return fit(measured, f"calibrated against {label}", batch)
 

@@ -63,6 +63,15 @@ class CostModel:
             + decoding * self.decode_seq_s
         )
 
+    def problem(self) -> str | None:
+        """Why this model cannot describe an engine, or None. A prompt token or a decode step
+        that costs nothing makes every TTFT 0 ms and meets any SLO."""
+        if self.prefill_token_s <= 0:
+            return "prefill_token_s is 0: a prompt would cost nothing to compute"
+        if self.overhead_s + self.decode_seq_s <= 0:
+            return "overhead_s and decode_seq_s are both 0: a decode step would take no time"
+        return None
+
     def to_json(self) -> dict[str, float | str]:
         return asdict(self)
 
@@ -85,7 +94,11 @@ class CostModel:
                     f"cost model {key} must be a number of seconds from 0 to "
                     f"{MAX_COST_S:g}, got {value!r}"
                 )
-        return cls(**values)  # type: ignore[arg-type]
+        model = cls(**values)  # type: ignore[arg-type]
+        problem = model.problem()
+        if problem is not None:
+            raise ValueError(f"cost model {problem}")
+        return model
 
     @classmethod
     def load(cls, path: Path) -> CostModel:

@@ -1,9 +1,13 @@
-"""GPUs and models: how many KV-cache blocks one replica holds.
+"""GPUs and models: how many KV-cache blocks one replica holds, and how fast it runs.
 
 A replica's KV cache is what its GPUs' memory leaves once the weights are loaded, at vLLM's
 `gpu_memory_utilization` (0.9 by default). Per token the cache holds a key and a value per
 layer and KV head: 2 * layers * kv_heads * head_dim * bytes (2 for bf16). The figures are
 the models' published configs; pass `--weights-gb` and `--kv-bytes-per-token` for others.
+
+Speed (`kvmigrate.plan.speed`) scales from each GPU's memory bandwidth and dense bf16
+tensor throughput (no sparsity), from NVIDIA's data sheets (SXM parts for H100/H200/A100;
+the A10G taken as the A10), and from each model's parameter count.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ T = TypeVar("T")
 class Gpu:
     name: str
     memory_gb: float
+    bandwidth_tbs: float  # HBM/GDDR bandwidth, TB/s: what a decode step waits on
+    bf16_tflops: float  # dense bf16 tensor throughput: what a prefill waits on
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,7 @@ class Model:
     kv_heads: int
     head_dim: int = 128
     dtype_bytes: int = 2
+    params_b: float = 8.03  # billions of parameters: 2 FLOPs each per token computed
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -39,25 +46,25 @@ class Model:
 GPUS = {
     g.name: g
     for g in (
-        Gpu("h200", 141.0),
-        Gpu("h100", 80.0),
-        Gpu("a100-80gb", 80.0),
-        Gpu("a100-40gb", 40.0),
-        Gpu("l40s", 48.0),
-        Gpu("a10g", 24.0),
-        Gpu("l4", 24.0),
+        Gpu("h200", 141.0, 4.8, 989.0),
+        Gpu("h100", 80.0, 3.35, 989.0),
+        Gpu("a100-80gb", 80.0, 2.039, 312.0),
+        Gpu("a100-40gb", 40.0, 1.555, 312.0),
+        Gpu("l40s", 48.0, 0.864, 362.0),
+        Gpu("a10g", 24.0, 0.6, 125.0),
+        Gpu("l4", 24.0, 0.3, 121.0),
     )
 }
 
 MODELS = {
     m.name: m
     for m in (
-        Model("llama-3.1-8b", 16.1, 32, 8),
-        Model("llama-3.1-70b", 141.1, 80, 8),
-        Model("llama-3.2-3b", 6.4, 28, 8),
-        Model("qwen2.5-7b", 15.2, 28, 4),
-        Model("qwen2.5-32b", 65.5, 64, 8),
-        Model("mistral-7b", 14.5, 32, 8),
+        Model("llama-3.1-8b", 16.1, 32, 8, params_b=8.03),
+        Model("llama-3.1-70b", 141.1, 80, 8, params_b=70.6),
+        Model("llama-3.2-3b", 6.4, 28, 8, params_b=3.21),
+        Model("qwen2.5-7b", 15.2, 28, 4, params_b=7.62),
+        Model("qwen2.5-32b", 65.5, 64, 8, params_b=32.8),
+        Model("mistral-7b", 14.5, 32, 8, params_b=7.25),
     )
 }
 

@@ -1,7 +1,24 @@
-"""What one simulated fleet size delivered: hit rate, TTFT by turn, queueing, busy share."""
+"""What one simulated fleet size delivered: hit rate, TTFT by turn, queueing, and how hard
+the replicas worked.
+
+`active` is the share of time any step runs, however small: one sequence decoding alone
+keeps a replica "active" while using a sliver of it, so it is no capacity figure. A
+replica runs out of one of two things, and `utilisation` is the larger share used:
+- compute: tokens computed (prompt tokens prefilled plus one per sequence per decode step)
+  against what the replicas compute flat out, steps that fill the whole token budget with
+  new prompt tokens (`peak_tokens_s`); prefill-heavy traffic runs out of this;
+- KV cache: blocks held by running requests against the cache's blocks, over time; many
+  long conversations decoding at once run out of this first (cached blocks of finished
+  requests do not count: they are evicted on demand).
+
+Requests refused for being larger than a replica's KV cache are counted, and left out of
+the TTFT, queueing and hit-rate figures, which describe the requests that ran; when none
+ran, the TTFT figures are infinite, so no SLO is met.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,13 +48,18 @@ class FleetFigures:
     ttft_p95_s: float
     queue_p50_s: float
     queue_p95_s: float
-    busy: float  # mean share of the simulated time the replicas spent running steps
+    active: float  # mean share of the simulated time the replicas ran any step
+    utilisation: float  # the larger of the two below: the binding resource's share
+    compute: float  # tokens computed / (peak tokens per second x time x replicas)
+    kv_held: float  # KV blocks held by running requests / (blocks x time x replicas)
     evicted_blocks: int
     turns: tuple[TurnFigures, ...]
+    refused: int = 0  # requests larger than a replica's whole KV cache
 
 
 def _p(values: Sequence[float], q: float) -> float:
-    return percentile(values, q) or 0.0
+    found = percentile(values, q)
+    return math.inf if found is None else found
 
 
 def _hit(jobs: Sequence[Job]) -> float:
@@ -50,7 +72,7 @@ def _turn_key(turn: int) -> int:
 
 
 def figures(outcome: Outcome) -> FleetFigures:
-    jobs = outcome.jobs
+    jobs = [j for j in outcome.jobs if not j.refused]
     ttfts = [j.first_token_at - j.arrival for j in jobs]
     queue = [j.admitted_at - j.arrival for j in jobs]
     by_turn: dict[int, list[Job]] = defaultdict(list)
@@ -62,16 +84,23 @@ def figures(outcome: Outcome) -> FleetFigures:
         values = [j.first_token_at - j.arrival for j in group]
         label = f"{key}+" if key == TURN_ROWS else str(key)
         turns.append(TurnFigures(label, len(group), _p(values, 50), _p(values, 95), _hit(group)))
-    span = outcome.end_s or 1.0
+    capacity = (outcome.end_s or 1.0) * outcome.replicas
+    peak = outcome.peak_tokens_s
+    compute = sum(outcome.tokens) / (peak * capacity) if peak > 0 else 0.0
+    kv = sum(outcome.held_block_s) / (outcome.kv_blocks * capacity) if outcome.kv_blocks else 0.0
     return FleetFigures(
         replicas=outcome.replicas,
-        requests=len(jobs),
+        requests=len(outcome.jobs),
         hit_rate=_hit(jobs),
         ttft_p50_s=_p(ttfts, 50),
         ttft_p95_s=_p(ttfts, 95),
         queue_p50_s=_p(queue, 50),
         queue_p95_s=_p(queue, 95),
-        busy=sum(outcome.busy_s) / (span * outcome.replicas),
+        active=sum(outcome.busy_s) / capacity,
+        utilisation=max(compute, kv),
+        compute=compute,
+        kv_held=kv,
         evicted_blocks=outcome.evictions,
         turns=tuple(turns),
+        refused=len(outcome.jobs) - len(jobs),
     )

@@ -49,15 +49,21 @@ class PrefixCache:
         own = 0 if self._refs.get(chain) else self._chains.get(chain, 0)
         return self.used - self.pinned - own
 
-    def acquire(self, chain: int, blocks: int, force: bool = False) -> bool:
+    def fits(self, blocks: int) -> bool:
+        """Whether a request of `blocks` blocks could ever run here: vLLM will not start
+        with a `max_model_len` above what its KV cache holds, and refuses (HTTP 400) a
+        request longer than that, so a request larger than the whole cache never runs."""
+        return blocks <= self.capacity
+
+    def acquire(self, chain: int, blocks: int) -> bool:
         """Hold `blocks` blocks of `chain` (its cached ones count); False when they do not
-        fit even after evicting every evictable block of other chains. `force` admits a
-        request larger than the whole cache (the only one running), as a bound."""
+        fit even after evicting every evictable block of other chains. `used` never
+        exceeds `capacity`: a request larger than the cache never fits (see `fits`)."""
         have = self._chains.get(chain, 0)
         extra = max(0, blocks - have)
         short = self.used + extra - self.capacity
         if short > 0:
-            if short > self.evictable(chain) and not force:
+            if short > self.evictable(chain):
                 return False
             self._evict(short, keep=chain)
         held = max(have, blocks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -19,9 +20,20 @@ def render_text(plan: Plan) -> str:
     return "\n".join(out)
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no Infinity: a TTFT no request reached (all refused) is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def plan_json(plan: Plan) -> dict[str, Any]:
     w, f, costs = plan.workload, plan.fleet, plan.costs
-    chosen = plan.chosen
+    chosen, buy = plan.chosen, plan.buy
     return {
         "workload": {
             "source": w.source,
@@ -43,9 +55,19 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "ttft_p95_slo_s": plan.slo_p95_s,
         "gpu_hour_usd": costs.gpu_hour_usd,
         "hosted_monthly_usd": costs.hosted_monthly_usd,
-        "sizes": [{**asdict(s), "monthly_usd": costs.monthly_usd(s.replicas)} for s in plan.sizes],
+        "sizes": [
+            _finite({**asdict(s), "monthly_usd": costs.monthly_usd(s.replicas)}) for s in plan.sizes
+        ],
+        "headroom": plan.headroom,
         "chosen": None
-        if chosen is None
-        else {"replicas": chosen.replicas, "monthly_usd": costs.monthly_usd(chosen.replicas)},
+        if chosen is None or buy is None
+        else {
+            "replicas": chosen.replicas,
+            "monthly_usd": costs.monthly_usd(chosen.replicas),
+            "utilisation": chosen.utilisation,
+            "buy_replicas": buy,
+            "buy_gpus": buy * costs.gpus_per_replica,
+            "buy_monthly_usd": costs.monthly_usd(buy),
+        },
         "notes": list(plan.notes),
     }

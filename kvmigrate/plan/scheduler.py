@@ -9,7 +9,10 @@ first token of a request comes at the end of the step that prefills its last pro
 
 A request reserves the blocks of its whole sequence (prompt and answer) when admitted, so
 nothing is preempted later; vLLM allocates as it decodes and preempts when it runs out,
-which only happens at the very edge of capacity.
+which only happens at the very edge of capacity. A request whose sequence needs more
+blocks than the whole cache is refused on arrival, as vLLM refuses a request longer than
+its `max_model_len` (which it will not set above what the cache holds): it never runs and
+caches nothing.
 
 Steps that only decode change nothing but counters until a request finishes or a new one
 arrives, so they run as one stretch of `repeat` identical steps, cut short when an arrival
@@ -47,6 +50,7 @@ class Job:
     admitted_at: float = math.nan
     first_token_at: float = math.nan
     finished_at: float = math.nan
+    refused: bool = False  # larger than the replica's whole KV cache: never ran
 
 
 @dataclass(slots=True)
@@ -55,6 +59,7 @@ class Step:
     duration: float
     repeat: int  # identical decode-only steps in a row; 1 for a step that prefills
     chunks: list[tuple[Job, int]]
+    tokens: int = 0  # computed per step: the prompt chunks plus one per decoding sequence
 
 
 @dataclass(slots=True)
@@ -66,13 +71,20 @@ class Engine:
     prefilling: list[Job] = field(default_factory=list)
     decoding: list[tuple[int, int, Job]] = field(default_factory=list)  # (done_at, n, job)
     decoded: int = 0  # decode steps run so far; a decoder finishes when this reaches done_at
-    busy_s: float = 0.0
+    busy_s: float = 0.0  # time any step ran, however small
+    tokens: int = 0  # tokens computed: prompt tokens prefilled plus one per decode step
+    held_block_s: float = 0.0  # KV blocks held by running requests, integrated over time
     step: Step | None = None
     _joined: int = 0
 
     @property
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.prefilling) + len(self.decoding)
+
+    def refuses(self, request: Request) -> bool:
+        """Whether this replica could never run `request`: its sequence is larger than the
+        whole KV cache (vLLM answers such a request with a 400)."""
+        return not self.cache.fits(self._blocks(request))
 
     def start(self, now: float) -> float | None:
         """Schedule the next step at `now`; its end time, or None when idle."""
@@ -106,7 +118,7 @@ class Engine:
             return None
         duration = self.cost.step_s(prefill, cached, decoders, pairs)
         repeat = 1 if chunks else self.decoding[0][0] - self.decoded
-        self.step = Step(now, duration, repeat, chunks)
+        self.step = Step(now, duration, repeat, chunks, prefill + decoders)
         return now + duration * repeat
 
     def cut(self, now: float) -> float | None:
@@ -128,6 +140,8 @@ class Engine:
         assert step is not None, "finish without a step"
         self.step = None
         self.busy_s += step.duration * step.repeat
+        self.tokens += step.tokens * step.repeat
+        self.held_block_s += self.cache.pinned * step.duration * step.repeat
         if self.decoding:
             self.decoded += step.repeat
         finished: list[Job] = []
@@ -156,12 +170,13 @@ class Engine:
     def _sequence(self, job: Job) -> int:
         return job.request.prompt_tokens + job.request.output_tokens
 
+    def _blocks(self, request: Request) -> int:
+        return -(-(request.prompt_tokens + request.output_tokens) // self.settings.block_size)
+
     def _admit(self, job: Job, now: float) -> bool:
         request = job.request
-        blocks = -(-self._sequence(job) // self.settings.block_size)
         cached = self.cache.lookup(request.chain, request.prompt_tokens)
-        alone = not self.prefilling and not self.decoding
-        if not self.cache.acquire(request.chain, blocks, force=alone):
+        if not self.cache.acquire(request.chain, self._blocks(request)):
             return False
         job.cached = cached
         job.remaining = request.prompt_tokens - cached

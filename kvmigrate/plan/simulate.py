@@ -13,7 +13,7 @@ import itertools
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
-from kvmigrate.plan.cost_model import CostModel
+from kvmigrate.plan.cost_model import CostModel, attention_pairs
 from kvmigrate.plan.prefix_cache import PrefixCache
 from kvmigrate.plan.routing import router
 from kvmigrate.plan.scheduler import Engine, EngineSettings, Job
@@ -40,6 +40,17 @@ class Outcome:
     busy_s: tuple[float, ...]
     evictions: int
     end_s: float
+    tokens: tuple[int, ...] = ()  # computed per replica (prefilled + decoded)
+    held_block_s: tuple[float, ...] = ()  # KV blocks held by running requests x time
+    kv_blocks: int = 0  # per replica
+    peak_tokens_s: float = 0.0  # what one replica computes flat out (see `peak_tokens_s`)
+
+
+def peak_tokens_s(fleet: Fleet) -> float:
+    """Tokens a replica computes per second flat out: steps that fill the whole token
+    budget with new prompt tokens. Utilisation is tokens computed against this."""
+    budget = fleet.engine.max_batched_tokens
+    return budget / fleet.cost.step_s(budget, 0, 0, attention_pairs(0, budget))
 
 
 _STEP, _ARRIVE = 0, 1  # at equal times a step ends (freeing room) before an arrival lands
@@ -78,7 +89,14 @@ class _Loop:
     def arrive(self, request: Request, now: float) -> None:
         index = self.route.choose(request.conversation, self.engines)
         engine = self.engines[index]
-        engine.waiting.append(Job(request, now, index))
+        job = Job(request, now, index)
+        if engine.refuses(request):
+            # An error answer at once; the conversation goes on (a client retries shorter).
+            job.refused = True
+            job.finished_at = now
+            self.complete(job)
+            return
+        engine.waiting.append(job)
         if engine.step is None:
             self.schedule(index, engine.start(now))
         else:
@@ -86,17 +104,21 @@ class _Loop:
             if cut is not None:
                 self.schedule(index, cut)
 
+    def complete(self, job: Job) -> None:
+        """A job answered (or refused): its conversation's next turn comes after its think time."""
+        self.done.append(job)
+        following = self.later.get(job.request.conversation)
+        if following:
+            nxt = following.popleft()
+            arrival = job.finished_at + (nxt.gap_s or 0.0)
+            heapq.heappush(self.events, (arrival, _ARRIVE, next(self.order), nxt, 0, 0))
+        else:
+            self.route.ended(job.request.conversation)
+
     def step_ends(self, index: int, now: float) -> None:
         engine = self.engines[index]
         for job in engine.finish(now):
-            self.done.append(job)
-            following = self.later.get(job.request.conversation)
-            if following:
-                nxt = following.popleft()
-                arrival = job.finished_at + (nxt.gap_s or 0.0)
-                heapq.heappush(self.events, (arrival, _ARRIVE, next(self.order), nxt, 0, 0))
-            else:
-                self.route.ended(job.request.conversation)
+            self.complete(job)
         self.schedule(index, engine.start(now))
 
 
@@ -117,4 +139,8 @@ def simulate(workload: Workload, fleet: Fleet, replicas: int) -> Outcome:
         busy_s=tuple(e.busy_s for e in loop.engines),
         evictions=sum(e.cache.evictions for e in loop.engines),
         end_s=now,
+        tokens=tuple(e.tokens for e in loop.engines),
+        held_block_s=tuple(e.held_block_s for e in loop.engines),
+        kv_blocks=fleet.kv_blocks,
+        peak_tokens_s=peak_tokens_s(fleet),
     )

@@ -3,6 +3,7 @@ what it costs a month against the hosted API's bill for the same traffic."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,18 @@ class Costs:
         return replicas * self.gpus_per_replica * self.gpu_hour_usd * HOURS_PER_MONTH
 
 
+# The utilisation a fleet is sized to run at: under 70% pays for idle GPUs, over 80% leaves
+# too little room for a burst or a lost replica before TTFT climbs.
+UTILISATION_BAND = (0.70, 0.80)
+DEFAULT_HEADROOM = 0.25  # buy 25% above the SLO's fleet: 80% of it is the band's top
+
+
+def with_headroom(replicas: int, headroom: float) -> int:
+    """Replicas to buy: `replicas` plus the margin, rounded up (rounded to 9 places first,
+    so that 10 x 1.1 = 11.000000000000002 buys 11, not 12)."""
+    return math.ceil(round(replicas * (1.0 + headroom), 9))
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     workload: Workload
@@ -31,6 +44,7 @@ class Plan:
     slo_p95_s: float | None
     costs: Costs
     notes: tuple[str, ...] = ()
+    headroom: float = DEFAULT_HEADROOM  # the margin above the SLO's fleet, as a fraction
 
     @property
     def chosen(self) -> FleetFigures | None:
@@ -38,6 +52,12 @@ class Plan:
         if self.slo_p95_s is None:
             return None
         return next((s for s in self.sizes if s.ttft_p95_s <= self.slo_p95_s), None)
+
+    @property
+    def buy(self) -> int | None:
+        """The fleet to buy: the chosen size plus the headroom (None: nothing chosen)."""
+        chosen = self.chosen
+        return None if chosen is None else with_headroom(chosen.replicas, self.headroom)
 
 
 def hosted_monthly(workload: Workload, prices: Prices) -> float | None:
@@ -65,13 +85,14 @@ def sweep(
     slo_p95_s: float | None,
     costs: Costs,
     progress: Callable[[int], None] | None = None,
+    headroom: float = DEFAULT_HEADROOM,
 ) -> Plan:
     results = []
     for replicas in sorted(set(sizes)):
         results.append(figures(simulate(workload, fleet, replicas)))
         if progress is not None:
             progress(replicas)
-    return Plan(workload, fleet, tuple(results), slo_p95_s, costs)
+    return Plan(workload, fleet, tuple(results), slo_p95_s, costs, headroom=headroom)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -95,8 +116,3 @@ def parse_sizes(text: str) -> list[int]:
     if not sizes or max(sizes) > 4096:
         raise ValueError("give between 1 and 4096 replicas")
     return sorted(set(sizes))
-
-
-def cheapest(plan: Plan) -> float | None:
-    chosen = plan.chosen
-    return None if chosen is None else plan.costs.monthly_usd(chosen.replicas)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvmigrate.plan.metrics import FleetFigures
-from kvmigrate.plan.sweep import Plan
+from kvmigrate.plan.sweep import UTILISATION_BAND, Plan
 from kvmigrate.report import fmt
 from kvmigrate.report.tables import Table
 
@@ -29,7 +29,39 @@ def summary_lines(plan: Plan) -> list[str]:
         f"{c.attention_s * 1e9:.3g} ns per attended token pair + "
         f"{c.decode_seq_s * 1e3:.2f} ms per decoding sequence; {_ms(c.request_s)} per request",
     ]
-    return lines + list(plan.notes) + [verdict(plan)]
+    refused = refused_line(plan)
+    return lines + list(plan.notes) + ([refused] if refused else []) + [verdict(plan)]
+
+
+def refused_line(plan: Plan) -> str | None:
+    """A warning when requests were larger than a replica's whole KV cache."""
+    refused = max((s.refused for s in plan.sizes), default=0)
+    if not refused:
+        return None
+    f = plan.fleet
+    total = plan.sizes[0].requests
+    return (
+        f"WARNING: {refused:,} of {total:,} requests ({refused / total:.1%}) need more KV cache "
+        f"than one replica holds ({f.kv_blocks * f.engine.block_size:,} tokens): vLLM refuses "
+        "them (longer than its max_model_len), so they are left out of the TTFT and hit-rate "
+        "figures. Use a GPU with more memory or more --gpus-per-replica."
+    )
+
+
+def band_words(utilisation: float) -> str:
+    low, high = UTILISATION_BAND
+    if utilisation < low:
+        where = "below"
+    elif utilisation > high:
+        where = "above"
+    else:
+        where = "within"
+    return f"{fmt.pct(utilisation)} utilisation, {where} the {low:.0%}-{high:.0%} band"
+
+
+def utilisation_words(size: FleetFigures) -> str:
+    binding = "KV cache" if size.kv_held >= size.compute else "compute"
+    return f"{band_words(size.utilisation)} ({binding} is the binding resource)"
 
 
 def verdict(plan: Plan) -> str:
@@ -41,14 +73,17 @@ def verdict(plan: Plan) -> str:
     )
     if plan.slo_p95_s is None:
         return "No --ttft-p95-slo given: no fleet size chosen."
-    chosen = plan.chosen
-    if chosen is None:
+    chosen, buy = plan.chosen, plan.buy
+    if chosen is None or buy is None:
         largest = plan.sizes[-1].replicas
         return f"No fleet up to {largest} replicas meets TTFT p95 <= {_ms(plan.slo_p95_s)}."
-    gpus = chosen.replicas * costs.gpus_per_replica
+    bought = next((s for s in plan.sizes if s.replicas == buy), None)
+    at_buy = f" (at {buy}: {band_words(bought.utilisation)})" if bought is not None else ""
     return (
         f"Smallest fleet meeting TTFT p95 <= {_ms(plan.slo_p95_s)}: {chosen.replicas} "
-        f"replica(s), {gpus} GPU(s), {fmt.usd(costs.monthly_usd(chosen.replicas))}/month{hosted}."
+        f"replica(s), at {utilisation_words(chosen)}. Buy {buy} replica(s) "
+        f"({chosen.replicas} + {plan.headroom:.0%} headroom, rounded up){at_buy}: "
+        f"{buy * costs.gpus_per_replica} GPU(s), {fmt.usd(costs.monthly_usd(buy))}/month{hosted}."
     )
 
 
@@ -65,7 +100,9 @@ def sweep_table(plan: Plan) -> Table:
                 _ms(s.ttft_p50_s),
                 _ms(s.ttft_p95_s),
                 _ms(s.queue_p95_s),
-                fmt.pct(s.busy),
+                fmt.pct(s.active),
+                fmt.pct(s.compute),
+                fmt.pct(s.kv_held),
                 meets,
                 fmt.usd(plan.costs.monthly_usd(s.replicas)),
             )
@@ -76,7 +113,9 @@ def sweep_table(plan: Plan) -> Table:
         "TTFT p50",
         "TTFT p95",
         "queue p95",
-        "busy",
+        "any step running",
+        "compute used",
+        "KV held",
         "meets SLO",
         "$/month",
     )

@@ -1,13 +1,9 @@
 """The traffic a plan replays: one request per recorded turn, with its token counts.
 
 Only counts and times matter to the simulator, so records stored with `content: none` are
-enough. Three sources:
-- the records store: served calls (role `serve`), their prompt, cached and completion
-  tokens, start time and latency;
-- `kvmigrate report --export-requests` JSONL (`{"custom_id", "body", "metadata"}`): the
-  body's messages, counted at about four characters a token, with no times (see `pace`);
-- the bench's conversation JSONL (OpenAI `messages` or ShareGPT `conversations`): each user
-  message is a turn, each assistant message the previous turn's answer.
+enough. Two sources: the records store here (served calls, role `serve`, with their
+prompt, cached and completion tokens, start time and latency), and JSONL without times
+(`kvmigrate.plan.dataset`), which `pace` gives arrivals.
 
 A conversation's prompt grows by its previous prompt, answer and new message, so its
 blocks form one chain; when a prompt is shorter than the history before it (an agent
@@ -17,14 +13,9 @@ compacted or truncated its context), the chain starts again (a new `epoch`).
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
-
-import orjson
 
 from kvmigrate.recorder.store import RecordStore
 
@@ -59,6 +50,7 @@ class Workload:
     source: str
     skipped: int = 0  # records without token counts
     basis_s: float = 0.0  # the time the traffic took (0: untimed); a month is priced from it
+    notes: tuple[str, ...] = ()  # how the source was read, for the plan to say
 
     @property
     def span_s(self) -> float:
@@ -76,20 +68,22 @@ def chain_id(conversation: str, epoch: int) -> int:
 
 
 @dataclass(slots=True)
-class _Turn:
+class Turn:
+    """One turn as read from a source, before `assemble` links it into a workload."""
+
     conversation: str
     turn: int
     ts: float
     prompt: int
-    output: int
+    output: int  # the answer's tokens; -1 while a dataset has not found it yet
     latency_s: float | None = None
     ttft_s: float | None = None
     cached: int | None = None
 
 
-def _assemble(turns: Iterable[_Turn], source: str, skipped: int = 0) -> Workload:
+def assemble(turns: Iterable[Turn], source: str, skipped: int = 0) -> Workload:
     """Order the turns, link each conversation's chain and think times."""
-    by_conversation: dict[str, list[_Turn]] = defaultdict(list)
+    by_conversation: dict[str, list[Turn]] = defaultdict(list)
     for item in turns:
         by_conversation[item.conversation].append(item)
     if not by_conversation:
@@ -99,7 +93,7 @@ def _assemble(turns: Iterable[_Turn], source: str, skipped: int = 0) -> Workload
     for conversation, items in by_conversation.items():
         items.sort(key=lambda x: (x.ts, x.turn))
         epoch = 0
-        previous: _Turn | None = None
+        previous: Turn | None = None
         for t in items:
             # Shorter than the last prompt: the history was cut, so nothing before matches.
             # (Shorter than last prompt + answer is normal: reasoning is dropped from history.)
@@ -145,7 +139,7 @@ def from_store(
 ) -> Workload:
     """The served calls of the window (or, with `backend`, every call that backend
     answered, served or shadowed); a call without a prompt token count is skipped."""
-    turns: list[_Turn] = []
+    turns: list[Turn] = []
     skipped, offset = 0, 0
     sql, params = (RECORDS_SQL, ()) if backend is None else (BACKEND_SQL, (backend,))
     while True:
@@ -155,7 +149,7 @@ def from_store(
                 skipped += 1
                 continue
             turns.append(
-                _Turn(
+                Turn(
                     conversation,
                     int(turn),
                     float(ts),
@@ -169,87 +163,7 @@ def from_store(
         if len(page) < _PAGE:
             break
         offset += _PAGE
-    return _assemble(turns, store.url, skipped)
-
-
-def text_tokens(value: Any) -> int:
-    """About how many tokens a message's content holds (text parts only)."""
-    if isinstance(value, str):
-        return math.ceil(len(value) / CHARS_PER_TOKEN)
-    if isinstance(value, list):
-        return sum(text_tokens(p.get("text", "")) for p in value if isinstance(p, dict))
-    return 0
-
-
-def _message_tokens(messages: Sequence[Any]) -> int:
-    # vLLM's chat templates add a few tokens of role markers per message.
-    return sum(4 + text_tokens(m.get("content")) for m in messages if isinstance(m, dict))
-
-
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                line = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise WorkloadError(f"{path}:{number}: not JSON ({exc})") from None
-            if not isinstance(line, dict):
-                raise WorkloadError(f"{path}:{number}: expected a JSON object")
-            yield number, line
-
-
-_SHAREGPT = {"human": "user", "user": "user", "system": "system", "gpt": "assistant"}
-
-
-def _conversation_turns(index: int, messages: Sequence[dict[str, Any]]) -> list[_Turn]:
-    """A bench conversation: a turn per user message, answered by the next assistant one."""
-    turns: list[_Turn] = []
-    history = 0
-    for message in messages:
-        tokens = 4 + text_tokens(message.get("content"))
-        if message.get("role") == "assistant" and turns:
-            turns[-1].output = tokens
-        history += tokens
-        if message.get("role") == "user":
-            turns.append(_Turn(f"c{index}", len(turns) + 1, 0.0, history, DEFAULT_OUTPUT_TOKENS))
-    return turns
-
-
-def from_jsonl(path: Path) -> Workload:
-    """Export or bench JSONL; arrival times are all zero until `pace` spreads them."""
-    turns: list[_Turn] = []
-    for number, line in _lines(path):
-        if isinstance(line.get("body"), dict):
-            body, meta = line["body"], line.get("metadata") or {}
-            messages = body.get("messages") or []
-            if not isinstance(messages, list) or not messages:
-                raise WorkloadError(f"{path}:{number}: the body has no messages")
-            limit = body.get("max_completion_tokens") or body.get("max_tokens")
-            turns.append(
-                _Turn(
-                    str(meta.get("conversation") or line.get("custom_id") or number),
-                    int(meta.get("turn") or 1),
-                    float(number),
-                    _message_tokens(messages),
-                    int(limit) if limit else DEFAULT_OUTPUT_TOKENS,
-                )
-            )
-        elif isinstance(line.get("messages"), list):
-            turns.extend(_conversation_turns(number, line["messages"]))
-        elif isinstance(line.get("conversations"), list):
-            converted = [
-                {"role": _SHAREGPT.get(str(m.get("from")), "user"), "content": m.get("value")}
-                for m in line["conversations"]
-                if isinstance(m, dict)
-            ]
-            turns.extend(_conversation_turns(number, converted))
-        else:
-            raise WorkloadError(
-                f"{path}:{number}: neither an --export-requests line, OpenAI messages nor ShareGPT"
-            )
-    return replace(_assemble(turns, str(path)), basis_s=0.0)
+    return assemble(turns, store.url, skipped)
 
 
 def pace(workload: Workload, conversations_per_s: float, think_s: float) -> Workload:

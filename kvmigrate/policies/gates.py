@@ -29,6 +29,7 @@ __all__ = [
     "all_passed",
     "evaluate_gates",
     "gate_summary",
+    "gates_off",
     "render_gates",
     "rollback_reason",
 ]
@@ -47,10 +48,28 @@ def evaluate_gates(
     return results
 
 
+# The gates a config may leave off, each with the key that turns it on. A gate that is off
+# promotes nothing by passing: `rollout status` lists it as off, so that a missing gate is
+# seen rather than assumed (a candidate parity failed at 0.435 was promoted to 100% with
+# `min_parity` commented out and no line saying so).
+OPTIONAL_GATES = {"parity": "min_parity"}
+
+
+def gates_off(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The optional gates missing from `gates` (`GateResult.to_dict()` shape), as lines
+    `render_gates` prints with the verdict "off"."""
+    present = {g["name"] for g in gates}
+    return [
+        {"name": name, "verdict": "off", "detail": f"off (rollout.gates.{key} not set)"}
+        for name, key in OPTIONAL_GATES.items()
+        if name not in present
+    ]
+
+
 def render_gates(gates: list[dict[str, Any]]) -> str:
     """One line per gate (`GateResult.to_dict()` shape), as the CLI and the demo print them:
     the verdict, and the estimate with its interval against the threshold in the detail."""
-    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT"}
+    marks = {"passed": "PASS", "failed": "FAIL", "inconclusive": "WAIT", "off": "OFF"}
     return "\n".join(
         f"  {marks.get(g['verdict'], '?'):4}  {g['name']:<11} {g['detail']}" for g in gates
     )

@@ -62,11 +62,7 @@ def parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
     figures["comparators"] = [_figures(j) for j in judged]
     worst = min(judged, key=lambda j: (j.parity, j.name))
     headline = Interval(min(j.interval.low for j in judged), min(j.interval.high for j in judged))
-    detail = (
-        f"lowest covered comparator {worst.name}: noise-adjusted parity {worst.parity:.3f}; "
-        f"parity [{headline.low:.3f}, {headline.high:.3f}] vs {config.min_parity:g} "
-        "(rollout.gates.min_parity)"
-    )
+    detail = _headline_detail(judged, worst, config)
     if waiting:
         detail += "; not yet covered: " + ", ".join(_short(c, candidate, config) for c in waiting)
     more = None
@@ -84,6 +80,28 @@ def parity_gate(candidate: BackendWindow, config: GateConfig) -> GateResult:
         needed_conversations=more,
         **bounds(headline),
     )
+
+
+def _headline_detail(
+    judged: list[ComparatorVerdict], worst: ComparatorVerdict, config: GateConfig
+) -> str:
+    """The lowest comparator with its own interval, and the one whose bound is lowest where
+    that is another: a line naming one comparator beside another's interval read as a
+    contradiction. It says what the figure covers, since the report's noise-adjusted
+    parity covers its whole window and every comparator with a noise floor."""
+    noun = "comparator" if len(judged) == 1 else "comparators"
+    text = (
+        f"noise-adjusted parity since the last change, lowest of {len(judged)} {noun} with "
+        f"{config.min_parity_samples}+ pairs: {worst.name} {worst.parity:.3f} "
+        f"[{worst.interval.low:.3f}, {worst.interval.high:.3f}]"
+    )
+    bound = min(judged, key=lambda j: (j.interval.low, j.name))
+    if bound.interval.low < worst.interval.low:
+        text += (
+            f"; lowest bound {bound.name} {bound.parity:.3f} "
+            f"[{bound.interval.low:.3f}, {bound.interval.high:.3f}]"
+        )
+    return text + f" vs {config.min_parity:g} (rollout.gates.min_parity)"
 
 
 def _split(

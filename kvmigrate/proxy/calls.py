@@ -8,6 +8,7 @@ import os
 from aiohttp import web
 
 from kvmigrate.config import Config
+from kvmigrate.config.access import AuthMode, auth_mode
 from kvmigrate.proxy.body import with_model
 from kvmigrate.proxy.chained import RESPONSES, ChainRouting
 from kvmigrate.proxy.exchange import NOISE, SERVE, Exchange, Role
@@ -29,6 +30,10 @@ class Calls:
         self.config = config
         self.upstreams = upstreams
         self.chained = chained
+        # The client's credentials are meant for the primary only in the pass-through mode:
+        # with a master key they are the proxy's, and a primary with a key of its own
+        # (the open mode) gets that key, not the client's cookies, organisation or query.
+        self.passes_credentials = auth_mode(config) is AuthMode.PASS_THROUGH
 
     def model_call(self, request: web.Request, routed: Routed, backend: str) -> Call:
         """The call of a routed model request to `backend`, by that backend's model name."""
@@ -57,9 +62,10 @@ class Calls:
     ) -> Call:
         """One upstream call for the client's request (`method`: another than the client's,
         for a read the proxy makes on its behalf). Only the primary may receive the client's
-        own credentials, and only when the proxy has no master key of its own."""
+        own credentials, and only in the pass-through mode (no master key, and no key of
+        the primary's own)."""
         upstream = self.upstreams[backend]
-        passes = primary and self.config.server.master_key is None
+        passes = primary and self.passes_credentials
         headers = upstream_headers(
             request.headers
             if primary

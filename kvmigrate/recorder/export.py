@@ -12,13 +12,15 @@ from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
 
 PAGE = 1000
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
 def recorded_requests(
     store: RecordStore, since: float, until: float, routes: Iterable[str] = REPLAYABLE
 ) -> Iterator[dict[str, Any]]:
     """One line per served call with stored content, oldest first:
-    `{"custom_id", "method", "url", "body", "metadata"}` (the OpenAI Batch input shape).
+    `{"custom_id", "method", "url", "body", "metadata"}` (the OpenAI Batch input shape);
+    `metadata.usage` holds the record's prompt, completion and cached token counts.
 
     Only serve calls: a shadow copy is the same request again. The body's `model` is the
     client's model name (the stored body carries the backend's), so a replay routes it as
@@ -31,7 +33,7 @@ def recorded_requests(
     )
     select = (
         "SELECT request_id, route, model, conversation, turn, backend, request_json, "
-        "request_messages, ts FROM records "
+        "request_messages, ts, prompt_tokens, completion_tokens, cached_tokens FROM records "
     )
     first = select + where + "ORDER BY ts, request_id LIMIT ?"
     # Each page starts after the last row of the one before (by its sort key), not at an
@@ -55,7 +57,13 @@ def _lines(store: RecordStore, page: list[Any]) -> Iterator[dict[str, Any]]:
     for row, body in zip(page, bodies, strict=True):
         if body is None:
             continue  # its history did not survive a failed write: not replayable
-        yield request_line(row, body)
+        line = request_line(row, body)
+        # The record's own token counts: `kvmigrate plan --dataset` takes an answer's length
+        # and the prompt's size from them (a request's max_tokens is only a cap).
+        usage = dict(zip(USAGE_KEYS, row[9:12], strict=True))
+        if any(v is not None for v in usage.values()):
+            line["metadata"]["usage"] = {k: v for k, v in usage.items() if v is not None}
+        yield line
 
 
 def request_line(row: Sequence[Any], body: dict[str, Any]) -> dict[str, Any]:

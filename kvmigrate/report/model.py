@@ -196,6 +196,7 @@ class ParitySummary:
     worst: tuple[Divergence, ...] = ()
     noise_adjusted: float | None = None  # None while too few noise pairs are in
     noise_pairs: int = 0
+    lowest_comparator: str | None = None  # the comparator `noise_adjusted` is the parity of
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import orjson
 
 from kvmigrate.parity.answer import extract_answer
-from kvmigrate.parity.recording import NOISE_KIND, noise_adjusted
+from kvmigrate.parity.noise import CONCLUSIVE
+from kvmigrate.parity.recording import NOISE_KIND, flag_aggregator
 from kvmigrate.recorder.store import RecordStore
 from kvmigrate.report.model import Divergence, ParitySummary
 from kvmigrate.report.rows import Row
@@ -35,7 +36,11 @@ def parity_summary(rows: Sequence[Row], store: RecordStore | None = None) -> Par
         for r in rows
         if r.parity_kind is not None
     ]
-    adjusted, _, noise_pairs = noise_adjusted(flags)
+    aggregator, noise_pairs = flag_aggregator(flags)
+    figures = aggregator.report()
+    decided = [c for c in figures.comparators if c.status == CONCLUSIVE]
+    lowest = min(decided, key=lambda c: (c.parity or 0.0, c.name)).name if decided else None
+    adjusted = figures.parity if figures.status == CONCLUSIVE else None
     scores = [float(r.parity_score or 0.0) for r in scored]
     histogram = [0] * BINS
     for score in scores:
@@ -53,6 +58,7 @@ def parity_summary(rows: Sequence[Row], store: RecordStore | None = None) -> Par
         worst=tuple(_divergence(r, store) for r in worst),
         noise_adjusted=adjusted,
         noise_pairs=noise_pairs,
+        lowest_comparator=lowest if adjusted is not None else None,
     )
 
 

@@ -255,7 +255,7 @@ def parity(report: Report) -> Table:
     if not s.scored:
         return Table("parity", "Parity", (), [], NOT_SCORED)
     adjusted = (
-        fmt.pct(s.noise_adjusted)
+        f"{fmt.pct(s.noise_adjusted)} (lowest comparator: {s.lowest_comparator})"
         if s.noise_adjusted is not None
         else f"inconclusive ({s.noise_pairs} noise pairs so far)"
     )
@@ -312,7 +312,9 @@ PARITY_READING = (
     "counts, per comparator (text, tool calls, ...), disagreements beyond those the primary "
     "shows against itself on the same requests: a low-scoring pair the primary also "
     "disagrees with itself on does not lower it, so 0% pairs and a high figure can both "
-    "be true."
+    "be true. It covers every pair in this report's window; the parity gate judges the "
+    "evidence since the last rollout change, on the comparators with min_parity_samples "
+    "pairs, so its lowest comparator and figure can differ from this one."
 )
 
 

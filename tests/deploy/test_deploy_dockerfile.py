@@ -227,3 +227,13 @@ def test_the_wheel_loads_the_kubernetes_config(wheel_venv: tuple[Path, Path]) ->
     out = _run(venv, tmp, "config", "check", "--config", str(K8S / "config.yaml"),
                env=secret["stringData"])  # fmt: skip
     assert "ok" in out
+
+
+def test_init_from_the_wheel_writes_a_config_that_loads(wheel_venv: tuple[Path, Path]) -> None:
+    """The example config `init` derives from is package data: an installed kvmigrate, not
+    only a source checkout, can write one."""
+    venv, tmp = wheel_venv
+    folder = tmp / "new-team"
+    folder.mkdir()
+    _run(venv, folder, "init", "--emulated")
+    assert "ok" in _run(venv, folder, "config", "check")

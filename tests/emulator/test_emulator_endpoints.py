@@ -52,9 +52,17 @@ def test_json_object_mode(any_server: BackgroundServer) -> None:
             messages=[{"role": "user", "content": "Describe volcanoes as JSON"}],
             response_format={"type": "json_object"},
         )
+    # The emulator's JSON mode, field by field: a small object about the prompt's topic.
     document = json.loads(reply.choices[0].message.content or "")
-    assert isinstance(document, dict)
-    assert document
+    assert set(document) == {"topic", "answer", "confidence"}
+    assert document["topic"].lower() in {"describe", "volcanoes", "json"}
+    assert isinstance(document["answer"], str)
+    assert document["answer"].strip()
+    assert isinstance(document["confidence"], float)
+    assert 0 < document["confidence"] <= 1
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens > 0
 
 
 def test_json_schema_mode(any_server: BackgroundServer) -> None:

@@ -159,12 +159,27 @@ def test_a_dirty_tree_names_five_files_and_counts_the_rest(count: int, shown: st
 
 def test_a_file_deleted_since_the_apply_is_restored(tmp_path: Path) -> None:
     tree, backup_dir, _ = applied(tmp_path)
+    original = (backup_dir / "files" / "dotenv" / ".env").read_bytes()
     (tree / "dotenv" / ".env").unlink()
     result = revert(tree)
     assert "dotenv/.env" in result.restored
-    assert (tree / "dotenv" / ".env").read_bytes() == (
-        backup_dir / "files" / "dotenv" / ".env"
-    ).read_bytes()
+    assert (tree / "dotenv" / ".env").read_bytes() == original
+
+
+def test_a_revert_removes_the_copies_it_restored(tmp_path: Path) -> None:
+    """The backup held `.env` as it was, live key and all: once restored, no second copy
+    stays behind. The sealed manifest stays, so reverting it again is refused by name."""
+    tree, backup_dir, _ = applied(tmp_path)
+    original = (backup_dir / "files" / "dotenv" / ".env").read_bytes()
+    result = revert(tree)
+    assert (tree / "dotenv" / ".env").read_bytes() == original
+    assert sorted(p.name for p in backup_dir.iterdir()) == [MANIFEST]
+    assert json.loads((backup_dir / MANIFEST).read_text())["status"] == "reverted"
+    with pytest.raises(RevertError) as refused:
+        revert(tree, result.backup_id)
+    assert str(refused.value) == (
+        f"backup {result.backup_id!r} was reverted already, and its copies removed then"
+    )
 
 
 def test_a_backup_dir_whose_parents_do_not_exist_yet(tmp_path: Path) -> None:

@@ -209,3 +209,49 @@ def test_findings_carry_file_line_and_framework() -> None:
         "litellm",
     )
     assert (finding.action, finding.old, finding.new) == (Action.REWRITE, HOSTED, P)
+
+
+AZURE_URL = "https://team.openai.azure.com/openai"
+
+
+@pytest.mark.parametrize(
+    ("source", "proposed"),
+    [
+        (
+            "import { AzureOpenAI } from 'openai';\n"
+            "const c = new AzureOpenAI({ endpoint: process.env.AZURE_ENDPOINT });\n",
+            "Azure OpenAI clients ignore OPENAI_BASE_URL and build deployment URLs: replace with "
+            "new OpenAI({ baseURL: <proxy> }) and map the deployment to a model in the kvmigrate "
+            "config",
+        ),
+        (
+            f"import OpenAI from 'openai';\nconst c = new OpenAI({{ baseURL: '{AZURE_URL}' }});\n",
+            "Azure OpenAI clients ignore OPENAI_BASE_URL and build deployment URLs: replace with "
+            "new OpenAI({ baseURL: <proxy> }) and map the deployment to a model in the kvmigrate "
+            "config",
+        ),
+        (
+            "import { createAzure } from '@ai-sdk/azure';\n"
+            "const azure = createAzure({ resourceName: 'team' });\n",
+            "Azure OpenAI clients ignore OPENAI_BASE_URL and build deployment URLs: replace with "
+            'createOpenAI({ baseURL: <proxy> }) from "@ai-sdk/openai" and map the deployment to '
+            "a model in the kvmigrate config",
+        ),
+        (
+            "import { AzureChatOpenAI } from '@langchain/openai';\n"
+            "const llm = new AzureChatOpenAI({ azureOpenAIApiDeploymentName: 'd' });\n",
+            "Azure OpenAI clients ignore OPENAI_BASE_URL and build deployment URLs: replace with "
+            "new ChatOpenAI({ configuration: { baseURL: <proxy> } }) and map the deployment to a "
+            "model in the kvmigrate config",
+        ),
+    ],
+)
+def test_a_js_client_the_proxy_cannot_move_gets_a_js_replacement(
+    source: str, proposed: str
+) -> None:
+    """The proposed change is written in the file's own language: `OpenAI(base_url=...)`
+    in a .ts file read as a typo."""
+    for path in ("web/chat.ts", "web/chat.js"):
+        [finding] = scan_js(source, path, OPTS).findings
+        assert (finding.action, finding.new) == (Action.FLAGGED, proposed)
+        assert "base_url=" not in finding.new

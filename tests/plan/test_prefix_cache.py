@@ -77,12 +77,21 @@ def test_blocks_held_by_a_running_request_are_never_evicted() -> None:
     assert c.pinned == 10
 
 
-def test_a_request_larger_than_the_cache_is_admitted_alone_when_forced() -> None:
-    c = cache(capacity=4)
-    assert not c.acquire(1, 8)
-    assert c.acquire(1, 8, force=True)
-    c.release(1, 8 * B)
+@pytest.mark.parametrize(
+    ("capacity", "blocks", "fits"), [(4, 4, True), (4, 5, False), (4, 8, False)]
+)
+def test_a_request_larger_than_the_whole_cache_never_fits_even_alone(
+    capacity: int, blocks: int, fits: bool
+) -> None:
+    """The issue's case: PrefixCache(4, 16), acquire(1, 8), release(1, 128) left used == 8."""
+    c = cache(capacity=capacity)
+    assert c.fits(blocks) is fits
+    assert c.acquire(1, blocks) is fits
+    if fits:
+        c.release(1, blocks * B)
+    assert c.used == (blocks if fits else 0)
     assert c.pinned == 0
+    assert c.lookup(1, blocks * B + 1) == (blocks * B if fits else 0)
 
 
 def test_two_requests_on_one_chain_release_it_once_both_end() -> None:
@@ -95,3 +104,34 @@ def test_two_requests_on_one_chain_release_it_once_both_end() -> None:
     c.release(1, 96)
     assert c.pinned == 0
     assert c.cached_blocks(1) == 6
+
+
+# Sequences of (chain, blocks, tokens at release): every acquire is followed, later, by
+# its release, interleaved as requests overlap on a replica. `used` must never pass the
+# capacity, `pinned` never pass `used`, and the chains' blocks must add up to `used`.
+SEQUENCES = {
+    "larger than the cache": [("a", 1, 8, 128), ("r", 1, 8, 128)],
+    "two chains overlap": [("a", 1, 3, 0), ("a", 2, 3, 0), ("r", 1, 48), ("r", 2, 40)],
+    "same chain twice": [("a", 1, 2, 0), ("a", 1, 4, 0), ("r", 1, 30), ("r", 1, 64)],
+    "evict then refill": [("a", 1, 4, 0), ("r", 1, 64), ("a", 2, 4, 0), ("r", 2, 64),
+                          ("a", 3, 3, 0), ("r", 3, 48), ("a", 1, 4, 0), ("r", 1, 64)],
+    "pinned blocks refuse": [("a", 1, 3, 0), ("a", 2, 2, 0), ("r", 2, 32), ("r", 1, 48)],
+    "release more tokens than held": [("a", 1, 2, 0), ("r", 1, 10 * B)],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("steps", SEQUENCES.values(), ids=SEQUENCES.keys())
+@pytest.mark.parametrize("capacity", [1, 4, 5])
+def test_used_never_exceeds_capacity(steps: list[tuple], capacity: int) -> None:
+    c = cache(capacity=capacity)
+    held: dict[int, int] = {}
+    for step in steps:
+        if step[0] == "a":
+            _, chain, blocks, _ = step
+            if c.acquire(chain, blocks):
+                held[chain] = held.get(chain, 0) + 1
+        elif held.get(step[1]):
+            held[step[1]] -= 1
+            c.release(step[1], step[2])
+        assert 0 <= c.pinned <= c.used <= capacity
+        assert sum(c.cached_blocks(chain) for chain in (1, 2, 3)) == c.used

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from kvmigrate.plan.dataset import from_jsonl
 from kvmigrate.plan.sweep import parse_sizes
-from kvmigrate.plan.workload import WorkloadError, from_jsonl, from_store, pace, scaled
+from kvmigrate.plan.workload import from_store, pace, scaled
 from kvmigrate.recorder import Record, open_store
 
 
@@ -47,35 +48,6 @@ def test_records_become_timed_turns_with_think_times(tmp_path: Path) -> None:
     assert workload.basis_s == pytest.approx(11.0)
 
 
-def test_both_jsonl_formats_count_tokens_and_turns(tmp_path: Path) -> None:
-    export = {
-        "custom_id": "x",
-        "url": "/v1/chat/completions",
-        "body": {"model": "m", "max_tokens": 64,
-                 "messages": [{"role": "user", "content": "a" * 400}]},
-        "metadata": {"conversation": "conv-1", "turn": 2},
-    }  # fmt: skip
-    bench = {
-        "messages": [
-            {"role": "system", "content": "s" * 40},
-            {"role": "user", "content": "u" * 80},
-            {"role": "assistant", "content": "v" * 120},
-            {"role": "user", "content": "w" * 40},
-        ]
-    }
-    sharegpt = {"conversations": [{"from": "human", "value": "h" * 8}]}
-    path = tmp_path / "d.jsonl"
-    path.write_text("\n".join(json.dumps(x) for x in (export, bench, sharegpt)) + "\n")
-    workload = from_jsonl(path)
-    got = {(r.conversation, r.turn): (r.prompt_tokens, r.output_tokens) for r in workload.requests}
-    # Tokens: 4 per message of template plus a token per 4 characters.
-    assert got[("conv-1", 2)] == (104, 64)
-    assert got[("c2", 1)] == (14 + 24, 34)  # the assistant message is turn 1's answer
-    assert got[("c2", 2)] == (14 + 24 + 34 + 14, 256)
-    assert got[("c3", 1)] == (6, 256)
-    assert workload.basis_s == 0  # no times: no month to price
-
-
 def test_pace_spreads_conversations_and_links_their_turns(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     conversation = {
@@ -93,16 +65,6 @@ def test_pace_spreads_conversations_and_links_their_turns(tmp_path: Path) -> Non
     assert [r.prompt_tokens for r in faster.requests] == [
         3 * r.prompt_tokens for r in paced.requests
     ]
-
-
-@pytest.mark.parametrize(
-    "line", ['{"prompt": "x"}', "[1, 2]", "not json", '{"body": {"messages": []}}']
-)
-def test_a_bad_line_is_named(tmp_path: Path, line: str) -> None:
-    path = tmp_path / "bad.jsonl"
-    path.write_text('{"messages": [{"role": "user", "content": "ok"}]}\n' + line + "\n")
-    with pytest.raises(WorkloadError, match=r"bad.jsonl:2"):
-        from_jsonl(path)
 
 
 @pytest.mark.parametrize(

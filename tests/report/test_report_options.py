@@ -3,6 +3,7 @@ says why it checked no cache busters (outside probe D)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,28 @@ def test_nonsensical_numbers_are_a_usage_error(config_path: str, option: list[st
 
 
 def test_sensible_numbers_still_make_a_report(config_path: str) -> None:
+    """The edge values are taken, and reach the report as given."""
     args = ["--max-turn", "1", "--gpu-tokens-per-s", "0.5", "--min-gpus", "0"]
     result = CliRunner().invoke(
-        main, ["report", "--config", config_path, *args, "--input-price", "0"]
+        main,
+        ["report", "--config", config_path, *args, "--input-price", "0", "--format", "json"],
     )
     assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["cost"]["prices"] == {
+        "input_per_m": 0.0,
+        "cached_input_per_m": 1.25,
+        "output_per_m": 10.0,
+        "gpu_per_hour": 3.5,
+        "gpu_tokens_per_s": 0.5,
+        "min_gpus": 0,
+        "cache_write_per_m": None,
+    }
+    assert report["records"] == 0
+    assert report["notes"] == ["No records in this window: nothing to report yet."]
+    text = CliRunner().invoke(main, ["report", "--config", config_path, *args])
+    assert text.exit_code == 0, text.output
+    assert "No records in this window: nothing to report yet." in text.output
 
 
 def test_an_empty_report_says_there_were_no_requests_not_that_content_is_none() -> None:

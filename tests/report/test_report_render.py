@@ -126,6 +126,11 @@ def test_export_requests_as_batch_jsonl(recorded: Path, tmp_path: Path) -> None:
     assert "[EMAIL]" in json.dumps(first["body"])
     assert "ann@example.com" not in out.read_text()
     assert {line["metadata"]["turn"] for line in lines} == {1, 2, 3, 4}
+    # The records' token counts travel along: `plan --dataset` sizes answers from them.
+    for line in lines:
+        usage = line["metadata"]["usage"]
+        assert usage["prompt_tokens"] > 0
+        assert usage["completion_tokens"] > 0
 
 
 def test_empty_and_missing_databases_say_so(tmp_path: Path) -> None:
