@@ -1,7 +1,7 @@
 """What one simulated fleet size delivered: hit rate, TTFT by turn, queueing, and how hard
 the replicas worked.
 
-`active` is the share of time any step runs, however small: one sequence decoding alone
+`any_step_running` is the share of time any step runs, however small: one sequence decoding alone
 keeps a replica "active" while using a sliver of it, so it is no capacity figure. A
 replica runs out of one of two things, and `utilisation` is the larger share used:
 - compute: tokens computed (prompt tokens prefilled plus one per sequence per decode step)
@@ -48,7 +48,7 @@ class FleetFigures:
     ttft_p95_s: float
     queue_p50_s: float
     queue_p95_s: float
-    active: float  # mean share of the simulated time the replicas ran any step
+    any_step_running: float  # mean share of the simulated time the replicas ran any step
     utilisation: float  # the larger of the two below: the binding resource's share
     compute: float  # tokens computed / (peak tokens per second x time x replicas)
     kv_held: float  # KV blocks held by running requests / (blocks x time x replicas)
@@ -96,7 +96,7 @@ def figures(outcome: Outcome) -> FleetFigures:
         ttft_p95_s=_p(ttfts, 95),
         queue_p50_s=_p(queue, 50),
         queue_p95_s=_p(queue, 95),
-        active=sum(outcome.busy_s) / capacity,
+        any_step_running=sum(outcome.busy_s) / capacity,
         utilisation=max(compute, kv),
         compute=compute,
         kv_held=kv,
