@@ -39,6 +39,9 @@ that the simulator and the emulator agree on the same workload.
 Targets (issue 22): A within 20% on TTFT p50 per turn and 5 points on the hit rate after
 calibrating on it; B within 25% with the same calibration. About 2.5 minutes on the 2-core
 test machine.
+
+On any exit (an error, Ctrl-C, SIGTERM or SIGHUP) it stops the engine it started: vLLM's
+whole process group, SIGKILL after a grace period (tests/bench/test_vllm_cleanup.py).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from kvmigrate.plan.workload import Workload, from_store
 from kvmigrate.recorder import open_store
 from kvmigrate.serving import BackgroundServer, free_port
 from kvmigrate.testbed.tiny_model import ensure_tiny_model
+from kvmigrate.testbed.unwind import exit_on_signals
 from kvmigrate.testbed.vllm_server import VllmServer
 from kvmigrate.testbed.vllm_venv import ensure_vllm_venv
 
@@ -238,7 +242,10 @@ class Engine:
 
 @contextmanager
 def engine(emulated: bool, engine_cpus: int | None) -> Iterator[Engine]:
-    """Real vLLM, or the emulator's vLLM profile in real time."""
+    """Real vLLM, or the emulator's vLLM profile in real time, stopped on any exit: the
+    `with` blocks below stop it on an exception, and `exit_on_signals` (in `main`) turns
+    SIGTERM, SIGHUP and SIGINT into one. VllmServer signals its whole process group (API
+    server, engine core, worker), SIGKILL after a grace period."""
     if emulated:
         # One prefill at a time, as a vLLM step holds them (the profile's default runs four
         # side by side, each at full speed, which no step-based engine does).
@@ -337,7 +344,10 @@ def main() -> int:
     root = args.save or Path(tempfile.mkdtemp(prefix="kvmigrate-fidelity-"))
     root.mkdir(parents=True, exist_ok=True)
     engine_cpus = None if args.no_pin else args.engine_cpus
-    analyse(measure(args.emulator, engine_cpus, root), root)
+    # A SIGTERM (a timeout, a CI runner) used to kill this process and leave vLLM running.
+    with exit_on_signals():
+        measured = measure(args.emulator, engine_cpus, root)
+    analyse(measured, root)
     return 0
 
 

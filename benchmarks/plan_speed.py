@@ -5,12 +5,15 @@ to 16 H200 replicas of an 8B model, on one core (the simulator is single-threade
     python benchmarks/plan_speed.py
     python benchmarks/plan_speed.py --requests 20000 --sizes 1..4
 
-Target: under 60 s for the whole sweep.
+Target: under 45 s of CPU time for the whole sweep (time.process_time, plus any child
+processes'; the sweep starts none). CPU time is the figure to compare: on a busy machine
+wall time also counts the time other processes held the core.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from kvmigrate.plan.cost_model import CostModel
@@ -20,6 +23,7 @@ from kvmigrate.plan.sweep import Costs, parse_sizes, sweep
 from kvmigrate.plan.synthetic import agent_workload
 
 TURNS = 8
+TARGET_CPU_S = 45.0
 
 
 def main() -> int:
@@ -39,7 +43,7 @@ def main() -> int:
           f"(built in {built:.1f} s); {blocks:,} KV blocks per replica")  # fmt: skip
     print(f"{'replicas':>8}  {'seconds':>7}  {'hit':>6}  {'p50 ms':>8}  {'p95 ms':>9}  "
           f"{'active':>6}  {'util':>5}")  # fmt: skip
-    total = 0.0
+    total, cpu_started = 0.0, _cpu_s()
     for size in parse_sizes(args.sizes):
         started = time.perf_counter()
         plan = sweep(workload, fleet, [size], 1.0, costs)
@@ -47,9 +51,18 @@ def main() -> int:
         total += took
         s = plan.sizes[0]
         print(f"{size:>8}  {took:>7.2f}  {s.hit_rate:>6.1%}  {s.ttft_p50_s * 1e3:>8.1f}  "
-              f"{s.ttft_p95_s * 1e3:>9.1f}  {s.active:>6.0%}  {s.utilisation:>5.0%}")  # fmt: skip
-    print(f"sweep total: {total:.1f} s (target < 60 s)")
-    return 0 if total < 60 else 1
+              f"{s.ttft_p95_s * 1e3:>9.1f}  {s.any_step_running:>6.0%}  "
+              f"{s.utilisation:>5.0%}")  # fmt: skip
+    cpu = _cpu_s() - cpu_started
+    print(f"sweep total: {cpu:.1f} s CPU (target < {TARGET_CPU_S:.0f} s), {total:.1f} s wall")
+    return 0 if cpu < TARGET_CPU_S else 1
+
+
+def _cpu_s() -> float:
+    """This process's CPU time plus its finished children's (none today; counted so that a
+    sweep run in worker processes cannot look cheaper than it is)."""
+    children = os.times()
+    return time.process_time() + children.children_user + children.children_system
 
 
 if __name__ == "__main__":

@@ -290,4 +290,5 @@ def from_jsonl(path: Path, output_tokens: int | None = None) -> Workload:
         caps.append(r.cap)
     answers = _fill(turns, caps, output_tokens)
     workload = assemble(turns, str(path))
-    return replace(workload, basis_s=0.0, notes=(answers.note(),))
+    # Its "times" were line numbers: it has no recording window.
+    return replace(workload, basis_s=0.0, notes=(answers.note(),), window=None)

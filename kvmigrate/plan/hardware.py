@@ -6,8 +6,11 @@ layer and KV head: 2 * layers * kv_heads * head_dim * bytes (2 for bf16). The fi
 the models' published configs; pass `--weights-gb` and `--kv-bytes-per-token` for others.
 
 Speed (`kvmigrate.plan.speed`) scales from each GPU's memory bandwidth and dense bf16
-tensor throughput (no sparsity), from NVIDIA's data sheets (SXM parts for H100/H200/A100;
-the A10G taken as the A10), and from each model's parameter count.
+tensor throughput (no sparsity), from the vendors' data sheets (NVIDIA's SXM parts for
+H100/H200/A100, the A10G taken as the A10; AMD's MI300X OAM), and from each model's
+parameter counts. A mixture-of-experts model has two: every token runs through its
+`active_params_b` (the router picks a few experts), so compute scales with those, while
+its memory holds all `params_b`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ class Model:
     kv_heads: int
     head_dim: int = 128
     dtype_bytes: int = 2
-    params_b: float = 8.03  # billions of parameters: 2 FLOPs each per token computed
+    params_b: float = 8.03  # billions of parameters, all held in memory
+    # Mixture of experts: the billions each token runs through (2 FLOPs each); None: dense
+    active_params_b: float | None = None
+
+    @property
+    def active_b(self) -> float:
+        """Billions of parameters a token's forward pass computes with."""
+        return self.params_b if self.active_params_b is None else self.active_params_b
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -53,6 +63,7 @@ GPUS = {
         Gpu("l40s", 48.0, 0.864, 362.0),
         Gpu("a10g", 24.0, 0.6, 125.0),
         Gpu("l4", 24.0, 0.3, 121.0),
+        Gpu("mi300x", 192.0, 5.3, 1307.0),
     )
 }
 
@@ -65,6 +76,9 @@ MODELS = {
         Model("qwen2.5-7b", 15.2, 28, 4, params_b=7.62),
         Model("qwen2.5-32b", 65.5, 64, 8, params_b=32.8),
         Model("mistral-7b", 14.5, 32, 8, params_b=7.25),
+        # Mixtures of experts: 2 of 8 experts per token, and 8 of 128.
+        Model("mixtral-8x7b", 93.4, 32, 8, params_b=46.7, active_params_b=12.9),
+        Model("qwen3-30b-a3b", 61.0, 48, 4, params_b=30.5, active_params_b=3.3),
     )
 }
 

@@ -1,7 +1,7 @@
 """What one simulated fleet size delivered: hit rate, TTFT by turn, queueing, and how hard
 the replicas worked.
 
-`active` is the share of time any step runs, however small: one sequence decoding alone
+`any_step_running` is the share of time any step runs, however small: one sequence decoding alone
 keeps a replica "active" while using a sliver of it, so it is no capacity figure. A
 replica runs out of one of two things, and `utilisation` is the larger share used:
 - compute: tokens computed (prompt tokens prefilled plus one per sequence per decode step)
@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvmigrate.percentile import percentile
+from kvmigrate.percentile import percentiles
 from kvmigrate.plan.scheduler import Job
 from kvmigrate.plan.simulate import Outcome
 
@@ -48,7 +48,7 @@ class FleetFigures:
     ttft_p95_s: float
     queue_p50_s: float
     queue_p95_s: float
-    active: float  # mean share of the simulated time the replicas ran any step
+    any_step_running: float  # mean share of the simulated time the replicas ran any step
     utilisation: float  # the larger of the two below: the binding resource's share
     compute: float  # tokens computed / (peak tokens per second x time x replicas)
     kv_held: float  # KV blocks held by running requests / (blocks x time x replicas)
@@ -57,9 +57,9 @@ class FleetFigures:
     refused: int = 0  # requests larger than a replica's whole KV cache
 
 
-def _p(values: Sequence[float], q: float) -> float:
-    found = percentile(values, q)
-    return math.inf if found is None else found
+def _p50_p95(values: Sequence[float]) -> tuple[float, float]:
+    p50, p95 = (math.inf if p is None else p for p in percentiles(values, (50, 95)))
+    return p50, p95
 
 
 def _hit(jobs: Sequence[Job]) -> float:
@@ -83,20 +83,22 @@ def figures(outcome: Outcome) -> FleetFigures:
         group = by_turn[key]
         values = [j.first_token_at - j.arrival for j in group]
         label = f"{key}+" if key == TURN_ROWS else str(key)
-        turns.append(TurnFigures(label, len(group), _p(values, 50), _p(values, 95), _hit(group)))
+        turns.append(TurnFigures(label, len(group), *_p50_p95(values), _hit(group)))
     capacity = (outcome.end_s or 1.0) * outcome.replicas
     peak = outcome.peak_tokens_s
     compute = sum(outcome.tokens) / (peak * capacity) if peak > 0 else 0.0
     kv = sum(outcome.held_block_s) / (outcome.kv_blocks * capacity) if outcome.kv_blocks else 0.0
+    ttft_p50, ttft_p95 = _p50_p95(ttfts)
+    queue_p50, queue_p95 = _p50_p95(queue)
     return FleetFigures(
         replicas=outcome.replicas,
         requests=len(outcome.jobs),
         hit_rate=_hit(jobs),
-        ttft_p50_s=_p(ttfts, 50),
-        ttft_p95_s=_p(ttfts, 95),
-        queue_p50_s=_p(queue, 50),
-        queue_p95_s=_p(queue, 95),
-        active=sum(outcome.busy_s) / capacity,
+        ttft_p50_s=ttft_p50,
+        ttft_p95_s=ttft_p95,
+        queue_p50_s=queue_p50,
+        queue_p95_s=queue_p95,
+        any_step_running=sum(outcome.busy_s) / capacity,
         utilisation=max(compute, kv),
         compute=compute,
         kv_held=kv,

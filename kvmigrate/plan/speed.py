@@ -3,12 +3,16 @@ estimate, until `--calibrate` measures the real thing.
 
 The default figures were measured for an 8B model on one H200 (`REFERENCE`). Two laws
 carry them elsewhere, each the first-order cost of a transformer forward pass:
-- a prompt token costs 2 FLOPs per parameter, and prefill runs near the tensor cores'
-  peak, so the per-token costs (prefill, cached, attention) scale as
-  params / (bf16 FLOPs x GPUs x TP efficiency);
+- a prompt token costs 2 FLOPs per active parameter, and prefill runs near the tensor
+  cores' peak, so the per-token costs (prefill, cached, attention) scale as
+  active params / (bf16 FLOPs x GPUs x TP efficiency);
 - a decode step reads every weight once (and each sequence its own KV cache), and runs
   near the memory's peak, so the per-step and per-sequence costs scale as
   weight bytes / (bandwidth x GPUs x TP efficiency).
+A mixture-of-experts model computes with its active parameters only, but a decode step
+is taken to read all its weights: with a batch of more than a few sequences the router
+sends some token to nearly every expert. (A lone sequence reads only its experts and
+decodes faster than this says; the estimate errs slow, which is the safe side to buy on.)
 Tensor parallelism across `gpus` GPUs splits both, less what the all-reduces between
 them cost: `TP_EFFICIENCY` of linear, a round figure for NVLink (PCIe parts lose more).
 The per-request time (HTTP, tokenizing) runs on the CPU and does not scale.
@@ -29,7 +33,7 @@ TP_EFFICIENCY = 0.85  # a tensor-parallel replica of n GPUs runs 0.85 n times as
 class Scale:
     """How many times longer than on the reference a prompt token and a decode step take."""
 
-    compute: float  # prefill: params / FLOPs
+    compute: float  # prefill: active params / FLOPs
     memory: float  # decode: weight bytes / bandwidth
 
     @property
@@ -44,7 +48,7 @@ def parallel(gpus: int) -> float:
 
 def scale(replica: Replica, reference: Replica = REFERENCE) -> Scale:
     speedup = parallel(replica.gpus) / parallel(reference.gpus)
-    compute = (replica.model.params_b / reference.model.params_b) * (
+    compute = (replica.model.active_b / reference.model.active_b) * (
         reference.gpu.bf16_tflops / replica.gpu.bf16_tflops
     )
     memory = (replica.model.weights_gb / reference.model.weights_gb) * (
@@ -83,8 +87,8 @@ def speed_note(factors: Scale) -> str:
         if factors.is_reference
         else (
             f"scaled from the H200 + llama-3.1-8b figures: prompt tokens x{factors.compute:.2f} "
-            f"(params / dense bf16 FLOPs), decode steps x{factors.memory:.2f} (weight bytes / "
-            f"memory bandwidth), tensor parallel at {TP_EFFICIENCY:.0%} of linear"
+            f"(active params / dense bf16 FLOPs), decode steps x{factors.memory:.2f} "
+            f"(weight bytes / memory bandwidth), tensor parallel at {TP_EFFICIENCY:.0%} of linear"
         )
     )
     return (

@@ -37,6 +37,17 @@ def with_headroom(replicas: int, headroom: float) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Spare:
+    """N+1: whether the fleet to buy still meets the SLO with one replica lost (a failure, or
+    one drained for a rolling upgrade)."""
+
+    fleet: int  # the replicas bought
+    left: int  # the replicas serving once one is lost
+    ttft_p95_s: float | None  # simulated for `left` replicas; None: not in the sweep
+    holds: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     workload: Workload
     fleet: Fleet
@@ -58,6 +69,24 @@ class Plan:
         """The fleet to buy: the chosen size plus the headroom (None: nothing chosen)."""
         chosen = self.chosen
         return None if chosen is None else with_headroom(chosen.replicas, self.headroom)
+
+    def meets(self, ttft_p95_s: float) -> bool | None:
+        """Whether a TTFT p95 meets the SLO (None: no SLO given)."""
+        return None if self.slo_p95_s is None else ttft_p95_s <= self.slo_p95_s
+
+    @property
+    def spare(self) -> Spare | None:
+        """N+1 for the fleet to buy (None: nothing chosen). The sweep's own figure for one
+        replica fewer when it simulated that size; otherwise it holds when one fewer is
+        still at least the SLO's fleet (more replicas do not slow a fleet down)."""
+        chosen, buy = self.chosen, self.buy
+        if chosen is None or buy is None:
+            return None
+        left = buy - 1
+        size = next((s for s in self.sizes if s.replicas == left), None)
+        if size is None:
+            return Spare(buy, left, None, left >= chosen.replicas)
+        return Spare(buy, left, size.ttft_p95_s, bool(self.meets(size.ttft_p95_s)))
 
 
 def hosted_monthly(workload: Workload, prices: Prices) -> float | None:

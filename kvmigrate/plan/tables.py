@@ -29,8 +29,48 @@ def summary_lines(plan: Plan) -> list[str]:
         f"{c.attention_s * 1e9:.3g} ns per attended token pair + "
         f"{c.decode_seq_s * 1e3:.2f} ms per decoding sequence; {_ms(c.request_s)} per request",
     ]
+    lines.insert(1, window_line(plan))
     refused = refused_line(plan)
-    return lines + list(plan.notes) + ([refused] if refused else []) + [verdict(plan)]
+    spare = spare_line(plan)
+    return (
+        lines
+        + list(plan.notes)
+        + ([refused] if refused else [])
+        + [verdict(plan)]
+        + ([spare] if spare else [])
+    )
+
+
+def window_line(plan: Plan) -> str:
+    """The recording replayed, so a plan sized on a quiet day is seen to be."""
+    window = plan.workload.window
+    if window is None:
+        return "Recording window: none (a dataset has no times; it was paced)"
+    first, last = window
+    return (
+        f"Recording window: {fmt.when(first)} to {fmt.when(last)} "
+        f"({fmt.duration(last - first)}), first request to last answer"
+    )
+
+
+def spare_line(plan: Plan) -> str | None:
+    """N+1: the bought fleet with one replica lost (None: nothing bought)."""
+    spare = plan.spare
+    if spare is None or plan.slo_p95_s is None:
+        return None
+    if spare.left < 1:
+        seen = "no replica left to serve"
+    elif spare.ttft_p95_s is None:
+        seen = f"not simulated; the SLO's fleet is {plan.chosen.replicas if plan.chosen else '?'}"
+    else:
+        seen = f"TTFT p95 {_ms(spare.ttft_p95_s)}"
+    holds = "holds" if spare.holds else "does NOT hold"
+    return (
+        f"N+1 {holds}: {spare.fleet} replica(s) less one is {spare.left} ({seen}) against "
+        f"TTFT p95 <= {_ms(plan.slo_p95_s)}"
+        + ("" if spare.holds else "; raise --headroom to survive a lost replica")
+        + "."
+    )
 
 
 def refused_line(plan: Plan) -> str | None:
@@ -100,7 +140,7 @@ def sweep_table(plan: Plan) -> Table:
                 _ms(s.ttft_p50_s),
                 _ms(s.ttft_p95_s),
                 _ms(s.queue_p95_s),
-                fmt.pct(s.active),
+                fmt.pct(s.any_step_running),
                 fmt.pct(s.compute),
                 fmt.pct(s.kv_held),
                 meets,
@@ -129,12 +169,21 @@ def focus(plan: Plan) -> FleetFigures:
 
 def turn_table(plan: Plan) -> Table:
     size = focus(plan)
+    words = {None: "", True: "yes", False: "no"}
     rows = [
-        (t.turn, f"{t.requests:,}", _ms(t.ttft_p50_s), _ms(t.ttft_p95_s), fmt.pct(t.hit_rate))
+        (
+            t.turn,
+            f"{t.requests:,}",
+            _ms(t.ttft_p50_s),
+            _ms(t.ttft_p95_s),
+            words[plan.meets(t.ttft_p95_s)],
+            fmt.pct(t.hit_rate),
+        )
         for t in size.turns
     ]
     title = f"TTFT by turn at {size.replicas} replica(s)"
-    return Table("turns", title, ("turn", "requests", "TTFT p50", "TTFT p95", "cache hit"), rows)
+    headers = ("turn", "requests", "TTFT p50", "TTFT p95", "meets SLO", "cache hit")
+    return Table("turns", title, headers, rows)
 
 
 def plan_tables(plan: Plan) -> list[Table]:

@@ -51,6 +51,10 @@ class Workload:
     skipped: int = 0  # records without token counts
     basis_s: float = 0.0  # the time the traffic took (0: untimed); a month is priced from it
     notes: tuple[str, ...] = ()  # how the source was read, for the plan to say
+    # The recording replayed: its first request's start and its last answer's end, in epoch
+    # seconds, so a reader can tell a quiet Sunday from a busy Monday (None: a dataset,
+    # which has no times). What-ifs (`scaled`) keep it: it says what was recorded.
+    window: tuple[float, float] | None = None
 
     @property
     def span_s(self) -> float:
@@ -118,7 +122,7 @@ def assemble(turns: Iterable[Turn], source: str, skipped: int = 0) -> Workload:
             previous = t
     out.sort(key=lambda r: (r.arrival_s, r.conversation, r.turn))
     end = max(t.ts + (t.latency_s or 0.0) for ts in by_conversation.values() for t in ts)
-    return Workload(tuple(out), source, skipped, end - start)
+    return Workload(tuple(out), source, skipped, end - start, window=(start, end))
 
 
 _SELECT = (

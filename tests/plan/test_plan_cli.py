@@ -99,6 +99,20 @@ def test_plan_over_records_kept_without_content(recorded: Path) -> None:
     assert data["fleet"]["kv_blocks"] > 10_000  # an 8B model on an H200 leaves ~110 GB
 
 
+def test_the_recording_window_is_the_served_records_first_start_to_last_end(
+    recorded: Path,
+) -> None:
+    data = _json("--config", str(recorded), "--replicas", "1")
+    (first, last), *_ = _query(
+        recorded, "SELECT MIN(ts), MAX(ts + latency_ms / 1000.0) FROM records WHERE role = 'serve'"
+    )
+    window = data["workload"]["window"]
+    assert window["first_ts"] == pytest.approx(first)
+    assert window["last_ts"] == pytest.approx(last)
+    assert window["duration_s"] == pytest.approx(last - first)
+    assert window["duration_s"] == pytest.approx(data["workload"]["basis_s"])
+
+
 def test_what_ifs_change_what_they_should(recorded: Path) -> None:
     base = _json("--config", str(recorded), "--replicas", "2")["sizes"][0]
     off = _json("--config", str(recorded), "--replicas", "2", "--no-prefix-caching")["sizes"][0]

@@ -62,7 +62,7 @@ def test_utilisation_is_tokens_computed_against_full_budget_steps() -> None:
     got = figures(outcome)
     end = 0.11 + 10 * 0.012
     assert outcome.end_s == pytest.approx(end)
-    assert got.active == pytest.approx(1.0)
+    assert got.any_step_running == pytest.approx(1.0)
     peak = BUDGET / (0.01 + BUDGET * 0.001)
     assert got.compute == pytest.approx(110 / (peak * end))
     # Its 111 tokens hold 7 blocks of 16, of 1,000, the whole time.
@@ -90,7 +90,7 @@ def test_a_second_idle_replica_halves_both_shares() -> None:
     fleet = Fleet(kv_blocks=1000, cost=COST)
     one = figures(simulate(workload(request("c", 1, 100, 11)), fleet, 1))
     two = figures(simulate(workload(request("c", 1, 100, 11)), fleet, 2))
-    assert two.active == pytest.approx(one.active / 2)
+    assert two.any_step_running == pytest.approx(one.any_step_running / 2)
     assert two.compute == pytest.approx(one.compute / 2)
     assert two.kv_held == pytest.approx(one.kv_held / 2)
 

@@ -25,6 +25,13 @@ FACTORS = {
     "a10g 8b": ("a10g", "llama-3.1-8b", 1, 989 / 125, 4.8 / 0.6),
     "2 x h200 70b": ("h200", "llama-3.1-70b", 2, 70.6 / 8.03 / 1.7, 141.1 / 16.1 / 1.7),
     "4 x h100 70b": ("h100", "llama-3.1-70b", 4, 70.6 / 8.03 / 3.4, 141.1 / 16.1 * 4.8 / 3.35 / 3.4),
+    # MI300X: 1,307 TFLOPS dense bf16, 5.3 TB/s (AMD's data sheet)
+    "mi300x 8b": ("mi300x", "llama-3.1-8b", 1, 989 / 1307, 4.8 / 5.3),
+    "mi300x 70b": ("mi300x", "llama-3.1-70b", 1, 70.6 / 8.03 * 989 / 1307, 141.1 / 16.1 * 4.8 / 5.3),
+    # Mixtures of experts compute with their active params, read all their weights:
+    # Mixtral 12.9 B of 46.7 B (93.4 GB), Qwen3-30B-A3B 3.3 B of 30.5 B (61.0 GB)
+    "h200 mixtral": ("h200", "mixtral-8x7b", 1, 12.9 / 8.03, 93.4 / 16.1),
+    "h100 qwen3 moe": ("h100", "qwen3-30b-a3b", 1, 3.3 / 8.03, 61.0 / 16.1 * 4.8 / 3.35),
 }  # fmt: skip
 
 
@@ -104,3 +111,36 @@ def test_a_measured_cost_model_is_kept_whatever_the_gpu(tmp_path: Path) -> None:
     data = _plan(tmp_path, "--gpu", "l4", "--cost-model", str(saved))
     assert data["cost_model"] == json.loads(saved.read_text())
     assert data["notes"][0].startswith(f"Speed: read from {saved}; --gpu, --model")
+
+
+def _ttft(tmp_path: Path, *args: str) -> float:
+    value: float = _plan(tmp_path, *args)["sizes"][0]["ttft_p50_s"]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("slow", "fast", "ratio"),
+    [
+        # Published dense bf16 throughput, which a long prefill runs at: H200 989, A10G 125
+        (("--gpu", "a10g"), ("--gpu", "h200"), 989 / 125),
+        # The same GPU, 70.6 B against 8.03 B active params (both fit one MI300X's 192 GB)
+        (("--gpu", "mi300x", "--model", "llama-3.1-70b"), ("--gpu", "mi300x"), 70.6 / 8.03),
+        # A mixture of experts prefills at its 12.9 B active params, not its 46.7 B total
+        (("--gpu", "mi300x", "--model", "mixtral-8x7b"), ("--gpu", "mi300x"), 12.9 / 8.03),
+    ],
+    ids=["a10g vs h200", "70b vs 8b", "mixtral vs 8b"],
+)
+def test_plans_for_the_same_traffic_differ_by_the_published_ratio(
+    tmp_path: Path, slow: tuple[str, ...], fast: tuple[str, ...], ratio: float
+) -> None:
+    """The issue's test: TTFT of a 10,150-token prompt, mostly prefill, differs between two
+    plans by the ratio of prefill throughput (FLOPs / active params), within 25%."""
+    got = _ttft(tmp_path, *slow) / _ttft(tmp_path, *fast)
+    assert got == pytest.approx(ratio, rel=0.25)
+
+
+def test_a_mixture_of_experts_holds_all_its_weights_in_memory() -> None:
+    """Its KV cache is what the total weights leave: 0.9 x 192 GB - 93.4 GB on an MI300X,
+    at 2 x 32 layers x 8 KV heads x 128 x 2 bytes a token."""
+    replica = Replica(GPUS["mi300x"], MODELS["mixtral-8x7b"])
+    assert replica.kv_tokens() == int((0.9 * 192 - 93.4) * 1e9 // (2 * 32 * 8 * 128 * 2))
