@@ -1,4 +1,5 @@
-"""`kvmigrate demo` end to end, as the README's first command runs it."""
+"""`kvmigrate demo` end to end, as the README's first command runs it (the short story, its
+defaults); `--full` only as the options it chooses, for the longer story takes minutes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from kvmigrate.cli.demo_cmd import demo
+from kvmigrate.demo import FULL, DemoSettings
 
 DEMO_BOUND_S = 220
 
@@ -24,12 +29,6 @@ def run_demo(
             "-m",
             "kvmigrate",
             "demo",
-            "--conversations",
-            "18",
-            "--turns",
-            "4",
-            "--time-scale",
-            "0.3",
             *where,
             *extra,
         ],
@@ -76,8 +75,9 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     assert "conversations: 18/18" in lines
     html = (tmp_path / "report.html").read_text()
     assert html.count('class="chart') >= 5
-    # A quick demo is part of the promise: 22 s on the quiet 2-core machine, so the bound is
-    # a 10x margin (the figure itself: benchmarks/demo_time.py).
+    # A quick demo is part of the promise: under a minute on a quiet 2-core machine (59 s
+    # beside a load of 5 to 6 on 2 cores), so the bound only catches a demo grown several
+    # times longer (the figure itself: benchmarks/demo_time.py).
     assert elapsed < DEMO_BOUND_S, f"the demo took {elapsed:.0f}s"
     # --keep: the directory it names is there afterwards, with the records in it.
     [kept] = [line for line in out.splitlines() if line.startswith("state and records kept in")]
@@ -117,3 +117,25 @@ def test_bad_options_are_refused(args: list[str]) -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], {"conversations": 18, "turns": 4, "time_scale": 0.3, "bake_factor": 1}),
+        (["--full"], FULL),
+        (["--full", "--turns", "3"], {**FULL, "turns": 3}),
+        (["--conversations", "5"], {"conversations": 5, "turns": 4, "time_scale": 0.3}),
+    ],
+)
+def test_full_chooses_the_longer_story_and_options_still_win(
+    args: list[str], expected: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen: list[DemoSettings] = []
+    monkeypatch.setattr(
+        "kvmigrate.cli.demo_cmd.run_demo", lambda settings, _echo: chosen.append(settings) or True
+    )
+    result = CliRunner().invoke(demo, args)
+    assert result.exit_code == 0, result.output
+    [settings] = chosen
+    assert {name: getattr(settings, name) for name in expected} == expected

@@ -3,24 +3,44 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
 from kvmigrate.cli.options import FiniteRange, OutputPath
-from kvmigrate.demo import DemoSettings, run_demo
+from kvmigrate.demo import FULL, DemoSettings, run_demo
+
+# The option defaults are the short story's, DemoSettings' own; --full starts from FULL,
+# and an option given on the command line wins over either.
+_SHORT = DemoSettings()
 
 
 @click.command("demo")
-@click.option("--conversations", type=click.IntRange(1, 1000), default=24, show_default=True)
-@click.option("--turns", type=click.IntRange(1, 50), default=6, show_default=True)
+@click.option(
+    "--conversations",
+    type=click.IntRange(1, 1000),
+    help=f"Agent conversations in the shadow phase [default: {_SHORT.conversations}; "
+    f"--full: {FULL['conversations']}].",
+)
+@click.option(
+    "--turns",
+    type=click.IntRange(1, 50),
+    help=f"Model calls per conversation [default: {_SHORT.turns}; --full: {FULL['turns']}].",
+)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option(
     "--time-scale",
     type=FiniteRange(0, 10),
-    default=1.0,
-    show_default=True,
-    help="Multiply the emulators' latencies (1: real time; TTFT figures scale).",
+    help="Multiply the emulators' latencies (1: real time; TTFT figures scale) "
+    f"[default: {_SHORT.time_scale:g}; --full: {FULL['time_scale']:g}].",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="The longer story: more and longer conversations at real latencies, and more "
+    "traffic after each step (about two minutes and a half; the default is under one).",
 )
 @click.option(
     "--bad-candidate",
@@ -60,10 +80,11 @@ from kvmigrate.demo import DemoSettings, run_demo
     help="Keep the state and records (in a new directory, unless --workdir names one).",
 )
 def demo(
-    conversations: int,
-    turns: int,
+    conversations: int | None,
+    turns: int | None,
     concurrency: int,
-    time_scale: float,
+    time_scale: float | None,
+    full: bool,
     bad_candidate: bool,
     real_vllm: bool,
     api: str,
@@ -87,11 +108,25 @@ def demo(
             raise click.ClickException(
                 "--api anthropic drives the agents with the anthropic SDK: pip install anthropic"
             ) from None
-    settings = DemoSettings(
-        conversations, turns, concurrency, time_scale, bad_candidate, real_vllm, out, workdir, api
+    given = {"conversations": conversations, "turns": turns, "time_scale": time_scale}
+    chosen: dict[str, Any] = {**(FULL if full else {}), **_given(given)}
+    settings = replace(
+        _SHORT,
+        **chosen,
+        concurrency=concurrency,
+        bad_candidate=bad_candidate,
+        real_vllm=real_vllm,
+        out=out,
+        workdir=workdir,
+        api=api,
     )
     ok = run_demo(settings, click.echo)
     if workdir is not None:
         click.echo(f"state and records kept in {workdir}")
     if not ok:
         raise SystemExit(1)
+
+
+def _given(options: dict[str, Any]) -> dict[str, Any]:
+    """The options the command line set (click leaves the others None)."""
+    return {name: value for name, value in options.items() if value is not None}

@@ -1,5 +1,5 @@
 """`kvmigrate demo`: shadow, report, gated rollout and auto-rollback on emulated backends."""
 
-from kvmigrate.demo.run import DemoSettings, run_demo
+from kvmigrate.demo.run import FULL, DemoSettings, run_demo
 
-__all__ = ["DemoSettings", "run_demo"]
+__all__ = ["FULL", "DemoSettings", "run_demo"]

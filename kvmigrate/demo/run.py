@@ -1,4 +1,4 @@
-"""`kvmigrate demo`: the whole migration in two minutes, on emulated backends.
+"""`kvmigrate demo`: the whole migration in under a minute, on emulated backends.
 
 1. Shadow: agents talk to the emulated hosted API through the proxy; every request is
    mirrored to the emulated vLLM (prefix caching on), and a share is asked twice of the
@@ -65,15 +65,29 @@ DEMO_ROLLOUT: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class DemoSettings:
-    conversations: int = 24
-    turns: int = 6
+    """The defaults are the short story, under a minute on a quiet 2-core machine: a
+    newcomer waits for it before anything else. Most of its time is the traffic the gates
+    need (a few hundred requests a step; the CPU it takes is the floor), the rest the
+    emulators' latencies, so it runs them at 0.3x and leaves a smaller bake after each step.
+    FULL is the longer story at real latencies (`--full`, about two minutes and a half)."""
+
+    conversations: int = 18
+    turns: int = 4
     concurrency: int = 8
-    time_scale: float = 1.0
+    time_scale: float = 0.3
     bad_candidate: bool = False
     real_vllm: bool = False
     out: Path | None = None  # None: report.html in a new temporary directory, kept
     workdir: Path | None = None
     api: str = "openai"  # or "anthropic": the agents speak Anthropic's Messages API
+    # The traffic after each promotion, in multiples of what the next step's gates need at
+    # the least; the gates ask for the rest they need before promoting anyway.
+    bake_factor: int = 1
+
+
+# `kvmigrate demo --full`: two dozen conversations of six turns at real latencies, and
+# twice the gates' least traffic after each step.
+FULL = {"conversations": 24, "turns": 6, "time_scale": 1.0, "bake_factor": 2}
 
 
 def run_demo(settings: DemoSettings, echo: Echo) -> bool:
@@ -177,9 +191,11 @@ def _traffic(
 def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, echo: Echo) -> bool:
     # Enough traffic at each step for the next step's gates, with a margin.
     gates = controller.config.rollout.gates
-    # Twice what the gates need: at 50% half the conversations are served by the candidate
-    # and give no parity pairs.
-    bake = 2 * max(gates.min_conversations, -(-gates.min_requests // settings.turns)) + 2
+    # At 50% half the conversations are served by the candidate and give no parity pairs:
+    # the long story bakes twice the least; the short one leaves the rest to _promote,
+    # which drives what the gates say they still need.
+    least = max(gates.min_conversations, -(-gates.min_requests // settings.turns))
+    bake = settings.bake_factor * least + 2
     for number, step in enumerate(controller.config.rollout.steps):
         try:
             outcome = _promote(controller, base_url, settings, step, echo)
