@@ -42,7 +42,7 @@ def main() -> int:
     print(f"{len(workload.requests):,} requests over {workload.span_s / 3600:.1f} h "
           f"(built in {built:.1f} s); {blocks:,} KV blocks per replica")  # fmt: skip
     print(f"{'replicas':>8}  {'seconds':>7}  {'hit':>6}  {'p50 ms':>8}  {'p95 ms':>9}  "
-          f"{'active':>6}  {'util':>5}")  # fmt: skip
+          f"{'busy':>6}  {'util':>5}")  # fmt: skip
     total, cpu_started = 0.0, _cpu_s()
     for size in parse_sizes(args.sizes):
         started = time.perf_counter()
