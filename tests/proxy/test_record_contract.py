@@ -49,15 +49,17 @@ PROMPT_KEY = "sk-proj-PROMPTKEY0009abcdefXYZ"
 EMAIL = "alice.secret@example.com"
 PASSWORD = "hunter2-PW-0011"
 BEARER = "tok-BEARER-0012abc"
+COOKIE = "cookie-PROMPT-0015"
 PROMPT_LINES = {
     f"Use the key {PROMPT_KEY} now.": "Use the key [SECRET] now.",  # a vendor key
     f"Write to {EMAIL} today.": "Write to [EMAIL] today.",  # personal data
     f"password={PASSWORD}": "password=[SECRET]",  # a value named a secret
     f"Authorization: Bearer {BEARER}": "Authorization: [SECRET]",  # loses its credentials
+    f"Cookie: theme=dark; sid={COOKIE}": "Cookie: [SECRET]",  # loses every cookie
 }
 PROMPT = "\n".join(PROMPT_LINES)
 REDACTED_PROMPT = "\n".join(PROMPT_LINES.values())
-PROMPT_SECRETS = (PROMPT_KEY, EMAIL, PASSWORD, BEARER)
+PROMPT_SECRETS = (PROMPT_KEY, EMAIL, PASSWORD, BEARER, COOKIE)
 # Credential headers a client may send besides the SDK's Authorization, each a secret of its
 # own so that a leak names it.
 API_KEY_SECRET = "api-key-SECRET-0013"

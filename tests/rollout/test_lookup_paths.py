@@ -21,7 +21,6 @@ from typing import Any
 import openai
 import pytest
 from aiohttp import web
-from conftest import MODEL, SERVED
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -31,10 +30,23 @@ from kvmigrate.rollout.link_table import LinkTable, create_table
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
+MODEL = "gpt-4o-mini"
+SERVED = "meta-llama/Llama-3.1-8B-Instruct"
 TURNS = 3
-# Conversations started per path until both backends hold some: at 50% each lands on the
-# candidate by a coin of its own, so one side stays empty with chance 2 ** -CONVERSATIONS.
-CONVERSATIONS = 10
+# Conversations are started until each backend holds EACH (at 50% each lands on the
+# candidate by a coin of its own, drawn from the store's secret where there is one); a
+# lost lookup moves one with chance 1/2, so six in all leave it unseen with 2 ** -6 a turn.
+EACH = 3
+MOST = 60
+
+
+def _until_both_sides(start: Callable[[int], str]) -> list[str]:
+    """The backends of conversations started by `start(i)`, until EACH are on each side."""
+    served: list[str] = []
+    while min(served.count("hosted"), served.count("vllm")) < EACH and len(served) < MOST:
+        served.append(start(len(served)))
+    assert min(served.count("hosted"), served.count("vllm")) == EACH  # the split works
+    return served
 
 
 @dataclass(frozen=True)
@@ -150,12 +162,14 @@ def test_a_responses_chain_stays_on_the_backend_that_stored_its_first_turn(
     """Turns 2 and 3 name the previous answer's id; the backend that stored it answers
     (a lost lookup sends them to the primary, which never stored a candidate's id)."""
     client = proxies()
-    chains = [
-        _chain_turn(client, f"Chain {i}: tell me about topic {i}.", None)
-        for i in range(CONVERSATIONS)
-    ]
-    # Calibration: the split put chains on both sides.
-    assert {backend for backend, _ in chains} == {"hosted", "vllm"}
+    ids: list[str] = []
+
+    def start(i: int) -> str:
+        backend, answer = _chain_turn(client, f"Chain {i}: tell me about topic {i}.", None)
+        ids.append(answer)
+        return backend
+
+    chains = list(zip(_until_both_sides(start), ids, strict=True))
     for turn in range(2, TURNS + 1):
         client = proxies()  # on a restarting path, a fresh proxy for the turn
         for i, (backend, previous) in enumerate(chains):
@@ -184,9 +198,13 @@ def test_a_conversation_whose_system_prompt_changes_stays_on_one_backend(
     proxies: Callable[[], openai.OpenAI],
 ) -> None:
     client = proxies()
-    histories: list[list[dict[str, str]]] = [[] for _ in range(CONVERSATIONS)]
-    first = [_conversation_turn(client, h, 1, i) for i, h in enumerate(histories)]
-    assert set(first) == {"hosted", "vllm"}  # calibration: both sides hold some
+    histories: list[list[dict[str, str]]] = []
+
+    def start(i: int) -> str:
+        histories.append([])
+        return _conversation_turn(client, histories[-1], 1, i)
+
+    first = _until_both_sides(start)
     for turn in range(2, TURNS + 1):
         client = proxies()
         served = [_conversation_turn(client, h, turn, i) for i, h in enumerate(histories)]
