@@ -154,6 +154,10 @@ ERR = "tests/proxy/test_error_contract.py"
 KEYS = "tests/proxy/test_exact_keys.py"
 EXACT = "tests/test_exact_matching.py"
 DEFAULTS = "tests/test_config_defaults.py"
+RECORD = "tests/proxy/test_record_contract.py"
+_PATHS = "tests/rollout/test_lookup_paths.py::"
+CHAIN = _PATHS + "test_a_responses_chain_stays_on_the_backend_that_stored_its_first_turn"
+TALK = _PATHS + "test_a_conversation_whose_system_prompt_changes_stays_on_one_backend"
 ROWS += [
     (
         "i54 candidate gets the client's headers",
@@ -252,6 +256,55 @@ ROWS += [
         "client_key_ttl_seconds: Annotated[float, Meta(ge=1.0, le=86400.0)] = 300.0",
         "client_key_ttl_seconds: Annotated[float, Meta(ge=1.0, le=86400.0)] = 3000.0",
         [DEFAULTS],
+    ),
+    (
+        "i54 store-less chain lookup forgets",
+        "kvmigrate/rollout/chains.py",
+        "        entry = self._local.get(key)\n",
+        "        entry = None\n",
+        [CHAIN + "[memory]"],
+    ),
+    (
+        "i54 chain ids not read from the store",
+        "kvmigrate/rollout/chains.py",
+        "        if self.links.store is None:\n            return None\n        links = await",
+        "        if True:\n            return None\n        links = await",
+        [CHAIN + "[sqlite]", CHAIN + "[redis]"],
+    ),
+    (
+        "i54 workers' link table not read",
+        "kvmigrate/rollout/continuity.py",
+        "found = self._table_link(history)",
+        "found = None",
+        [TALK + "[table]"],
+    ),
+    (
+        "i54 store's conversation links not read",
+        "kvmigrate/rollout/continuity.py",
+        "found = await self._remote(history)",
+        "found = None",
+        [TALK + "[sqlite]", TALK + "[redis]"],
+    ),
+    (
+        "i54 redaction keeps emails",
+        "kvmigrate/redaction.py",
+        '    if "@" in text:\n',
+        "    if False:\n",
+        [RECORD],
+    ),
+    (
+        "i54 a Cookie line keeps its second cookie",
+        "kvmigrate/named_secrets.py",
+        'if "cookie" in name or ("authorization" in name',
+        'if ("authorization" in name',
+        [RECORD],
+    ),
+    (
+        "i54 records keep the declared session id",
+        "kvmigrate/recorder/convert.py",
+        'if content == "full" or not conversation',
+        "if True or not conversation",
+        [RECORD],
     ),
 ]
 _PROXY = ["tests/proxy/test_forwarding.py", "tests/proxy/test_credential_tables.py"]
