@@ -156,6 +156,9 @@ class WorkerProcess:
         self._conn: Connection | None = None
         self._last_start = 0.0
         self._starter: _Starter | None = None
+        # The feeder thread discards a worker whose pipe broke while the owner's close()
+        # discards it too, at shutdown: one at a time, or one finds the other's None.
+        self._discarding = threading.Lock()
         self.restarts = 0
 
     @property
@@ -164,7 +167,8 @@ class WorkerProcess:
 
     @property
     def running(self) -> bool:
-        return self._conn is not None and self._process is not None and self._process.is_alive()
+        process = self._process
+        return self._conn is not None and process is not None and process.is_alive()
 
     def start(self) -> None:
         if self._on_start is not None:
@@ -209,37 +213,41 @@ class WorkerProcess:
 
     def send(self, message: Any) -> None:
         """Into the pipe; raises WorkerGone if the worker is not running or the pipe broke."""
-        if self._conn is None or not self.running:
+        conn = self._conn
+        if conn is None or not self.running:
             raise WorkerGone(f"the {self.name} worker is not running")
         try:
-            self._conn.send(message)
+            conn.send(message)
         except (OSError, ValueError) as exc:
             self._discard()
             raise WorkerGone(f"the {self.name} worker is gone ({exc})") from exc
 
     def receive(self) -> Any:
         """The worker's next answer (duplex pipes); raises WorkerGone if it died first."""
-        if self._conn is None:
+        conn = self._conn
+        if conn is None:
             raise WorkerGone(f"the {self.name} worker is not running")
         try:
-            return self._conn.recv()
+            return conn.recv()
         except (OSError, EOFError, ValueError) as exc:
             self._discard()
             raise WorkerGone(f"the {self.name} worker is gone ({exc})") from exc
 
     def poll(self, timeout: float) -> bool:
         """Whether an answer (duplex pipes) or the pipe's end is there to read."""
-        if self._conn is None:
+        conn = self._conn
+        if conn is None:
             return False
         try:
-            return self._conn.poll(timeout)
+            return conn.poll(timeout)
         except (OSError, EOFError, ValueError):
             return True
 
     def terminate(self) -> None:
         """SIGTERM to the worker, if it runs (never to a pid reused after it ended)."""
-        if self._process is not None and self._process.is_alive():
-            self._process.terminate()
+        process = self._process
+        if process is not None and process.is_alive():
+            process.terminate()
 
     def finish(self) -> None:
         """Tell the worker to end (a None message), if it runs."""
@@ -248,12 +256,13 @@ class WorkerProcess:
 
     def join(self, timeout: float) -> bool:
         """Wait for the worker to end; False if it still runs after `timeout` seconds."""
-        if self._process is not None:
-            self._process.join(max(0.0, timeout))
-            if self._process.is_alive():
+        process, conn = self._process, self._conn  # the feeder may discard them meanwhile
+        if process is not None:
+            process.join(max(0.0, timeout))
+            if process.is_alive():
                 return False
-        if self._conn is not None:
-            self._conn.close()
+        if conn is not None:
+            conn.close()
         self._stop_starter()
         return True
 
@@ -264,19 +273,20 @@ class WorkerProcess:
         self._discard()
 
     def _discard(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._process is not None and self._process.is_alive():
-            self._process.kill()
-            self._process.join(5.0)  # reaped before its starter may end
-        self._process = None
-        self._stop_starter()
+        with self._discarding:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+            process, self._process = self._process, None
+            if process is not None and process.is_alive():
+                process.kill()
+                process.join(5.0)  # reaped before its starter may end
+            self._stop_starter()
 
     def _stop_starter(self) -> None:
-        if self._starter is not None:
-            self._starter.stop()
-            self._starter = None
+        starter, self._starter = self._starter, None
+        if starter is not None:
+            starter.stop()
 
 
 def _worker_main(
