@@ -184,8 +184,6 @@ def cases() -> Iterator[Any]:
     for route in ROUTES:
         for auth in AUTHS:
             for rollout in ROLLOUTS:
-                if route.kind is AZURE and auth.mode is Mode.PASS_THROUGH and rollout == "split":
-                    continue  # the emulator has no /openai/models to vouch for a key with
                 yield pytest.param(
                     route, auth, rollout, id=f"{route.kind.name}-{route.name}-{auth}-{rollout}"
                 )
@@ -216,7 +214,8 @@ rollout: {ROLLOUTS[rollout]}
         expected = [("primary", kind.primary_path(route.path))]
         expected += [("candidate", route.path)] * route.copied
     else:
-        check = [("key_check", "/v1/models")] * (auth.mode is Mode.PASS_THROUGH)
+        models = "/openai/models" if kind is AZURE else "/v1/models"  # Azure's Models - List
+        check = [("key_check", models)] * (auth.mode is Mode.PASS_THROUGH)
         expected = [*check, ("candidate", route.path)]
     with BackgroundServer(lambda: build_proxy_app(config)) as proxy:
         client = client_for(kind, proxy.url, auth.client_key)
@@ -228,7 +227,7 @@ rollout: {ROLLOUTS[rollout]}
         (upstream[role], path) for role, path in expected
     ]
     for call, (role, _) in zip(calls, expected, strict=True):
-        fixed = kind.fixed_query if role == "primary" else {}
+        fixed = kind.fixed_query if role in ("primary", "key_check") else {}
         assert_call_keeps_the_contract(call, sent, role, auth, kind.own_key, fixed)
 
 
