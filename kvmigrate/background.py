@@ -256,14 +256,16 @@ class WorkerProcess:
 
     def join(self, timeout: float) -> bool:
         """Wait for the worker to end; False if it still runs after `timeout` seconds."""
-        process, conn = self._process, self._conn  # the feeder may discard them meanwhile
+        process = self._process  # the feeder may discard it meanwhile
         if process is not None:
             process.join(max(0.0, timeout))
             if process.is_alive():
                 return False
-        if conn is not None:
-            conn.close()
-        self._stop_starter()
+        with self._discarding:  # closed once: a second close could hit a reused descriptor
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+            self._stop_starter()
         return True
 
     def close(self, timeout: float) -> None:
