@@ -331,7 +331,7 @@ class ProxyService:
         exchange.mirrored = worth_a_copy and self.keys.accepted(routed.key)
         if worth_a_copy and not exchange.mirrored:
             # Counted, so a report's "answers without a shadow copy" add up.
-            self.metrics.shadow_dropped.labels("key_unverified").inc()
+            self.metrics.count(self.metrics.shadow_dropped, "key_unverified")
         self.addons.exchange_done(exchange)
 
     async def _relay(
