@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
+from kvmigrate.render.table import Table
 from kvmigrate.report.candidate_pairs import FOOTNOTE as PAIRS_FOOTNOTE
 from kvmigrate.report.candidate_pairs import HEADERS as PAIR_HEADERS
 from kvmigrate.report.candidate_pairs import pair_rows
@@ -16,16 +14,6 @@ from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    key: str
-    title: str
-    headers: tuple[str, ...]
-    rows: Sequence[tuple[str, ...]] = field(default_factory=list)
-    note: str = ""  # shown instead of the table when it has no rows
-    footnote: str = ""  # shown under the table: how to read it
 
 
 def summary_lines(report: Report) -> list[str]:
