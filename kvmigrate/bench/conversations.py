@@ -14,13 +14,13 @@ ShareGPT (`{"conversations": [{"from": "human"|"gpt"|"system", "value"}, ...]}`)
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.datasets import DatasetError, jsonl_objects
 from kvmigrate.wire.content import content_text
 
 # Common English words: about one token each in BPE vocabularies (and exactly one in the
@@ -35,10 +35,6 @@ _VOCABULARY_TEXT = (
 )
 _VOCABULARY = tuple(_VOCABULARY_TEXT.split())
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant"}
-
-
-class DatasetError(ValueError):
-    """A dataset line that is neither OpenAI messages nor ShareGPT; names the line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,19 +77,12 @@ def synthetic(
 def load_dataset(path: Path, conversations: int, turns: int) -> list[Conversation]:
     """The first `conversations` usable conversations of a JSONL file, each cut to `turns`."""
     result: list[Conversation] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            system, users = _parse_record(record, f"{path}:{number}")
-            if users:
-                result.append(Conversation(f"{path.name}:{number}", system, users[:turns]))
-            if len(result) == conversations:
-                break
+    for number, where, record in jsonl_objects(path):
+        system, users = _parse_record(record, where)
+        if users:
+            result.append(Conversation(f"{path.name}:{number}", system, users[:turns]))
+        if len(result) == conversations:
+            break
     if not result:
         raise DatasetError(f"{path}: no conversation with a user message")
     return result
