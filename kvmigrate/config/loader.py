@@ -121,7 +121,10 @@ def _gpu(s: Section, config: Config) -> GpuConfig:
     prometheus = None if raw_prometheus is None else s.url("prometheus_url", raw_prometheus)
     query = s.string("prometheus_query", default_of(GpuConfig, "prometheus_query"))
     if not query.strip() or len(query) > PROMQL_MAX_CHARS or not query.isprintable():
-        raise s.error("prometheus_query", f"expected one line of PromQL, at most {PROMQL_MAX_CHARS} characters")
+        raise s.error(
+            "prometheus_query",
+            f"expected one line of PromQL, at most {PROMQL_MAX_CHARS} characters",
+        )
     given = {
         "metrics_urls": urls,
         "dcgm_urls": _url_list(s, "dcgm_urls") if s.has("dcgm_urls") else (),

@@ -266,7 +266,7 @@ class GpuConfig(ConfigSection, frozen=True):
     interval_seconds: Annotated[float, Meta(ge=1.0, le=3600.0)] = 15.0  # between two scrapes
     timeout_seconds: Annotated[float, Meta(ge=0.1, le=60.0)] = 5.0  # a scrape slower fails
     # An answer larger than this is cut off there and counted as a failed scrape.
-    max_body_bytes: Annotated[int, Meta(ge=1024, le=256 * 1024 * 1024)] = 8 * 1024 * 1024
+    max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
     # `cpu`: the candidates run a CPU build of vLLM, which has no GPU utilisation to find.
     device: Literal["gpu", "cpu"] = "gpu"
     # `BACKEND: [URL, ...]`: each replica's /metrics, where it is not beside its api_base
@@ -283,7 +283,7 @@ class GpuConfig(ConfigSection, frozen=True):
     # list, else `gpus_per_replica` times the replicas that answered a scrape (or the
     # candidate's api_base entries, without a scrape).
     gpus: Annotated[int, Meta(ge=0, le=100_000)] = 0
-    gpus_per_replica: Annotated[int, Meta(ge=1, le=64)] = 1
+    gpus_per_replica: Annotated[int, Meta(ge=1, le=64)] = 1  # what one replica runs on
 
 
 class CohortMatch(ConfigSection, frozen=True):

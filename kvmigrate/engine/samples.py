@@ -22,12 +22,9 @@ COLUMNS = (
     "gpu_util", "gpus", "absent", "bad_lines",
 )  # fmt: skip
 INSERT_SQL = (
-    f"INSERT INTO engine_samples ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+    f"INSERT INTO engine_samples ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
-SELECT_SQL = (
-    f"SELECT {', '.join(COLUMNS)} FROM engine_samples WHERE ts >= ? AND ts < ? ORDER BY ts"
-)
+SELECT_SQL = f"SELECT {', '.join(COLUMNS)} FROM engine_samples WHERE ts >= ? AND ts < ? ORDER BY ts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +112,5 @@ def _histogram(text: object) -> Histogram | None:
     if not isinstance(text, str):
         return None
     data = orjson.loads(text)
-    buckets = tuple(
-        (float("inf") if b is None else float(b), float(c)) for b, c in data["buckets"]
-    )
+    buckets = tuple((float("inf") if b is None else float(b), float(c)) for b, c in data["buckets"])
     return Histogram(buckets, float(data["sum"]), float(data["count"]))

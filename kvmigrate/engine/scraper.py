@@ -111,9 +111,7 @@ class GpuScraper:
         except (aiohttp.ClientError, OSError) as exc:
             return ScrapeFailed("connect_error", f"{type(exc).__name__}: {exc}")
 
-    def _read_and_store(
-        self, ts: float, answers: list[bytes | ScrapeFailed]
-    ) -> list[ScrapeResult]:
+    def _read_and_store(self, ts: float, answers: list[bytes | ScrapeFailed]) -> list[ScrapeResult]:
         results = [_read(ts, t, a) for t, a in zip(self.targets, answers, strict=True)]
         for result in results:
             outcome = result.error.split(":", 1)[0] if result.error else "ok"
