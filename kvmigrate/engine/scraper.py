@@ -64,16 +64,24 @@ class GpuScraper:
         registry.register(_ScrapeCollector(self))
 
     async def running(self) -> None:
-        if not self.targets:
-            return
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=len(self.targets)),
-            auto_decompress=True,
-        )
-        self._task = self.supervisor.start("gpu-scrape", self._loop)
+        if self.targets:
+            self.open()
+            self._task = self.supervisor.start("gpu-scrape", self._loop)
 
     async def done(self) -> None:
         await self.supervisor.stop(self._task)
+        await self.close()
+
+    # -- direct use (tests, a one-off scrape) -----------------------------------------------
+
+    def open(self) -> None:
+        """The HTTP session of the running event loop, which `scrape_once` uses."""
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max(1, len(self.targets))),
+            auto_decompress=True,
+        )
+
+    async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close_store)

@@ -139,9 +139,9 @@ def _gpu_footnote(gpu: GpuFigures, common: str) -> str:
     if common:
         parts.append(f"Missing ({fmt.MISSING}): {common}.")
     for e in gpu.engines:
-        if e.last_error and e.last_error not in common:
-            when = fmt.when(e.last_error_at)
-            parts.append(f"{e.backend}: last failed scrape at {when}: {e.last_error}.")
+        parts += [
+            f"{e.backend} replica {url}: its last scrape failed: {why}." for url, why in e.failing
+        ]
     parts.append(
         f"The playbook's target is GPU utilisation within {gpu.band_low_pct:g}-"
         f"{gpu.band_high_pct:g}% while traffic moves. KV cache and prefix figures are the "

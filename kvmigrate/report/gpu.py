@@ -62,6 +62,8 @@ class EngineFigures:
     itl_p95_ms: Figure
     last_error: str = ""  # the newest failed scrape's reason
     last_error_at: float | None = None
+    # (replica URL, reason) of each replica whose last scrape in the window failed
+    failing: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +185,15 @@ def engine_figures(
         itl_p95_ms=latency("itl", 0.95),
         last_error=(last.error or "") if last else "",
         last_error_at=last.ts if last else None,
+        failing=_failing(results),
     )
+
+
+def _failing(results: Sequence[ScrapeResult]) -> tuple[tuple[str, str], ...]:
+    last: dict[str, ScrapeResult] = {}
+    for r in results:
+        last[r.target] = r
+    return tuple((t, r.error) for t, r in last.items() if r.error is not None)
 
 
 _UNKNOWN = "no value in this window"
