@@ -129,7 +129,7 @@ def cost_per_token(
         utilisation_pct=utilisation_pct,
     )
     tokens = own.input_tokens + own.output_tokens
-    reason = _missing(gpus, span, tokens)
+    reason = _missing(gpus, hours, tokens)
     if reason or gpus.gpus is None or span is None:
         return replace(base, reason=reason)
     gpu_hours = gpus.gpus * span
@@ -152,11 +152,11 @@ def cost_per_token(
     )
 
 
-def _missing(gpus: GpuCount, span: float | None, tokens: int) -> str:
+def _missing(gpus: GpuCount, hours: tuple[float | None, str], tokens: int) -> str:
     if gpus.gpus is None:
         return gpus.source
-    if span is None:
-        return "no span to count GPU-hours over"
+    if hours[0] is None:
+        return hours[1]
     if not tokens:
         return "the candidate answered no tokens in this window"
     return ""
