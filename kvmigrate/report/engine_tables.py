@@ -185,7 +185,8 @@ def cost_per_token_table(cost: CostFigures) -> Table:
 
 
 def _cost_footnote(cost: CostFigures) -> str:
-    gpus = f"{fmt.number(cost.gpus)} GPUs ({cost.gpus_source})"
+    plural = "" if cost.gpus == 1 else "s"
+    gpus = f"{fmt.number(cost.gpus)} GPU{plural} ({cost.gpus_source})"
     if cost.reason:
         return f"Self-hosted cost not computed: {cost.reason}. {gpus}."
     hours = f"{fmt.number(cost.gpu_hours, 2)} GPU-hours ({cost.hours_source})"
@@ -201,6 +202,8 @@ def _cost_footnote(cost: CostFigures) -> str:
                 f", a GPU utilisation of {_percent(cost.break_even_utilisation_pct)} "
                 f"(measured: {_percent(cost.utilisation_pct)})"
             )
+            if cost.break_even_utilisation_pct > 100.0:
+                parts[-1] += ": past full use, so not reachable at these prices"
         else:
             parts[-1] += "; GPU utilisation not measured, so no break-even utilisation"
         parts[-1] += "."

@@ -13,6 +13,7 @@ from kvmigrate.engine.targets import vllm_targets
 from kvmigrate.engine.vllm_sample import COUNTERS, GAUGES, HISTOGRAMS
 from kvmigrate.engine.window import histogram_increase, increase, merge, quantile
 from kvmigrate.report import fmt
+from kvmigrate.report.gpu_series import UseSeries, use_series
 
 # The playbook's target for GPU utilisation while traffic moves: busy enough to pay for
 # itself, with headroom for bursts.
@@ -76,6 +77,7 @@ class GpuFigures:
     band: str = "not measured"  # below / within / above the band, or not measured
     gpus_seen: int | None = None  # the most GPUs one scrape of the GPU source listed
     source: str = ""  # dcgm, prometheus, or "" (none configured)
+    series: tuple[UseSeries, ...] = ()  # utilisation and KV use over time, in percent
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,8 @@ def gpu_figures(results: Sequence[ScrapeResult], setup: ScrapeSetup) -> GpuFigur
         for name, replicas in setup.replicas.items()
     )
     gpu = [r for r in results if r.kind in ("dcgm", "prometheus")]
-    return _with_utilisation(GpuFigures(engines=engines, source=setup.gpu_source), gpu, setup)
+    figures = GpuFigures(engines=engines, source=setup.gpu_source, series=use_series(results))
+    return _with_utilisation(figures, gpu, setup)
 
 
 def _of(results: Sequence[ScrapeResult], backend: str) -> list[ScrapeResult]:
