@@ -13,7 +13,6 @@ from kvmigrate.report.svg import (
     Axis,
     Series,
     line_chart,
-    placeholder,
 )
 
 KEY = "gpu-use"
@@ -21,11 +20,11 @@ TITLE = "GPU utilisation and KV cache in use"
 BAND_COLOR = "#9c9c9c"
 
 
-def gpu_chart(report: Report) -> str:
+def gpu_charts(report: Report) -> list[str]:
+    """The chart, when the window holds scrapes (the GPU table says why it has none)."""
     gpu = report.gpu
     if gpu is None or not gpu.series:
-        reason = gpu.utilisation_pct.reason if gpu is not None else "No scrape setup."
-        return placeholder(KEY, TITLE, reason or "No scrape in this window.")
+        return []
     start = min(p[0] for s in gpu.series for p in s.points)
     end = max(p[0] for s in gpu.series for p in s.points)
     colors = iter(PALETTE[2:])
@@ -43,4 +42,4 @@ def gpu_chart(report: Report) -> str:
     shape = "%H:%M:%S" if span < 600 else "%m-%d %H:%M"
     x = Axis("time (UTC)", lambda v: time.strftime(shape, time.gmtime(start + v)))
     y = Axis("in use (%)", lambda v: f"{v:.0f}%", top=100.0)
-    return line_chart(KEY, TITLE, series, x, y)
+    return [line_chart(KEY, TITLE, series, x, y)]

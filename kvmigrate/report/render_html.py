@@ -6,7 +6,7 @@ import time
 
 from kvmigrate.html_text import escape
 from kvmigrate.report import fmt
-from kvmigrate.report.gpu_chart import gpu_chart
+from kvmigrate.report.gpu_chart import gpu_charts
 from kvmigrate.report.model import Report
 from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
 from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
@@ -105,7 +105,7 @@ def charts(report: Report) -> list[str]:
         cache_chart(report),
         parity_chart(report),
         timeline_chart(report),
-        *([gpu_chart(report)] if report.gpu is not None else []),
+        *gpu_charts(report),
     ]
 
 
