@@ -33,85 +33,85 @@ def _count(value: float | None) -> str:
     return fmt.number(value, 1)
 
 
+# Each engine row: its label, the figure of each engine, how it shows, and the proxy's own
+# figure beside it (None: the proxy has none).
+EngineRow = tuple[
+    str,
+    Callable[[EngineFigures], Figure],
+    Cell,
+    Callable[[BackendSummary], float | None] | None,
+]
+ENGINE_ROWS: tuple[EngineRow, ...] = (
+    ("KV cache in use, mean", lambda e: e.kv_usage_mean, fmt.pct, None),
+    ("KV cache in use, max", lambda e: e.kv_usage_max, fmt.pct, None),
+    ("requests running, mean", lambda e: e.running_mean, _count, None),
+    ("requests waiting, mean", lambda e: e.waiting_mean, _count, None),
+    ("requests waiting, max", lambda e: e.waiting_max, _count, None),
+    (
+        "prefix cache hits (engine tokens; proxy: cached / prompt)",
+        lambda e: e.prefix_hit_ratio,
+        fmt.pct,
+        lambda b: b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None,
+    ),
+    ("prefix cache tokens looked up", lambda e: e.prefix_queries, fmt.number, None),
+    ("prefix cache tokens hit", lambda e: e.prefix_hits, fmt.number, None),
+    (
+        "TTFT p50 (engine; proxy: recorded)",
+        lambda e: e.ttft_p50_ms,
+        fmt.ms,
+        lambda b: b.ttft_p50_ms,
+    ),
+    (
+        "TTFT p95 (engine; proxy: recorded)",
+        lambda e: e.ttft_p95_ms,
+        fmt.ms,
+        lambda b: b.ttft_p95_ms,
+    ),
+    ("inter-token latency p50 (engine)", lambda e: e.itl_p50_ms, fmt.ms, None),
+    ("inter-token latency p95 (engine)", lambda e: e.itl_p95_ms, fmt.ms, None),
+    (
+        "output tokens (engine; proxy: recorded)",
+        lambda e: e.generation_tokens,
+        fmt.number,
+        lambda b: float(b.completion_tokens),
+    ),
+)
+
+
 def gpu_table(report: Report, gpu: GpuFigures) -> Table:
     engines = gpu.engines
     common = _common_reason(gpu)
-    band = f"{gpu.band_low_pct:g}-{gpu.band_high_pct:g}%"
-
-    def cells(pick: Callable[[EngineFigures], Figure], show: Cell) -> tuple[str, ...]:
-        return tuple(_cell(pick(e), show, common) for e in engines)
-
-    utilisation = _cell(gpu.utilisation_pct, _percent, common)
-    if gpu.utilisation_pct.shown:
-        utilisation += f" ({gpu.band} the band)" if gpu.band != "within" else " (within the band)"
-    width = max(len(engines), 1)
-    rows: list[tuple[str, ...]] = [
-        ("GPU utilisation, mean", band, utilisation, *[""] * (width - 1), ""),
-        (
-            "GPU utilisation, max",
-            "",
-            _cell(gpu.utilisation_max_pct, _percent, common),
-            *[""] * (width - 1),
-            "",
-        ),
-        ("KV cache in use, mean", "", *cells(lambda e: e.kv_usage_mean, fmt.pct), ""),
-        ("KV cache in use, max", "", *cells(lambda e: e.kv_usage_max, fmt.pct), ""),
-        ("requests running, mean", "", *cells(lambda e: e.running_mean, _count), ""),
-        ("requests waiting, mean", "", *cells(lambda e: e.waiting_mean, _count), ""),
-        ("requests waiting, max", "", *cells(lambda e: e.waiting_max, _count), ""),
-        (
-            "prefix cache hits (engine tokens; proxy: cached / prompt)",
-            "",
-            *cells(lambda e: e.prefix_hit_ratio, fmt.pct),
-            _proxy(
-                report,
-                lambda b: b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None,
-                fmt.pct,
-            ),
-        ),
-        ("prefix cache tokens looked up", "", *cells(lambda e: e.prefix_queries, fmt.number), ""),
-        ("prefix cache tokens hit", "", *cells(lambda e: e.prefix_hits, fmt.number), ""),
-        (
-            "TTFT p50 (engine; proxy: recorded)",
-            "",
-            *cells(lambda e: e.ttft_p50_ms, fmt.ms),
-            _proxy(report, lambda b: b.ttft_p50_ms, fmt.ms),
-        ),
-        (
-            "TTFT p95 (engine; proxy: recorded)",
-            "",
-            *cells(lambda e: e.ttft_p95_ms, fmt.ms),
-            _proxy(report, lambda b: b.ttft_p95_ms, fmt.ms),
-        ),
-        ("inter-token latency p50 (engine)", "", *cells(lambda e: e.itl_p50_ms, fmt.ms), ""),
-        ("inter-token latency p95 (engine)", "", *cells(lambda e: e.itl_p95_ms, fmt.ms), ""),
-        (
-            "output tokens (engine; proxy: recorded)",
-            "",
-            *cells(lambda e: e.generation_tokens, fmt.number),
-            _proxy(report, lambda b: float(b.completion_tokens), fmt.number),
-        ),
+    summary = next((b for b in report.backends if b.backend == report.candidate), None)
+    rows = _utilisation_rows(gpu, common, max(len(engines), 1))
+    for label, pick, show, proxy in ENGINE_ROWS:
+        beside = "" if proxy is None else show(proxy(summary)) if summary else fmt.MISSING
+        rows.append((label, "", *(_cell(pick(e), show, common) for e in engines), beside))
+    rows.append(
         (
             "scrapes (failed) / replicas answering",
             "",
             *(f"{e.scrapes} ({e.failed_scrapes}) / {e.answering} of {e.replicas}" for e in engines),
             "",
-        ),
-    ]
+        )
+    )
     names = tuple(e.backend for e in engines) or ("candidate",)
     headers = ("figure", "target", *(f"{n} (engine)" for n in names), f"{report.candidate} (proxy)")
-    return Table(
-        "gpu",
-        "GPU and KV use of the candidate, over the window",
-        headers,
-        rows,
-        footnote=_gpu_footnote(gpu, common),
-    )
+    title = "GPU and KV use of the candidate, over the window"
+    return Table("gpu", title, headers, rows, footnote=_gpu_footnote(gpu, common))
 
 
-def _proxy(report: Report, pick: Callable[[BackendSummary], float | None], show: Cell) -> str:
-    summary = next((b for b in report.backends if b.backend == report.candidate), None)
-    return show(pick(summary)) if summary is not None else fmt.MISSING
+def _utilisation_rows(gpu: GpuFigures, common: str, width: int) -> list[tuple[str, ...]]:
+    """Utilisation is the GPUs', not one engine's: in the first engine column."""
+    mean = _cell(gpu.utilisation_pct, _percent, common)
+    if gpu.utilisation_pct.shown:
+        mean += f" ({gpu.band} the band)"
+    band = f"{gpu.band_low_pct:g}-{gpu.band_high_pct:g}%"
+    most = _cell(gpu.utilisation_max_pct, _percent, common)
+    pad = [""] * (width - 1)
+    return [
+        ("GPU utilisation, mean", band, mean, *pad, ""),
+        ("GPU utilisation, max", "", most, *pad, ""),
+    ]
 
 
 def _cell(figure: Figure, show: Cell, common: str) -> str:

@@ -119,77 +119,89 @@ def _of(results: Sequence[ScrapeResult], backend: str) -> list[ScrapeResult]:
 def engine_figures(
     backend: str, replicas: int, results: Sequence[ScrapeResult], scrape: bool
 ) -> EngineFigures:
-    ok = [r for r in results if r.engine is not None]
-    failed = [r for r in results if r.error is not None]
-    reason = _missing_reason(scrape, results, ok, failed)
-    by_target: dict[str, list[ScrapeResult]] = defaultdict(list)
-    for r in ok:
-        by_target[r.target].append(r)
-
-    def gauge(figure: str, pick: str) -> Figure:
-        values = [getattr(r.engine, figure) for r in ok]
-        known = [v for v in values if v is not None]
-        if reason or not known:
-            return Figure(None, reason or _absent(figure, ok))
-        return Figure(max(known) if pick == "max" else sum(known) / len(known))
-
-    def counter(figure: str) -> Figure:
-        if reason:
-            return Figure(None, reason)
-        grown = [increase([getattr(r.engine, figure) for r in rs]) for rs in by_target.values()]
-        known = [g for g in grown if g is not None]
-        if not known:
-            absent = _absent(figure, ok)
-            return Figure(None, absent if absent != _UNKNOWN else ONE_SAMPLE)
-        return Figure(sum(known))
-
-    def latency(figure: str, q: float) -> Figure:
-        if reason:
-            return Figure(None, reason)
-        grown = [
-            histogram_increase([getattr(r.engine, figure) for r in rs]) for rs in by_target.values()
-        ]
-        merged = merge([g for g in grown if g is not None])
-        value = quantile(merged, q)
-        if value is None:
-            absent = _absent(figure, ok)
-            if absent == _UNKNOWN:
-                absent = ONE_SAMPLE if merged is None else "no request finished in this window"
-            return Figure(None, absent)
-        return Figure(value * 1000.0)
-
-    queries, hits = counter("prefix_queries"), counter("prefix_hits")
-    ratio = Figure(None, queries.reason or hits.reason)
-    if queries.value is not None and hits.value is not None:
-        ratio = (
-            Figure(hits.value / queries.value)
-            if queries.value > 0
-            else Figure(None, "no prompt tokens looked up in this window")
-        )
-    last = failed[-1] if failed else None
+    """One candidate's figures from its replicas' scrapes in the window (in time order)."""
+    w = _EngineWindow(results, scrape)
+    queries, hits = w.counter("prefix_queries"), w.counter("prefix_hits")
+    last = w.failed[-1] if w.failed else None
     return EngineFigures(
         backend=backend,
         replicas=replicas,
-        answering=len(by_target),
+        answering=len(w.by_target),
         scrapes=len(results),
-        failed_scrapes=len(failed),
-        kv_usage_mean=gauge("kv_usage", "mean"),
-        kv_usage_max=gauge("kv_usage", "max"),
-        running_mean=gauge("running", "mean"),
-        waiting_mean=gauge("waiting", "mean"),
-        waiting_max=gauge("waiting", "max"),
+        failed_scrapes=len(w.failed),
+        kv_usage_mean=w.gauge("kv_usage", max_of=False),
+        kv_usage_max=w.gauge("kv_usage", max_of=True),
+        running_mean=w.gauge("running", max_of=False),
+        waiting_mean=w.gauge("waiting", max_of=False),
+        waiting_max=w.gauge("waiting", max_of=True),
         prefix_queries=queries,
         prefix_hits=hits,
-        prefix_hit_ratio=ratio,
-        generation_tokens=counter("generation_tokens"),
-        ttft_p50_ms=latency("ttft", 0.5),
-        ttft_p95_ms=latency("ttft", 0.95),
-        itl_p50_ms=latency("itl", 0.5),
-        itl_p95_ms=latency("itl", 0.95),
+        prefix_hit_ratio=_ratio(hits, queries),
+        generation_tokens=w.counter("generation_tokens"),
+        ttft_p50_ms=w.latency("ttft", 0.5),
+        ttft_p95_ms=w.latency("ttft", 0.95),
+        itl_p50_ms=w.latency("itl", 0.5),
+        itl_p95_ms=w.latency("itl", 0.95),
         last_error=(last.error or "") if last else "",
         last_error_at=last.ts if last else None,
         failing=_failing(results),
     )
+
+
+class _EngineWindow:
+    """One candidate's scrapes in the window: gauges over every readable scrape, running
+    totals and histograms replica by replica (each engine counts its own)."""
+
+    def __init__(self, results: Sequence[ScrapeResult], scrape: bool) -> None:
+        self.ok = [r for r in results if r.engine is not None]
+        self.failed = [r for r in results if r.error is not None]
+        self.reason = _missing_reason(scrape, results, self.ok, self.failed)
+        self.by_target: dict[str, list[ScrapeResult]] = defaultdict(list)
+        for r in self.ok:
+            self.by_target[r.target].append(r)
+
+    def gauge(self, figure: str, max_of: bool) -> Figure:
+        known = [v for r in self.ok if (v := getattr(r.engine, figure)) is not None]
+        if self.reason or not known:
+            return Figure(None, self.reason or _absent(figure, self.ok))
+        return Figure(max(known) if max_of else sum(known) / len(known))
+
+    def counter(self, figure: str) -> Figure:
+        if self.reason:
+            return Figure(None, self.reason)
+        grown = [
+            increase([getattr(r.engine, figure) for r in rs]) for rs in self.by_target.values()
+        ]
+        known = [g for g in grown if g is not None]
+        if known:
+            return Figure(sum(known))
+        absent = _absent(figure, self.ok)
+        return Figure(None, absent if absent != _UNKNOWN else ONE_SAMPLE)
+
+    def latency(self, figure: str, q: float) -> Figure:
+        """The engine's own latency percentile over the window, in ms."""
+        if self.reason:
+            return Figure(None, self.reason)
+        grown = [
+            histogram_increase([getattr(r.engine, figure) for r in rs])
+            for rs in self.by_target.values()
+        ]
+        merged = merge([g for g in grown if g is not None])
+        value = quantile(merged, q)
+        if value is not None:
+            return Figure(value * 1000.0)
+        absent = _absent(figure, self.ok)
+        if absent == _UNKNOWN:
+            absent = ONE_SAMPLE if merged is None else "no request finished in this window"
+        return Figure(None, absent)
+
+
+def _ratio(hits: Figure, queries: Figure) -> Figure:
+    if hits.value is None or queries.value is None:
+        return Figure(None, queries.reason or hits.reason)
+    if queries.value <= 0:
+        return Figure(None, "no prompt tokens looked up in this window")
+    return Figure(hits.value / queries.value)
 
 
 def _failing(results: Sequence[ScrapeResult]) -> tuple[tuple[str, str], ...]:
