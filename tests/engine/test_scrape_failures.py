@@ -59,7 +59,7 @@ record: {{db: "sqlite:///{tmp}/records.db", workers: 1}}
 gpu:
   scrape: true
   interval_seconds: 1
-  timeout_seconds: 1
+  timeout_seconds: 4
   max_body_bytes: 65536
   metrics_urls:
     vllm: ["{bad}/garbage/metrics", "{bad}/huge/metrics", "{bad}/hang/metrics"]
@@ -101,7 +101,7 @@ def test_failing_exporters_leave_the_proxy_serving_and_the_report_says_why(
             "unreadable: no vLLM metric in the answer (4 unreadable lines)"
         ),
         f"{bed.exporters}/huge/metrics": "too_large: the answer is larger than 65,536 bytes",
-        f"{bed.exporters}/hang/metrics": "timeout: no whole answer within 1 s",
+        f"{bed.exporters}/hang/metrics": "timeout: no whole answer within 4 s",
         f"{bed.vllm}/metrics": "unreadable: no DCGM_FI_DEV_GPU_UTIL series in the answer",
     }
     deadline = time.monotonic() + 30
@@ -109,7 +109,7 @@ def test_failing_exporters_leave_the_proxy_serving_and_the_report_says_why(
     with openai.OpenAI(base_url=f"{bed.proxy}/v1", api_key="sk-client", max_retries=0) as client:
         while len(seen) < len(expected) and time.monotonic() < deadline:
             # Answers keep coming while scrapes hang, overflow and fail to parse, and none
-            # waits for the hanging scrape's timeout.
+            # waits for the hanging scrape's 4 s timeout.
             started = time.perf_counter()
             raw = client.chat.completions.with_raw_response.create(
                 model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4
@@ -117,7 +117,7 @@ def test_failing_exporters_leave_the_proxy_serving_and_the_report_says_why(
             assert raw.http_response.status_code == 200
             assert raw.headers["x-kvmigrate-backend"] == "hosted"
             assert raw.parse().choices[0].message.content
-            assert time.perf_counter() - started < 0.9
+            assert time.perf_counter() - started < 3.0
             seen = _scrapes(db)
             time.sleep(0.2)
     assert seen == expected
