@@ -1,9 +1,10 @@
 """The few series a scrape needs, read out of Prometheus's text format.
 
-Only the lines of the metrics asked for are parsed: a vLLM /metrics answer has several
-hundred lines (python_gc_*, http_*, every histogram's buckets) of which a scrape reads a
-few dozen, and a full parse (prometheus_client.parser) cost ten times as much. A line that
-cannot be read is counted, never raised: an exporter's odd line must not lose the others.
+Only the lines of the metrics asked for are parsed: a vLLM /metrics answer has hundreds of
+lines (python_gc_*, http_*, every histogram's buckets) of which a scrape reads a few
+dozen, and a full parse (prometheus_client.parser) builds an object for every one of them.
+A line that cannot be read is counted, never raised: an exporter's odd line must not lose
+the others.
 """
 
 from __future__ import annotations
