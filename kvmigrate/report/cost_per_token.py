@@ -69,10 +69,16 @@ def gpu_count(
     if seen:
         return GpuCount(seen, "the GPU source's count")
     if answering:
-        return GpuCount(answering * per_replica, f"{answering} scraped replicas x {per_replica}")
+        scraped = f"{answering} scraped replica{_s(answering)}"
+        return GpuCount(answering * per_replica, f"{scraped} x {per_replica}")
     if replicas:
-        return GpuCount(replicas * per_replica, f"{replicas} configured replicas x {per_replica}")
+        listed = f"{replicas} configured replica{_s(replicas)}"
+        return GpuCount(replicas * per_replica, f"{listed} x {per_replica}")
     return GpuCount(None, "no replica of the candidate is configured")
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def hours_running(scrape_span_s: float | None, rows: Sequence[Row]) -> tuple[float | None, str]:

@@ -61,6 +61,7 @@ def test_each_arm_is_priced_on_the_tokens_it_answered() -> None:
         (0, 4, 2, 1, 2, GpuCount(4, "the GPU source's count")),
         (0, None, 2, 4, 3, GpuCount(8, "2 scraped replicas x 4")),
         (0, None, 0, 2, 3, GpuCount(6, "3 configured replicas x 2")),
+        (0, None, 1, 1, 3, GpuCount(1, "1 scraped replica x 1")),
         (0, None, 0, 1, 0, GpuCount(None, "no replica of the candidate is configured")),
     ],
 )
