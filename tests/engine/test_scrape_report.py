@@ -102,6 +102,17 @@ def _settled(bed: Bed, answered: int) -> EngineSample:
     raise AssertionError("the shadow copies did not all arrive")
 
 
+def _recorded(bed: Bed, count: int) -> None:
+    """Until the recorder has written `count` records (it writes off the response path)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with open_store(bed.db) as store:
+            if store.query("SELECT count(*) FROM records")[0][0] >= count:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the records were not written")
+
+
 def test_the_report_shows_engine_and_gpu_figures_beside_the_proxys(bed: Bed) -> None:
     since = time.time()
     before = _engine(bed)
@@ -119,6 +130,7 @@ def test_the_report_shows_engine_and_gpu_figures_beside_the_proxys(bed: Bed) -> 
             messages.append({"role": "assistant", "content": answer.choices[0].message.content})
     after = _settled(bed, 4)
     _scraped_after(bed, time.time())
+    _recorded(bed, 8)  # each turn served by the primary and copied to the candidate
 
     args = ["report", "--config", str(bed.config), "--since", f"{time.time() - since + 1:.0f}s"]
     result = CliRunner().invoke(main, [*args, "--format", "json"])
