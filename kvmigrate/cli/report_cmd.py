@@ -17,6 +17,7 @@ from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
 from kvmigrate.report import RENDERERS, Prices, build_report
+from kvmigrate.report.gpu import ScrapeSetup
 from kvmigrate.report.timeline import rollout_timeline
 
 PRICE = FiniteRange(min=0)  # $ per unit: 0 or more
@@ -180,6 +181,7 @@ def _render(
         database=config.record.db,
         max_turn=max_turn,
         candidates_of={name: config.candidates_of(name) for name in config.cohort_names()},
+        gpu=ScrapeSetup.of(config),
     )
     return RENDERERS[fmt](built)
 

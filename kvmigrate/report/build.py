@@ -27,6 +27,8 @@ from kvmigrate.report.cohorts import (
 from kvmigrate.report.completeness import completeness
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.divergences import divergent_pairs
+from kvmigrate.report.engine_use import engine_use
+from kvmigrate.report.gpu import ScrapeSetup
 from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import CacheBusters, Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
@@ -46,13 +48,15 @@ def build_report(
     database: str = "",
     max_turn: int = 10,
     candidates_of: Mapping[str, Sequence[str]] | None = None,
+    gpu: ScrapeSetup | None = None,
 ) -> Report:
     """`store` None stands for a database that does not exist yet: an empty report.
     `candidates_of`: each cohort of the config and its candidates (config.candidates_of),
     the first of which its own report holds against the primary. Given, only those cohorts
     get a view: a model without a rollout (embeddings on the primary only) is no cohort,
     and its traffic counts in the fleet's figures alone. None: every recorded group does,
-    against `candidate`."""
+    against `candidate`. `gpu`: the config's scrape setup, for the GPU, KV and
+    cost-per-token figures (report.engine_use); None leaves them out."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -74,6 +78,11 @@ def build_report(
         cohort_of = {r.request_id: r.cohort for r in recorded} if len(cohorts) > 1 else {}
         busters = cache_busters(store, since, until, cohort_of)
     _fill(report, recorded, store, prices, max_turn, paired)
+    if gpu is not None:
+        served = [r for r in recorded if r.role != Role.NOISE]
+        report.gpu, report.cost_per_token = engine_use(
+            store, served, since, until, primary, candidate, prices, gpu
+        )
     report.cache_busters = busters[0]
     report.divergences, report.divergent_total = divergent_pairs(recorded, store)
     if candidates_of is not None:

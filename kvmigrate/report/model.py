@@ -6,9 +6,14 @@ never NaN: renderers show "—" and JSON shows null."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvmigrate.report.completeness import Completeness
 from kvmigrate.report.identity import IdentitySummary
+
+if TYPE_CHECKING:
+    from kvmigrate.report.cost_per_token import CostFigures
+    from kvmigrate.report.gpu import GpuFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +265,10 @@ class Report:
     candidate_pairs: list[CandidatePair] = field(default_factory=list)
     # The answers the proxies counted against the records (fleet-wide only).
     completeness: Completeness = field(default_factory=Completeness)
+    # The candidates' GPU and KV use and each arm's cost per token (report.engine_use),
+    # fleet-wide only; None when the report was built without the config's scrape setup.
+    gpu: GpuFigures | None = None
+    cost_per_token: CostFigures | None = None
 
     @property
     def empty(self) -> bool:

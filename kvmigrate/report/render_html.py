@@ -18,6 +18,7 @@ from kvmigrate.render.svg import (
     placeholder,
 )
 from kvmigrate.render.table import html_table
+from kvmigrate.report.gpu_chart import gpu_charts
 from kvmigrate.report.model import Report
 from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
 from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
@@ -80,6 +81,7 @@ def charts(report: Report) -> list[str]:
         cache_chart(report),
         parity_chart(report),
         timeline_chart(report),
+        *gpu_charts(report),
     ]
 
 

@@ -27,6 +27,9 @@ def summary_lines(report: Report) -> list[str]:
 
 def report_tables(report: Report) -> list[Table]:
     """The sections of one view: the fleet's (with its by-cohort table) or one cohort's."""
+    # Here, not at the top: engine_tables builds its sections from this module's Table.
+    from kvmigrate.report.engine_tables import engine_tables
+
     return [
         headline(report),
         *by_cohort(report),
@@ -35,6 +38,7 @@ def report_tables(report: Report) -> list[Table]:
         cache_by_turn(report),
         identity(report),
         cost(report),
+        *engine_tables(report),
         parity(report),
         *by_candidate(report),
         *candidates_against_each_other(report),
