@@ -20,7 +20,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     data["cohorts"] = [
         {k: v for k, v in _sections(c).items() if k not in SHARED} for c in report.cohorts
     ]
-    return _finite(data)  # type: ignore[no-any-return]
+    return finite(data)  # type: ignore[no-any-return]
 
 
 def _sections(report: Report) -> dict[str, Any]:
@@ -31,13 +31,13 @@ def _sections(report: Report) -> dict[str, Any]:
     return data
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 

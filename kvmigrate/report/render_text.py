@@ -66,7 +66,7 @@ def _md_sections(report: Report, level: str) -> list[str]:
     out = []
     for table in report_tables(report):
         out += [f"{level} {md_escape(table.title)}", ""]
-        out += _md_table(table) if table.rows else [f"_{md_escape(table.note)}_"]
+        out += md_table(table) if table.rows else [f"_{md_escape(table.note)}_"]
         if table.rows and table.footnote:
             out += ["", f"_{md_escape(table.footnote)}_"]
         out.append("")
@@ -84,7 +84,7 @@ def md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def _md_table(table: Table) -> list[str]:
+def md_table(table: Table) -> list[str]:
     def cells(values: tuple[str, ...]) -> str:
         return "| " + " | ".join(map(md_escape, values)) + " |"
 

@@ -135,17 +135,25 @@ def _auto_ticks(frame: _Frame, axis: Axis) -> list[tuple[float, str]]:
 
 
 def line_chart(
-    key: str, title: str, series: Sequence[Series], x: Axis, y: Axis, step: bool = False
+    key: str,
+    title: str,
+    series: Sequence[Series],
+    x: Axis,
+    y: Axis,
+    step: bool = False,
+    limits: Sequence[tuple[float, str]] = (),
 ) -> str:
     """Lines through each series' points; `step` draws a staircase (a level held until the
-    next point), for a rollout's percent over time."""
+    next point), for a rollout's percent over time. `limits`: horizontal target lines
+    (value, label), always in view."""
     drawn = [s for s in series if s.points]
     if not drawn:
         return placeholder(key, title, "No data in this window.")
     xs = [px for s in drawn for px, _ in s.points]
-    ys = [py for s in drawn for _, py in s.points]
+    ys = [py for s in drawn for _, py in s.points] + [value for value, _ in limits]
     frame = _Frame(min(xs), max(xs), y.top or nice_ceiling(max(ys) * 1.05))
     out = _open(key, title) + _axes(frame, x, y, _auto_ticks(frame, x))
+    out += _limits(frame, limits)
     for s in drawn:
         dash = "5 3" if s.dashed else None
         points = _path(frame, s.points, step)
@@ -160,6 +168,21 @@ def line_chart(
                    data_series=s.name, data_x=f"{px:g}", data_y=f"{py:g}", class_="pt")
             )  # fmt: skip
     return "\n".join([*out, *_legend(drawn), "</svg>"])
+
+
+def _limits(frame: _Frame, limits: Sequence[tuple[float, str]]) -> list[str]:
+    out = []
+    for value, label in limits:
+        py = frame.y(value)
+        out.append(
+            el("line", x1=LEFT, x2=WIDTH - RIGHT, y1=py, y2=py, stroke="#e15759",
+               stroke_dasharray="2 4", data_limit=f"{value:g}", class_="limit")
+        )  # fmt: skip
+        out.append(
+            el("text", escape(label), x=WIDTH - RIGHT - 4, y=py - 4, text_anchor="end",
+               class_="tick")
+        )  # fmt: skip
+    return out
 
 
 def _path(frame: _Frame, points: Sequence[tuple[float, float]], step: bool) -> str:
