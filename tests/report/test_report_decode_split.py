@@ -114,7 +114,8 @@ def test_decode_speed_by_arm_finds_the_slower_candidate_and_no_a_a_difference(
     data = json.loads(_report(config, "--format", "json"))
     served = {b["backend"]: b["serve"] for b in data["backends"]}
     assert sum(served.values()) == CONVERSATIONS * TURNS
-    assert served["hosted"] >= 20 and served["vllm"] >= 20, served  # it did split
+    assert served["hosted"] >= 20, served  # it did split
+    assert served["vllm"] >= 20, served
     decode = {d["backend"]: d for d in data["decode"]}
     assert list(decode) == ["hosted", "vllm"]
     for name, d in decode.items():
