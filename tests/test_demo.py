@@ -90,9 +90,10 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     ]
     tps = rows["Tokens per second per stream above 50"]
     assert re.search(r"tok/s  +\[[\d.,]+, [\d.,]+\]  +met$", tps), tps
-    assert "no candidate conversation reached turn 10" in rows[
-        "Turn-N latency flat (under 3 s past 10 turns)"
-    ]
+    assert (
+        "no candidate conversation reached turn 10"
+        in rows["Turn-N latency flat (under 3 s past 10 turns)"]
+    )
     html = (tmp_path / "report.html").read_text()
     assert html.count('class="chart') >= 5
     assert 'data-table="scorecard"' in html

@@ -183,3 +183,13 @@ def test_the_scorecard_reads_decode_speed_from_its_interval(recorded: tuple[str,
         f"{tps['candidate']:,.1f} tok/s",
     ]
     assert cells[6] == "met"
+    md = _report(config, "--scorecard", "--format", "md")
+    assert (
+        f"| Tokens per second per stream above 50 | candidate p50 &gt; 50 tok/s | "
+        f"{tps['primary']:,.1f} tok/s | {tps['candidate']:,.1f} tok/s |"
+    ) in md
+    html = _report(config, "--format", "html")
+    assert html.count('data-table="scorecard"') == 1
+    for key in ("decode", "decode_by_turn", "flatness"):
+        assert f'data-table="{key}"' in html
+    assert 'data-limit="3000"' in html

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from kvmigrate.report.flatness import Slope, slope
@@ -49,7 +51,13 @@ MET, MISSED, WAIT, NONE = Status.MET, Status.MISSED, Status.NOT_ENOUGH, Status.N
         (at_least, None, 0.49, 0.5, MISSED),
     ],
 )
-def test_a_status_is_read_from_the_interval(judge, low, high, limit, expected) -> None:  # type: ignore[no-untyped-def]
+def test_a_status_is_read_from_the_interval(
+    judge: Callable[[float | None, float | None, float], Status],
+    low: float | None,
+    high: float | None,
+    limit: float,
+    expected: Status,
+) -> None:
     assert judge(low, high, limit) is expected
 
 
