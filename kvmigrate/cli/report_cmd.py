@@ -132,8 +132,9 @@ def report(
     gpu_tokens_per_s: float | None,
     min_gpus: int,
 ) -> None:
-    """Summarise recorded traffic: the playbook's scorecard, TTFT by turn and its
-    flatness, decode speed, cache hits, errors, coverage and cost."""
+    """Summarise recorded traffic: scorecard, TTFT and decode speed by turn, cache, cost.
+
+    The scorecard is the playbook's checklist; `--scorecard` prints it alone."""
     config = load_or_exit(config_path, secrets_required=False)
     now = time.time()
     start = parse_since(since, now)
