@@ -14,6 +14,9 @@ from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.report import build_report
 
 
+COHORTS = ("billing-bot", "support-bot")
+
+
 def _stream(i: int, backend: str, decode_s: float, tokens: int | None) -> Exchange:
     """A streamed chat answer whose first byte came 0.1 s in and whose last chunk came
     `decode_s` later, in 10 more chunks, the longest gap 0.05 s."""
@@ -22,6 +25,7 @@ def _stream(i: int, backend: str, decode_s: float, tokens: int | None) -> Exchan
         role=Role.SERVE, model="m", served_model="m", conversation=f"c{i}", turn=1,
         stream=True, started=0.0, status=200, first_byte=0.1, finished=0.1 + decode_s + 0.01,
         last_chunk=0.1 + decode_s, later_chunks=10, max_chunk_gap=0.05,
+        cohort=COHORTS[i % 2],
     )  # fmt: skip
     usage = {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + (tokens or 0)}
     events = [{"choices": [{"index": 0, "delta": {"content": "hi"}}]}]
@@ -67,6 +71,12 @@ def test_decode_timing_reaches_the_window_and_the_report(url: str) -> None:
     assert decode["vllm"].gap_max_p95_ms == pytest.approx(50.0)
     assert report.decode_difference.difference == pytest.approx(-150.0)
     assert report.decode_difference.high == pytest.approx(-150.0)  # no spread: no width
+    # Each cohort's view has its own decode figures, on its own streams.
+    assert [c.cohort for c in report.cohorts] == list(COHORTS)
+    for cohort in report.cohorts:
+        streams = {d.backend: d.streams for d in cohort.decode}
+        assert streams == {"hosted": 15, "vllm": 15}
+        assert cohort.decode_difference.difference == pytest.approx(-150.0)
     [tps] = [row for row in report.scorecard if row.key == "tps"]
     assert (tps.primary, tps.candidate, str(tps.status)) == (
         pytest.approx(200.0),
