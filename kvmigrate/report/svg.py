@@ -20,6 +20,7 @@ WIDTH, HEIGHT = 640, 320
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 52, 48
 LEGEND_ITEM = 110  # px per legend entry, laid out in one row above the plot
 TICKS = 5
+LIMIT_SCALE = 4.0  # a target line more than this times the highest point is only named
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +146,24 @@ def line_chart(
 ) -> str:
     """Lines through each series' points; `step` draws a staircase (a level held until the
     next point), for a rollout's percent over time. `limits`: horizontal target lines
-    (value, label), always in view."""
+    (value, label). One far above every point (over `LIMIT_SCALE` times the highest) would
+    flatten the lines against the axis: it is named in a note instead of drawn."""
     drawn = [s for s in series if s.points]
     if not drawn:
         return placeholder(key, title, "No data in this window.")
     xs = [px for s in drawn for px, _ in s.points]
-    ys = [py for s in drawn for _, py in s.points] + [value for value, _ in limits]
+    ys = [py for s in drawn for _, py in s.points]
+    shown = [(v, label) for v, label in limits if v <= max(ys) * LIMIT_SCALE]
+    noted = [(v, label) for v, label in limits if (v, label) not in shown]
+    ys += [v for v, _ in shown]
     frame = _Frame(min(xs), max(xs), y.top or nice_ceiling(max(ys) * 1.05))
     out = _open(key, title) + _axes(frame, x, y, _auto_ticks(frame, x))
-    out += _limits(frame, limits)
+    out += _limits(frame, shown)
+    for i, (value, label) in enumerate(noted):
+        out.append(
+            el("text", escape(f"{label}: far above every point"), x=WIDTH - RIGHT,
+               y=20 + 14 * i, text_anchor="end", data_limit=f"{value:g}", class_="tick")
+        )  # fmt: skip
     for s in drawn:
         dash = "5 3" if s.dashed else None
         points = _path(frame, s.points, step)

@@ -13,7 +13,6 @@ from kvmigrate.recorder import open_store, window_stats
 from kvmigrate.recorder.convert import RecordConverter
 from kvmigrate.report import build_report
 
-
 COHORTS = ("billing-bot", "support-bot")
 
 
