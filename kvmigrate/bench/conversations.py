@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvmigrate.wire.content import content_text
+
 # Common English words: about one token each in BPE vocabularies (and exactly one in the
 # emulator's and the test bed's), so `--system-tokens 1000` means about 1000 tokens.
 _VOCABULARY_TEXT = (
@@ -115,7 +117,7 @@ def _openai_messages(messages: Iterable[Any], where: str) -> list[tuple[str, str
         if not isinstance(message, dict):
             raise DatasetError(f"{where}: every message must be an object")
         role = message.get("role")
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"), sep="\n")
         if role in ("system", "developer"):
             pairs.append(("system", text))
         elif role in ("user", "assistant", "tool"):
@@ -130,15 +132,5 @@ def _sharegpt_messages(turns: Iterable[Any], where: str) -> list[tuple[str, str]
             raise DatasetError(f"{where}: every ShareGPT turn needs `from` and `value`")
         role = _SHAREGPT_ROLES.get(str(turn["from"]).lower())
         if role is not None:
-            pairs.append((role, _text(turn.get("value"))))
+            pairs.append((role, content_text(turn.get("value"), sep="\n")))
     return pairs
-
-
-def _text(content: Any) -> str:
-    """Plain text from a string or a list of content parts (text parts only)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-        return "\n".join(p for p in parts if isinstance(p, str))
-    return ""

@@ -9,8 +9,8 @@ from typing import Any
 from kvmigrate.plan.metrics import FleetFigures
 from kvmigrate.plan.sweep import Plan
 from kvmigrate.plan.tables import focus, plan_tables, summary_lines
-from kvmigrate.report import fmt
-from kvmigrate.report.render_text import text_table
+from kvmigrate.render import fmt
+from kvmigrate.render.table import text_table
 
 TITLE = "kvmigrate plan"
 

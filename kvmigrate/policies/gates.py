@@ -31,6 +31,7 @@ __all__ = [
     "all_passed",
     "evaluate_gates",
     "gate_summary",
+    "gates_left_off",
     "gates_off",
     "render_gates",
     "rollback_reason",
@@ -57,6 +58,11 @@ def evaluate_gates(
 # seen rather than assumed (a candidate parity failed at 0.435 was promoted to 100% with
 # `min_parity` commented out and no line saying so).
 OPTIONAL_GATES = {"parity": "min_parity", DECODE_GATE: "tps_p50_min"}
+
+
+def gates_left_off(config: GateConfig) -> dict[str, str]:
+    """The optional gates `config` leaves off, each with the key that turns it on."""
+    return {name: key for name, key in OPTIONAL_GATES.items() if getattr(config, key) is None}
 
 
 def gates_off(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:

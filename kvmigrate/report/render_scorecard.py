@@ -8,11 +8,11 @@ from typing import Any
 import orjson
 
 from kvmigrate.html_text import escape
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
+from kvmigrate.render.page import STYLE
+from kvmigrate.render.table import html_table, md_escape, md_table, text_table
 from kvmigrate.report.model import Report
-from kvmigrate.report.render_html import STYLE, html_table
 from kvmigrate.report.render_json import finite
-from kvmigrate.report.render_text import md_escape, md_table, text_table
 from kvmigrate.report.scorecard_table import FOOT, TITLE, scorecard_table
 
 

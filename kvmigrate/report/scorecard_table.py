@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
+from kvmigrate.render.table import Table
 from kvmigrate.report.model import Report
 from kvmigrate.report.scorecard_model import ScorecardRow
 from kvmigrate.report.speed_tables import span
-from kvmigrate.report.table import Table
 
 HEADERS = ("check", "target", "primary", "candidate", "judged", "95% CI", "status", "why")
 TITLE = "Scorecard (the playbook's checklist)"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
+from kvmigrate.render.table import Table
 from kvmigrate.report.model import Flatness, Report
-from kvmigrate.report.table import Table
 
 DECODE_HEADERS = (
     "backend",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
+from kvmigrate.render.table import Table
 from kvmigrate.report.candidate_pairs import FOOTNOTE as PAIRS_FOOTNOTE
 from kvmigrate.report.candidate_pairs import HEADERS as PAIR_HEADERS
 from kvmigrate.report.candidate_pairs import pair_rows
@@ -13,9 +14,6 @@ from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
 from kvmigrate.report.scorecard_table import scorecard_table
 from kvmigrate.report.speed_tables import decode, decode_by_turn, flatness
-from kvmigrate.report.table import Table
-
-__all__ = ["Table", "cohort_lines", "report_tables", "summary_lines"]
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
 

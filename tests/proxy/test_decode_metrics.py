@@ -86,12 +86,11 @@ def test_each_stream_with_usage_is_one_observation(
         assert series[(metric + "_count", "hosted", "serve")] == 1.0
         assert series[(metric + "_count", "vllm", "shadow")] == 2.0
     # The emulators pace their tokens: what the proxy saw is at most that fast (a loaded
-    # machine only adds to each gap), and the candidate's 50 tokens/s well under the
-    # primary's 200.
+    # machine only adds to each gap).
     hosted_tps = series[(tps + "_sum", "hosted", "serve")]
     vllm_tps = series[(tps + "_sum", "vllm", "shadow")] / 2
     assert 0 < vllm_tps <= 50 * 1.1
-    assert vllm_tps < hosted_tps <= 200 * 1.1
+    assert 0 < hosted_tps <= 200 * 1.1
     hosted_tpot = series[(tpot + "_sum", "hosted", "serve")]
     assert hosted_tpot == pytest.approx(1 / hosted_tps, rel=0.01)
     assert series[(gap + "_sum", "vllm", "shadow")] / 2 >= 1 / 50 * 0.9

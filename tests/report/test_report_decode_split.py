@@ -42,7 +42,9 @@ record: {{db: "sqlite:///{db}", content: none}}
 CONVERSATIONS = 48
 TURNS = 2
 TOKENS = 24  # every answer's length: the emulators' shortest and longest alike
-FAST, SLOW = 400.0, 100.0  # decode tokens per second of one stream
+# Decode tokens per second of one stream: gaps of 10 ms and 40 ms between tokens, far above
+# what a busy machine adds per chunk.
+FAST, SLOW = 100.0, 25.0
 
 
 def _emulator(profile: str, decode_tps: float) -> EmulatorSettings:
@@ -131,11 +133,13 @@ def test_decode_speed_by_arm_finds_the_slower_candidate_and_no_a_a_difference(
     )
     assert diff["difference"] == pytest.approx(diff["candidate"] - diff["primary"])
     assert diff["low"] <= diff["difference"] <= diff["high"]
+    # The emulators pace their tokens: through the proxy a stream is never faster than
+    # that (a busy machine only adds to each gap).
+    assert decode["hosted"]["tps_p50"] <= FAST * 1.05
     if kind == "slower":
-        # A quarter of the primary's speed (less the proxy's own share of each gap).
         assert diff["high"] < 0
-        assert decode["vllm"]["tps_p50"] < 0.5 * decode["hosted"]["tps_p50"]
-        assert decode["vllm"]["tpot_p50_ms"] > 2 * decode["hosted"]["tpot_p50_ms"]
+        assert decode["vllm"]["tps_p50"] <= SLOW * 1.05
+        assert decode["vllm"]["tpot_p50_ms"] >= 1000 / SLOW * 0.95
     else:
         assert diff["low"] < 0 < diff["high"]
     by_turn = [(t["turn"], t["primary_n"] + t["candidate_n"]) for t in data["decode_by_turn"]]
@@ -150,7 +154,7 @@ def test_decode_speed_by_arm_finds_the_slower_candidate_and_no_a_a_difference(
 
 
 def test_the_scorecard_reads_decode_speed_from_its_interval(recorded: tuple[str, Path]) -> None:
-    _, config = recorded
+    kind, config = recorded
     data = json.loads(_report(config, "--scorecard", "--format", "json"))
     rows = {r["key"]: r for r in data["scorecard"]}
     assert list(rows) == ["ttft", "tps", "flat", "gpu", "cost", "ttft_improvement", "users"]
@@ -165,7 +169,16 @@ def test_the_scorecard_reads_decode_speed_from_its_interval(recorded: tuple[str,
         decode["vllm"]["tps_p50_low"],
         decode["vllm"]["tps_p50_high"],
     )
-    assert tps["status"] == "met"  # both speeds are far above 50 tokens per second
+    # The slower candidate decodes at most 25 tokens per second: surely under 50. The A/A
+    # one is paced at 100, but a loaded machine slows what the proxy sees, so its status
+    # is read off its interval.
+    if kind == "slower" or tps["high"] <= 50:
+        status = "missed"
+    elif tps["low"] > 50:
+        status = "met"
+    else:
+        status = "not enough evidence"
+    assert tps["status"] == status
     # Two turns per conversation: nobody reached turn 10.
     assert rows["flat"]["status"] == "not enough evidence"
     assert rows["flat"]["reason"].startswith("no candidate conversation reached turn 10")
@@ -182,7 +195,7 @@ def test_the_scorecard_reads_decode_speed_from_its_interval(recorded: tuple[str,
         f"{tps['primary']:,.1f} tok/s",
         f"{tps['candidate']:,.1f} tok/s",
     ]
-    assert cells[6] == "met"
+    assert cells[6] == status
     md = _report(config, "--scorecard", "--format", "md")
     assert (
         f"| Tokens per second per stream above 50 | candidate p50 &gt; 50 tok/s | "

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from kvmigrate.report.svg import Axis, Series, line_chart
+from kvmigrate.render.svg import Axis, Series, line_chart
 
 
 @pytest.mark.parametrize(
