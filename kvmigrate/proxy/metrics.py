@@ -36,8 +36,8 @@ LATENCY_BUCKETS = (
     80.0,
     160.0,
 )
-# Decode speed of one stream: a loaded CPU build near 1 token/s, a small model on an
-# idle GPU past 1,000; the playbook's target is 50.
+# Decode speed of one stream: from a CPU build's few tokens per second to a small model's
+# thousands on an idle GPU; the playbook's target is 50.
 TPS_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0,
                500.0, 1000.0)  # fmt: skip
 TPOT_BUCKETS = (0.001, 0.002, 0.004, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2,
