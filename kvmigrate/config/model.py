@@ -39,6 +39,7 @@ LIMITS: Final[Mapping[type, Mapping[str, Meta]]] = {
         "ttft_p95_floor_ms": Meta(ge=0.0),
         "min_parity": Meta(ge=0.0, le=1.0),
         "min_parity_samples": Meta(ge=1),
+        "tps_p50_min": Meta(ge=0.0),
         "window_seconds": Meta(ge=1.0),
         "confidence": Meta(ge=0.5, le=0.9999),
     },

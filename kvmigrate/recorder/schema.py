@@ -174,4 +174,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX engine_samples_ts ON engine_samples (ts)",
         ),
     ),
+    Migration(
+        "m011_decode",
+        (
+            # A streamed answer's decode timing (kvmigrate.exchange): with completion_tokens,
+            # its output tokens per second after the first and its time per output token.
+            "ALTER TABLE records ADD COLUMN decode_ms DOUBLE PRECISION",
+            "ALTER TABLE records ADD COLUMN decode_chunks BIGINT",
+            "ALTER TABLE records ADD COLUMN chunk_gap_max_ms DOUBLE PRECISION",
+        ),
+    ),
 )

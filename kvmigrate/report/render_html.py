@@ -24,6 +24,7 @@ from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
 from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
 from kvmigrate.report.render_divergences import divergences_section
 from kvmigrate.report.render_selector import SELECTOR_SCRIPT, SELECTOR_STYLE, cohort_selector
+from kvmigrate.report.scorecard import LATE_TARGET_MS
 from kvmigrate.report.tables import NOT_SCORED, cohort_lines, report_tables, summary_lines
 
 
@@ -114,7 +115,9 @@ def ttft_chart(report: Report) -> str:
             series.append(Series(f"{name} {stat}", points, color[name], dashed))
     labels = [t.turn for t in turns]
     y = Axis("TTFT (ms)", lambda v: f"{v:,.0f}")
-    return line_chart("ttft-by-turn", "TTFT by turn", series, _turn_axis(labels), y)
+    # The playbook's flatness target: under 3 s even past 10 turns.
+    limit = [(LATE_TARGET_MS, "3 s: the playbook's limit past 10 turns")]
+    return line_chart("ttft-by-turn", "TTFT by turn", series, _turn_axis(labels), y, limits=limit)
 
 
 def cdf_chart(report: Report) -> str:

@@ -12,6 +12,8 @@ from kvmigrate.report.candidates import candidate_rows
 from kvmigrate.report.completeness import completeness_lines
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
+from kvmigrate.report.scorecard_table import scorecard_table
+from kvmigrate.report.speed_tables import decode, decode_by_turn, flatness
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
 
@@ -31,10 +33,14 @@ def report_tables(report: Report) -> list[Table]:
     from kvmigrate.report.engine_tables import engine_tables
 
     return [
+        *([scorecard_table(report)] if report.scorecard else []),
         headline(report),
         *by_cohort(report),
         coverage(report),
         ttft_by_turn(report),
+        flatness(report),
+        decode(report),
+        decode_by_turn(report),
         cache_by_turn(report),
         identity(report),
         cost(report),
