@@ -182,9 +182,17 @@ def test_the_scorecard_reads_decode_speed_from_its_interval(recorded: tuple[str,
     # Two turns per conversation: nobody reached turn 10.
     assert rows["flat"]["status"] == "not enough evidence"
     assert rows["flat"]["reason"].startswith("no candidate conversation reached turn 10")
-    for key in ("gpu", "cost", "users"):
+    for key in ("gpu", "users"):
         assert rows[key]["status"] == "not measured"
-        assert rows[key]["reason"].startswith("no ")
+    # The config scrapes nothing: the GPU row says so, in the scrape's own words.
+    assert rows["gpu"]["reason"] == "not configured: gpu.scrape is off"
+    assert rows["users"]["reason"].startswith("no ")
+    # Cost needs no scrape: the configured replicas' GPU-hours at the default hour price,
+    # over the tokens the candidate served, against the hosted price of the primary's.
+    arms = {a["arm"]: a for a in full["cost_per_token"]["arms"]}
+    own, hosted = arms["candidate"]["self_hosted_usd_per_m"], arms["primary"]["hosted_usd_per_m"]
+    assert (rows["cost"]["primary"], rows["cost"]["candidate"]) == (hosted, own)
+    assert rows["cost"]["status"] == ("met" if own < hosted else "missed")
     assert full["scorecard"] == data["scorecard"]
     text = _report(config, "--scorecard")
     cells = _row(
