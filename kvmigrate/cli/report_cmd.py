@@ -17,10 +17,9 @@ from kvmigrate.private_files import private_output
 from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
-from kvmigrate.report import RENDERERS, Prices, Report, build_report
-from kvmigrate.report.gpu import ScrapeSetup
+from kvmigrate.report import RENDERERS, Prices, Report
+from kvmigrate.report.configured import configured_report
 from kvmigrate.report.render_scorecard import SCORECARD_RENDERERS
-from kvmigrate.report.timeline import rollout_timeline
 
 PRICE = FiniteRange(min=0)  # $ per unit: 0 or more
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -180,21 +179,7 @@ def _render(
     render: Callable[[Report], str],
     max_turn: int,
 ) -> str:
-    r = config.rollout
-    built = build_report(
-        store,
-        since,
-        until,
-        primary=r.primary,
-        candidate=r.candidate,
-        prices=prices,
-        timeline=rollout_timeline(config, since, until),
-        database=config.record.db,
-        max_turn=max_turn,
-        candidates_of={name: config.candidates_of(name) for name in config.cohort_names()},
-        gpu=ScrapeSetup.of(config),
-    )
-    return render(built)
+    return render(configured_report(config, store, since, until, prices, max_turn))
 
 
 def _export(

@@ -32,14 +32,15 @@ from kvmigrate.embedded import (
     EmulatedBackends,
     embedded_config,
     emulated_backends,
+    emulated_gpu,
 )
 from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.private_files import write_private
 from kvmigrate.progress import progress
 from kvmigrate.recorder.store import open_store as open_records
-from kvmigrate.report import RENDERERS, Report, build_report
+from kvmigrate.report import RENDERERS, Report
+from kvmigrate.report.configured import configured_report
 from kvmigrate.report.render_scorecard import SCORECARD_RENDERERS
-from kvmigrate.report.timeline import rollout_timeline
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import ChangeOutcome, GatesRefused, RolloutController
 from kvmigrate.runtime import build_app
@@ -137,7 +138,12 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
     with emulated_backends(settings.time_scale, broken_tool_calls=broken, api=api) as emulated:
         if not settings.real_vllm:
             yield embedded_config(
-                emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT, api=api, more_models=MORE
+                emulated,
+                state_dir=str(workdir),
+                rollout=DEMO_ROLLOUT,
+                api=api,
+                more_models=MORE,
+                gpu=emulated_gpu(emulated),
             )
             return
         from kvmigrate.testbed.tiny_model import ensure_tiny_model
@@ -157,6 +163,7 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
                 rollout=DEMO_ROLLOUT,
                 api=api,
                 more_models=MORE,
+                gpu={"scrape": True, "interval_seconds": 1.0, "device": "cpu"},
             )
 
 
@@ -286,15 +293,7 @@ def _report(
 ) -> str:
     with open_records(config.record.db) as store:
         now = time.time()
-        report = build_report(
-            store,
-            since,
-            now + 1,
-            primary=config.rollout.primary,
-            candidate=config.rollout.candidate,
-            timeline=rollout_timeline(config, since, now + 1),
-            database=config.record.db,
-        )
+        report = configured_report(config, store, since, now + 1)
     return renderers[fmt](report)
 
 
