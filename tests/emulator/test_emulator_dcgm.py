@@ -41,14 +41,16 @@ def test_utilisation_is_the_busy_share_between_scrapes() -> None:
                 max_tokens=40,
             )
 
-        started = time.monotonic()
+        _scrape(vllm.url)
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda _: ask(), range(2)))
-        busy = time.monotonic() - started
-        time.sleep(busy)  # as long idle as it was busy: about half
-        utilisation = _scrape(vllm.url)[1]
-        assert 20 <= utilisation <= 80, utilisation
-        assert float(utilisation).is_integer()
+        busy = _scrape(vllm.url)[
+            1
+        ]  # most of the time since the last scrape (a loaded client leaves gaps)
+        assert 25 <= busy <= 100, busy
+        assert float(busy).is_integer()
+        time.sleep(0.3)
+        assert _scrape(vllm.url)[1] == 0
 
 
 def test_only_the_vllm_profile_has_one() -> None:
@@ -56,3 +58,4 @@ def test_only_the_vllm_profile_has_one() -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(hosted.url + "/dcgm/metrics", timeout=10)
         assert refused.value.code == 404
+        refused.value.close()
