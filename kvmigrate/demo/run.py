@@ -23,7 +23,7 @@ from typing import Any
 
 from kvmigrate.config import Config
 from kvmigrate.demo import agent, anthropic_agent
-from kvmigrate.demo.second_model import SECOND_MODEL, follow, show_cohorts
+from kvmigrate.demo.second_model import SECOND_MODEL, SECOND_MODEL_TURNS, follow, show_cohorts
 from kvmigrate.demo.settle import wait_settled
 from kvmigrate.demo.thresholds import threshold_lines
 from kvmigrate.embedded import (
@@ -174,6 +174,7 @@ def _traffic(
     first: int,
     echo: Echo,
     model: str | None = None,
+    turns: int | None = None,
 ) -> None:
     anthropic = settings.api == "anthropic"
     drive = anthropic_agent.drive if anthropic else agent.drive
@@ -184,7 +185,7 @@ def _traffic(
                 base_url,
                 model or _chat(settings),
                 conversations,
-                settings.turns,
+                turns or settings.turns,
                 settings.concurrency,
                 bar.update,
                 first,
@@ -218,8 +219,11 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
         echo(f"promoted to {step:g}% (version {outcome.state.version}):")
         echo(render_gates([g.to_dict() for g in outcome.gates]))
         _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
-        # The second model's agents: a third as many, so its evidence comes later.
-        _traffic(base_url, settings, -(-bake // 3), 1000 * (number + 1) + 500, echo, SECOND_MODEL)
+        # The second model's agents: a third as many, so its evidence comes later, and they
+        # run long, past the turn the playbook's flatness row is read from.
+        long = max(settings.turns, SECOND_MODEL_TURNS)
+        first = 1000 * (number + 1) + 500
+        _traffic(base_url, settings, -(-bake // 3), first, echo, SECOND_MODEL, long)
         follow(controller, echo)
     echo("rollout complete: the candidate serves every conversation")
     show_cohorts(controller, echo)
