@@ -1,5 +1,5 @@
 """Reads the `cohorts:` section: named parts of a model group's traffic, each with its own
-rollout (issue 19). A model's remaining traffic is its own cohort, named after the model, so
+rollout. A model's remaining traffic is its own cohort, named after the model, so
 a config without this section has one cohort per model, as before."""
 
 from __future__ import annotations

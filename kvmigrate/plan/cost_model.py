@@ -14,7 +14,7 @@ small on a GPU at 8B but most of the cost for a small model on a CPU.
 and a request's first token reaches the client `request_s` after its step ends (HTTP,
 tokenizing, detokenizing: time outside the engine that occupies no GPU).
 
-The defaults are an 8B model on one H200, from the figures issue 22 gives (and the
+The defaults are an 8B model on one H200, from the figures the brief measured (and the
 emulator's vLLM profile uses): a full prefill of 10,150 tokens takes 327 ms (two chunks of
 the 8,192-token budget), 700 new tokens on a cached 9,450-token history 50 ms, about
 32,500 prefill tokens/s; a decode step of one sequence about 5 ms. They are a starting

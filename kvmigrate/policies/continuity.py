@@ -27,7 +27,7 @@ from kvmigrate.wire.content import content_text, media_kind
 # the previous request and its answer left.
 NEW_ROLES = frozenset({"user", "tool"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
-LINK_PREFIX = "c:"  # continuity links in the store's link map (issue 17 adds response ids)
+LINK_PREFIX = "c:"  # continuity links in the store's link map (chains add `r:` and `v:`)
 # A request's own history, linked as soon as it arrives: the next turn, sent to another proxy
 # before this one has linked the answer (a fast client), still finds its conversation.
 REQUEST_PREFIX = "q:"
@@ -200,7 +200,7 @@ def responses_item(item: Any) -> Encoded | None:
 
 def responses_request(body: Mapping[str, Any]) -> list[Encoded] | None:
     if body.get("previous_response_id") or body.get("conversation"):
-        return None  # a stored chain: its identity is the chain's (issue 17), not ours
+        return None  # a stored chain: its identity is the chain's, not ours
     items = body.get("input")
     if isinstance(items, str):
         return [encode("user", items)]
@@ -263,7 +263,7 @@ class Wire:
     answer: Callable[[Mapping[str, Any]], list[Encoded]]
 
 
-# By route below /v1. Anthropic's `messages` is ready for its ingress (issue 18).
+# By route below /v1. Anthropic's `messages` included.
 WIRES: dict[str, Wire] = {
     "chat/completions": Wire(chat_request, chat_answer),
     "responses": Wire(responses_request, responses_answer),

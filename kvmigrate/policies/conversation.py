@@ -96,7 +96,7 @@ def _stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
         text = body.get("input")
         if isinstance(text, str):
             # A Responses request with string `input`: keyed by the instructions alone,
-            # every conversation sharing them would be one conversation (issue 17).
+            # every conversation sharing them would be one conversation.
             return [["instructions", masked(instructions)], ["user", masked(text)]]
         return [instructions]
     prefix: list[Any] = []

@@ -21,7 +21,7 @@ class RolloutSnapshot:
     noise_sample: float = 0.0
     # Grows with every rollback: a pin to the candidate from an older epoch stops holding.
     epoch: int = 0
-    # Further candidates (issue 19): each gets its own copy of what `shadow` mirrors.
+    # Further candidates: each gets its own copy of what `shadow` mirrors.
     extra_shadows: tuple[str, ...] = ()
 
 

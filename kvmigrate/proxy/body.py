@@ -180,7 +180,7 @@ _PREVIOUS_KEY = re.compile(rb'"previous_response_id"\s*:\s*("(?:[^"\\]|\\.)*")')
 
 def with_previous_response(raw: bytes, response_id: str) -> bytes:
     """A Responses request's bytes naming `response_id` as the response it continues: a
-    shadow copy continues the candidate's own chain (issue 17). Spliced, as `with_model` is;
+    shadow copy continues the candidate's own chain. Spliced, as `with_model` is;
     only a body where the key also occurs nested is checked by parsing, or re-encoded."""
     replacement = orjson.dumps(response_id)
     matches = list(_PREVIOUS_KEY.finditer(raw))

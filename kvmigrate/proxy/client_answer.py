@@ -2,8 +2,8 @@
 chunk by chunk.
 
 aiohttp's `StreamResponse` copies every header into a `CIMultiDict`, works out the framing,
-fires its signals and serialises the head again: 40-50 us per answer on this machine, an
-eighth of what the proxy adds to a turn at concurrency 1 (issue #23). What the proxy relays
+fires its signals and serialises the head again, a large share of what the proxy adds
+to a turn at concurrency 1 (benchmarks/critical_path.py measures it). What the proxy relays
 is already parsed (llhttp read the upstream's head), so it goes out as it came, the head in
 the same send as the body or the first chunk. aiohttp still reads the request and owns the
 connection: `ClientAnswer` is the `StreamResponse` it gets back, already written, and says

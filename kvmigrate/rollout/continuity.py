@@ -283,7 +283,7 @@ class ContinuityResolver:
         return shared
 
     def save(self, link: Link, soon: bool = False) -> None:
-        """Queue a link for the writer's next batch (response ids use it too, issue 17).
+        """Queue a link for the writer's next batch (response ids use it too).
         `soon`: another process may ask for it at once (a response id, which the client
         may send back to another worker as soon as it has the answer), so where one reads
         the store the batch goes without gathering."""

@@ -5,7 +5,7 @@ between our read and our EXEC, Redis refuses the EXEC and we recompute from the 
 State, version and the history entry are written in one MULTI, so no reader ever sees one
 without the others.
 
-Cohorts (issue 19) only add keys: the round-1 `state`, `version` and `history` stay the
+Cohorts only add keys: the round-1 `state`, `version` and `history` stay the
 fleet-wide default that a cohort without its own follows; each cohort's own state is a field
 of the `cohorts` hash, its changes go to the `events` list, and `generation` counts them, so
 `version` + `generation` grows with every change, which is what proxies poll.

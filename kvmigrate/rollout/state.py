@@ -174,9 +174,9 @@ class Pin:
 class Link:
     """Something a later request will name, mapped to the conversation and turn it belongs to.
 
-    `key` is namespaced by kind: `c:<digest>` for a history and its answer (continuity, issue
-    25); `r:<response id>` and `v:<conversation id>` for Responses API chains (issue 17,
-    kvmigrate.rollout.chains). `detail` is free text for what a kind needs besides (a chain's
+    `key` is namespaced by kind: `c:<digest>` for a history and its answer (continuity);
+    `r:<response id>` and `v:<conversation id>` for Responses API chains
+    (kvmigrate.rollout.chains). `detail` is free text for what a kind needs besides (a chain's
     backend and the candidate's own response id, as a JSON pair; with several candidates a
     third item maps each to its own id).
     """
