@@ -36,6 +36,8 @@ class Record:
     read from the prompt cache and `cache_write_tokens` written to it (Anthropic reports
     writes; the other APIs leave it None).
     `cohort` is the rollout cohort it was routed in (None: recorded before cohorts).
+    `response_id` is the id of the answer the client got (a served call only), hashed like
+    the conversation id: feedback names an answer by it.
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -75,6 +77,7 @@ class Record:
     identity: str | None = None
     cache_write_tokens: int | None = None
     cohort: str | None = None
+    response_id: str | None = None
     messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
     touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

@@ -107,6 +107,7 @@ RECORD_COLUMNS: dict[str, str] = {
     "identity": "how the proxy knew the conversation (`header`, `opening`, ...)",
     "cache_write_tokens": "usage: prompt-cache writes (Anthropic)",
     "cohort": "the rollout cohort, a name from the config",
+    "response_id": "a keyed hash (`k:`) of the id of the answer the client got",
 }
 # Every table of the records database.
 TABLES = {
@@ -115,6 +116,7 @@ TABLES = {
     "answered": "answers per process, role and minute: counts only",
     "unclean_stops": "proxy processes that ended without a clean stop: counts only",
     "migrations": "the schema's migrations applied",
+    "feedback": "scores clients gave: keyed-hashed ids, a name, a value, a redacted comment",
 }
 MESSAGE_COLUMNS = {"digest", "last_seen", "body"}
 
@@ -307,7 +309,9 @@ def _each(
 ) -> tuple[dict[str, set[str]], ...]:
     """The serve record's fields, and a copy's: the same plus COPY; `copies` adds to
     (`shadow_add`, `noise_add`) or takes from (`..._less`) a role's."""
-    roles: dict[str, set[str]] = {"serve": filled, "shadow": filled | COPY, "noise": filled | COPY}
+    # Only the served answer's id is kept: the client saw no copy's (feedback names it).
+    served = filled | {"response_id"}
+    roles: dict[str, set[str]] = {"serve": served, "shadow": filled | COPY, "noise": filled | COPY}
     bodies = {"serve": request, "shadow": set(request), "noise": set(request)}
     for name, extra in copies.items():
         role, how = name.split("_")
@@ -333,7 +337,8 @@ ROUTES = (
     # An embedding is a vector: no answer is kept, and nothing to score.
     Route("embeddings", "openai", "embeddings", False, _embedding,
           *_each({"prompt_tokens", "request_json"}, {"model", "input", "encoding_format"},
-                 shadow_less=PARITY, noise_less=PARITY, shadow_add={"completion_tokens"})),
+                 shadow_less=PARITY, noise_less=PARITY, shadow_add={"completion_tokens"},
+                 serve_less={"response_id"})),
     Route("messages", "anthropic", "messages", False, _message,
           *_each(USAGE | BODIES | HISTORY | {"finish_reason", "cache_write_tokens"},
                  {"model", "max_tokens"})),
