@@ -8,6 +8,7 @@ import http.client
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,11 @@ def vllm() -> Iterator[BackgroundServer]:
         yield s
 
 
-def _bed(tmp_path: Path, hosted: str, vllm: str, **kwargs: str) -> Iterator[Bed]:
-    config = proxy_config(hosted, vllm, "{mode: shadow}", **kwargs)
+@contextmanager
+def _bed(
+    tmp_path: Path, hosted: str, vllm: str, extra: str = "", hosted_extra: str = ""
+) -> Iterator[Bed]:
+    config = proxy_config(hosted, vllm, "{mode: shadow}", extra=extra, hosted_extra=hosted_extra)
     db = tmp_path / "records.db"
     recorder = RecorderAddon(f"sqlite:///{db}", worker="thread")
     server = BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])).start()
@@ -123,7 +127,8 @@ def _bed(tmp_path: Path, hosted: str, vllm: str, **kwargs: str) -> Iterator[Bed]
 def pass_through(
     tmp_path: Path, primary: tuple[KeyCheckingPrimary, BackgroundServer], vllm: BackgroundServer
 ) -> Iterator[Bed]:
-    yield from _bed(tmp_path, primary[1].url, vllm.url)
+    with _bed(tmp_path, primary[1].url, vllm.url) as bed:
+        yield bed
 
 
 def test_a_score_is_stored_hashed_and_joins_the_answer_it_names(pass_through: Bed) -> None:
@@ -262,15 +267,13 @@ def test_pass_through_relays_the_primarys_refusal_and_stores_nothing(
 def test_master_key_mode_checks_the_proxys_key(
     tmp_path: Path, primary: tuple[KeyCheckingPrimary, BackgroundServer], vllm: BackgroundServer
 ) -> None:
-    beds = _bed(
+    with _bed(
         tmp_path,
         primary[1].url,
         vllm.url,
         extra=f"server: {{master_key: {MASTER}}}",
         hosted_extra=f", api_key: {GOOD_KEY}",
-    )
-    bed = next(beds)
-    try:
+    ) as bed:
         with pytest.raises(openai.AuthenticationError) as raised:
             post_feedback(bed.client("sk-wrong"), {"response_id": "r", "value": 1})
         assert raised.value.body == {
@@ -284,8 +287,6 @@ def test_master_key_mode_checks_the_proxys_key(
         )
         # The proxy checks its own key: the primary is never asked.
         assert primary[0].paths == []
-    finally:
-        beds.close()
 
 
 def test_open_mode_lets_anyone_in(
@@ -293,14 +294,10 @@ def test_open_mode_lets_anyone_in(
 ) -> None:
     """Open (the primary has the configured key, no master key): as every route, anyone who
     reaches the proxy; `config check` warns about the mode itself."""
-    beds = _bed(tmp_path, primary[1].url, vllm.url, hosted_extra=f", api_key: {GOOD_KEY}")
-    bed = next(beds)
-    try:
+    with _bed(tmp_path, primary[1].url, vllm.url, hosted_extra=f", api_key: {GOOD_KEY}") as bed:
         response = post_feedback(bed.client("anything"), {"conversation_id": "c", "value": 2.5})
         assert response.status_code == 202
         assert primary[0].paths == []
-    finally:
-        beds.close()
 
 
 def test_without_a_recorder_feedback_is_refused(
