@@ -18,6 +18,7 @@ from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
 from kvmigrate.report import RENDERERS, Prices, build_report
 from kvmigrate.report.timeline import rollout_timeline
+from kvmigrate.report.users import SLOW_TURN_MS
 
 PRICE = FiniteRange(min=0)  # $ per unit: 0 or more
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -180,6 +181,7 @@ def _render(
         database=config.record.db,
         max_turn=max_turn,
         candidates_of={name: config.candidates_of(name) for name in config.cohort_names()},
+        slow_turn_ms=config.rollout.gates.ttft_p95_slo_ms or SLOW_TURN_MS,
     )
     return RENDERERS[fmt](built)
 

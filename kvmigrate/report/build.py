@@ -31,6 +31,13 @@ from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import CacheBusters, Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
 from kvmigrate.report.rows import Row, fetch_rows
+from kvmigrate.report.users import (
+    SLOW_TURN_MS,
+    Score,
+    UsersFigures,
+    fetch_scores,
+    users_figures,
+)
 
 TINY = 20  # fewer answered calls than this: say the figures are anecdotes
 
@@ -46,13 +53,15 @@ def build_report(
     database: str = "",
     max_turn: int = 10,
     candidates_of: Mapping[str, Sequence[str]] | None = None,
+    slow_turn_ms: float = SLOW_TURN_MS,
 ) -> Report:
     """`store` None stands for a database that does not exist yet: an empty report.
     `candidates_of`: each cohort of the config and its candidates (config.candidates_of),
     the first of which its own report holds against the primary. Given, only those cohorts
     get a view: a model without a rollout (embeddings on the primary only) is no cohort,
     and its traffic counts in the fleet's figures alone. None: every recorded group does,
-    against `candidate`."""
+    against `candidate`. `slow_turn_ms`: a turn slower than this (TTFT) is slow, for the
+    users section's abandonment figure."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -74,6 +83,8 @@ def build_report(
         cohort_of = {r.request_id: r.cohort for r in recorded} if len(cohorts) > 1 else {}
         busters = cache_busters(store, since, until, cohort_of)
     _fill(report, recorded, store, prices, max_turn, paired)
+    scores = fetch_scores(store, since, until) if store is not None else ([], {})
+    report.users = _users(report, recorded, scores, slow_turn_ms)
     report.cache_busters = busters[0]
     report.divergences, report.divergent_total = divergent_pairs(recorded, store)
     if candidates_of is not None:
@@ -86,8 +97,25 @@ def build_report(
         _fill(own, rows, store, prices, max_turn, [p for p in paired if p.a.cohort == name])
         own.cache_busters = busters[1].get(name, CacheBusters())
         own.divergent_total = divergent_pairs(rows, None, most=0)[1]
+        own.users = _users(own, rows, scores, slow_turn_ms)
         report.cohorts.append(own)
     return report
+
+
+def _users(
+    report: Report,
+    rows: Sequence[Row],
+    scores: tuple[Sequence[Score], Mapping[str, str]],
+    slow_turn_ms: float,
+) -> UsersFigures:
+    return users_figures(
+        rows,
+        *scores,
+        primary=report.primary,
+        candidate=report.candidate,
+        until=report.until,
+        slow_turn_ms=slow_turn_ms,
+    )
 
 
 def _cohort_view(fleet: Report, cohort: str, candidate: str) -> Report:

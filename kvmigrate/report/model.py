@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from kvmigrate.report.completeness import Completeness
 from kvmigrate.report.identity import IdentitySummary
+from kvmigrate.report.users import UsersFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +261,8 @@ class Report:
     candidate_pairs: list[CandidatePair] = field(default_factory=list)
     # The answers the proxies counted against the records (fleet-wide only).
     completeness: Completeness = field(default_factory=Completeness)
+    # Whether users stay, by arm (report.users); None before it is computed.
+    users: UsersFigures | None = None
 
     @property
     def empty(self) -> bool:

@@ -14,6 +14,7 @@ from kvmigrate.report.candidates import candidate_rows
 from kvmigrate.report.completeness import completeness_lines
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
+from kvmigrate.report.users_table import users_section
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
 
@@ -48,6 +49,7 @@ def report_tables(report: Report) -> list[Table]:
         identity(report),
         cost(report),
         parity(report),
+        Table("users", *users_section(report.users)),
         *by_candidate(report),
         *candidates_against_each_other(report),
         cache_busters(report),
