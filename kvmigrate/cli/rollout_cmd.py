@@ -18,6 +18,7 @@ from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, pref
 from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import GateResult, gate_summary, gates_off, render_gates
+from kvmigrate.policies.modes import SWITCHABLE
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
@@ -155,7 +156,9 @@ def _refuse_options_before(ctx: click.Context) -> None:
     callback=_no_minus_zero,
     help="Give the candidate N% of conversations (split mode).",
 )
-@click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
+@click.option(
+    "--mode", type=click.Choice([mode.value for mode in SWITCHABLE]), help="Switch the mode."
+)
 @click.option(
     "--reason",
     default="",

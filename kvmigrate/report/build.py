@@ -27,6 +27,7 @@ from kvmigrate.report.cohorts import (
 from kvmigrate.report.completeness import completeness
 from kvmigrate.report.cost import project_cost
 from kvmigrate.report.divergences import divergent_pairs
+from kvmigrate.report.evaluate import slow_conversations
 from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import CacheBusters, Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
@@ -150,6 +151,7 @@ def _fill(
     # for parity only, never for latency, cache or cost figures.
     rows = [r for r in recorded if r.role != Role.NOISE]
     report.cost = project_cost(rows, candidate, prices)
+    report.slow_conversations = slow_conversations(rows, prices)
     report.records = len(recorded)
     report.noise_calls = len(recorded) - len(rows)
     if not rows:
@@ -179,7 +181,12 @@ def _notes(report: Report) -> list[str]:
         span = f"{report.cost.basis_s:.0f} s"
         notes.append(f"The cost projection scales {span} of traffic to a month: an estimate only.")
     names = {b.backend for b in report.backends}
+    if not report.candidate:
+        notes.append(
+            "No candidate (rollout.mode: observe): the primary measured alone, before any "
+            "self-hosted model; see the slowest conversations and what caching would save."
+        )
     for name, role in ((report.primary, "primary"), (report.candidate, "candidate")):
-        if name not in names:
+        if name and name not in names:
             notes.append(f"No traffic from the {role} `{name}` in this window.")
     return notes

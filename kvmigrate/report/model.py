@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvmigrate.report.completeness import Completeness
+from kvmigrate.report.evaluate import SlowConversations
 from kvmigrate.report.identity import IdentitySummary
 from kvmigrate.report.users import UsersFigures
 
@@ -263,6 +264,8 @@ class Report:
     completeness: Completeness = field(default_factory=Completeness)
     # Whether users stay, by arm (report.users); None before it is computed.
     users: UsersFigures | None = None
+    # The slowest conversations of 5+ turns, their cost and what prefix caching would save.
+    slow_conversations: SlowConversations = field(default_factory=SlowConversations)
 
     @property
     def empty(self) -> bool:

@@ -13,6 +13,7 @@ from kvmigrate.report.candidates import HEADERS as CANDIDATE_HEADERS
 from kvmigrate.report.candidates import candidate_rows
 from kvmigrate.report.completeness import completeness_lines
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
+from kvmigrate.report.evaluate_table import slow_section
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
 from kvmigrate.report.users_table import users_section
 
@@ -48,6 +49,7 @@ def report_tables(report: Report) -> list[Table]:
         cache_by_turn(report),
         identity(report),
         cost(report),
+        Table("slow_conversations", *slow_section(report.slow_conversations)),
         parity(report),
         Table("users", *users_section(report.users)),
         *by_candidate(report),

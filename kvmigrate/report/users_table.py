@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from kvmigrate.report import fmt
@@ -13,7 +14,7 @@ class Section(NamedTuple):
 
     title: str
     headers: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]
     note: str
     footnote: str = ""
 
