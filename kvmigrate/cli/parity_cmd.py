@@ -11,7 +11,14 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import FiniteRange, OutputPath, config_option, load_or_exit, write_output
+from kvmigrate.cli.options import (
+    FiniteRange,
+    OutputPath,
+    config_option,
+    load_or_exit,
+    with_candidate,
+    write_output,
+)
 from kvmigrate.logtext import printable_lines
 from kvmigrate.parity.dataset import DatasetError, load_dataset
 from kvmigrate.parity.details import (
@@ -90,7 +97,7 @@ def parity(
     Exit codes: 0 passed (or no --min-score), 1 failed (or a new divergence against
     --baseline), 2 a bad dataset or option, 3 inconclusive: the interval straddles
     --min-score or too few noise samples; run again with more requests or --repeats."""
-    config = load_or_exit(config_path)
+    config = with_candidate(load_or_exit(config_path), "parity")
     try:
         items = load_dataset(dataset)
     except DatasetError as exc:

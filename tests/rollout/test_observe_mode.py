@@ -194,3 +194,24 @@ def test_rollout_refuses_to_move_a_share_in_observe_mode(tmp_path: Path) -> None
     result = CliRunner().invoke(main, ["rollout", "--config", str(path), "--percent", "10"])
     assert result.exit_code != 0
     assert OBSERVE_REFUSAL in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["parity", "--dataset", "{d}"], ["doctor"], ["bench"]],
+)
+def test_commands_that_call_the_candidate_say_there_is_none(
+    tmp_path: Path, args: list[str]
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(ALONE.format(hosted="http://127.0.0.1:9", tmp=tmp_path, rollout=""))
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text('{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}\n')
+    argv = [a.format(d=dataset) for a in args]
+    result = CliRunner().invoke(main, [argv[0], "--config", str(path), *argv[1:]])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == (
+        f"Error: `kvmigrate {argv[0]}` needs a candidate backend, and this config has none "
+        "(rollout.mode: observe measures the primary alone): add the candidate's backend and "
+        "name it as rollout.candidate"
+    )
