@@ -21,6 +21,7 @@ from kvmigrate.proxy import build_proxy_app
 from kvmigrate.recorder.addon import RecorderAddon
 from kvmigrate.recorder.store import open_store
 from kvmigrate.report import build_report
+from kvmigrate.report.render_html import render_html
 from kvmigrate.report.render_json import report_dict
 from kvmigrate.report.render_text import render_md, render_text
 from kvmigrate.report.users import UsersFigures
@@ -121,7 +122,7 @@ def test_the_report_finds_shorter_conversations_and_lower_scores_on_one_arm(
     assert score.high < 0
     assert -2.0 < score.difference < -1.0
     # Every rendering carries the section.
-    for text in (render_text(report), render_md(report)):
+    for text in (render_text(report), render_md(report), render_html(report)):
         assert "Whether users stay, by arm" in text
         assert "vllm minus hosted" in text
     data = orjson.loads(orjson.dumps(report_dict(report)))
