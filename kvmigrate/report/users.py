@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kvmigrate.exchange import Role
 from kvmigrate.intervals import newcombe_difference, wilson, z_for
@@ -35,6 +35,14 @@ from kvmigrate.report.rows import Row
 SLOW_TURN_MS = 2000.0  # the playbook's TTFT target, when no SLO is configured
 IDLE_S = 300.0
 SCORE_NAME = "satisfaction"
+# Each effect for the scorecard: its words, whether higher is better, and the ArmUsers
+# fields of its figure and of the samples behind it.
+SCORECARD_MEASURES: dict[str, tuple[str, bool, str, str]] = {
+    "score": ("satisfaction score", True, "score_mean", "scores"),
+    "turns": ("turns per conversation", True, "turns_mean", "conversations"),
+    "ended_after_slow": ("share ending after a slow turn", False, "ended_after_slow_rate", "ended"),
+    "gave_up": ("share of streams given up mid-answer", False, "gave_up_rate", "streams"),
+}
 
 
 class Score(NamedTuple):
@@ -105,6 +113,33 @@ class UsersFigures:
 
     def effect(self, metric: str) -> Effect | None:
         return next((e for e in self.effects if e.metric == metric), None)
+
+    def scorecard_fields(self, metric: str = "score") -> dict[str, Any]:
+        """One effect as the scorecard's users row reads it (measure, each arm's figure,
+        the difference with its interval, the samples behind each arm, which way is
+        better, and why it is missing when it is)."""
+        measure, better, field_of, n_of = SCORECARD_MEASURES[metric]
+        arms = [self.arm(self.primary), self.arm(self.candidate)]
+        figures = [None if a is None else getattr(a, field_of) for a in arms]
+        counts = [0 if a is None else int(getattr(a, n_of)) for a in arms]
+        effect = self.effect(metric)
+        missing = "" if effect is not None else (
+            f"no {measure} on both arms with two or more samples each "
+            f"(primary {counts[0]}, candidate {counts[1]})"
+        )  # fmt: skip
+        return {
+            "measure": measure,
+            "primary": figures[0],
+            "candidate": figures[1],
+            "difference": None if effect is None else effect.difference,
+            "low": None if effect is None else effect.low,
+            "high": None if effect is None else effect.high,
+            "primary_n": counts[0],
+            "candidate_n": counts[1],
+            "higher_is_better": better,
+            "source": "kvmigrate report: whether users stay",
+            "missing": missing,
+        }
 
 
 def fetch_scores(

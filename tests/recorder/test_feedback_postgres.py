@@ -34,7 +34,8 @@ def test_a_score_joins_its_answer(
     url = request.getfixturevalue("pg_url") if where == "postgres" else f"sqlite:///{tmp_path}/r.db"
     now = time.time()
     with open_store(url) as store:
-        assert "m010_feedback" in store.applied_migrations()
+        # Its number depends on the migrations merged before it; its name does not.
+        assert any(name.endswith("_feedback") for name in store.applied_migrations())
         store.insert([_record(1, "hosted", now), _record(2, "vllm", now)])
     sink = FeedbackSink(url, "redacted", KEY, "t")
     try:

@@ -157,3 +157,26 @@ def test_welch_matches_known_figures() -> None:
     assert diff.difference == 0.0
     assert diff.interval.low < 0 < diff.interval.high
     assert welch_difference([1.0], [2.0, 3.0], z) is None
+
+
+def test_scorecard_fields_read_one_effect() -> None:
+    rows: list[Row] = []
+    for i in range(10):
+        rows += conversation(f"h{i}", 4, "hosted") + conversation(f"v{i}", 2 + i % 2, "vllm")
+    scores = [Score(f"h{i}", None, "satisfaction", 4.0 + i % 2) for i in range(10)]
+    result = figures(rows, scores)
+    turns = result.scorecard_fields("turns")
+    effect = result.effect("turns")
+    assert effect is not None
+    assert turns == {
+        "measure": "turns per conversation", "primary": 4.0, "candidate": 2.5,
+        "difference": effect.difference, "low": effect.low, "high": effect.high,
+        "primary_n": 10, "candidate_n": 10, "higher_is_better": True,
+        "source": "kvmigrate report: whether users stay", "missing": "",
+    }  # fmt: skip
+    # Scores on one arm only: no effect, and the row says why.
+    score = result.scorecard_fields("score")
+    assert (score["primary"], score["candidate"], score["difference"]) == (4.5, None, None)
+    assert score["missing"] == (
+        "no satisfaction score on both arms with two or more samples each (primary 10, candidate 0)"
+    )
