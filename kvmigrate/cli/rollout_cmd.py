@@ -23,6 +23,7 @@ from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import (
+    OBSERVE_REFUSAL,
     REASON_MAX_CHARS,
     GatesRefused,
     RolloutError,
@@ -248,6 +249,10 @@ def status(target: Target) -> None:
         f"version {state.version}, last good {state.last_good_percent:g}%"
     )
     _echo(f"changed {_when(state.updated_at)} by {state.updated_by or '-'}")
+    if state.mode == Mode.OBSERVE:
+        # No candidate: no step to take, and no gate to wait on.
+        _echo(OBSERVE_REFUSAL + ".")
+        return
     _echo(
         f"steps {', '.join(f'{s:g}' for s in report.steps)}; next: "
         + (f"{report.next_step:g}%" if report.next_step else "none (complete)")

@@ -34,7 +34,7 @@ def summary_lines(report: Report) -> list[str]:
     lines = [
         f"Window: {fmt.when(report.since)} .. {fmt.when(report.until)}",
         f"Records: {report.records:,} calls from {report.database or 'no database'}",
-        f"Primary: {report.primary}   Candidate: {report.candidate}",
+        f"Primary: {report.primary}   Candidate: {report.candidate or 'none (observe)'}",
     ]
     return lines + completeness_lines(report.completeness) + list(report.notes)
 
@@ -63,7 +63,7 @@ def cohort_lines(report: Report) -> list[str]:
     """What a cohort's view says before its sections."""
     return [
         f"Cohort: {report.cohort} (its traffic alone, {report.records:,} calls)",
-        f"Primary: {report.primary}   Candidate: {report.candidate}",
+        f"Primary: {report.primary}   Candidate: {report.candidate or 'none (observe)'}",
         *report.notes,
     ]
 
@@ -143,7 +143,7 @@ def coverage(report: Report) -> Table:
             ),
         ]
     note = f"No calls served by the primary `{report.primary}` in this window."
-    title = f"Shadow coverage (primary calls mirrored to {report.candidate})"
+    title = f"Shadow coverage (primary calls mirrored to {report.candidate or 'none'})"
     return Table("coverage", title, ("unit", "mirrored", "share"), rows, note)
 
 

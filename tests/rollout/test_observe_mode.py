@@ -39,6 +39,7 @@ backends:
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini}}
 rollout: {{state: "sqlite:///{tmp}/state.db"{rollout}}}
+record: {{db: "sqlite:///{tmp}/records.db"}}
 """
 BESIDE = """
 backends:
@@ -47,6 +48,7 @@ backends:
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: meta-llama/Llama-3.1-8B-Instruct}}
 rollout: {{mode: observe, state: "sqlite:///{tmp}/state.db"}}
+record: {{db: "sqlite:///{tmp}/records.db"}}
 """
 
 
@@ -194,6 +196,11 @@ def test_rollout_refuses_to_move_a_share_in_observe_mode(tmp_path: Path) -> None
     result = CliRunner().invoke(main, ["rollout", "--config", str(path), "--percent", "10"])
     assert result.exit_code != 0
     assert OBSERVE_REFUSAL in result.output
+    # The status names no step to take and no gate to wait on.
+    status = CliRunner().invoke(main, ["rollout", "status", "--config", str(path)])
+    assert status.exit_code == 0, status.output
+    assert status.output.splitlines()[0].startswith("mode observe, candidate share 0%")
+    assert status.output.splitlines()[-1] == OBSERVE_REFUSAL + "."
 
 
 @pytest.mark.parametrize(
