@@ -2,9 +2,10 @@
 
 The shape follows Langfuse's and LangSmith's scores: a `name` (Langfuse's `name`,
 LangSmith's `key`), a numeric `value` (LangSmith's `score`), an optional `comment`, and
-what it scores: a conversation (Langfuse's `traceId`: the proxy's `X-Session-ID` or the
-request's `user`) or one answer (an `observationId` or LangSmith's `run_id`: the id of a
-chat completion, a Responses answer or a Messages answer). Pure: no I/O.
+what it scores: a conversation (Langfuse's `sessionId`, LangSmith's `trace_id`: the
+proxy's `X-Session-ID` or the request's `user`) or one answer (Langfuse's
+`observationId`, LangSmith's `run_id`: the id of a chat completion, a Responses answer or
+a Messages answer). Pure: no I/O.
 """
 
 from __future__ import annotations
