@@ -55,8 +55,9 @@ def parse_feedback(data: Any) -> Feedback:
     response = _identifier(data, "response_id")
     if conversation is None and response is None:
         raise FeedbackError(
-            "Name what the score is for: `conversation_id` (the X-Session-ID or `user` the "
-            "conversation was sent with) or `response_id` (the `id` of an answer).",
+            "Name what the score is for: `conversation_id` (the X-Session-ID the "
+            "conversation was sent with, or `user:` and its `user`) or `response_id` (the "
+            "`id` of an answer).",
             "conversation_id",
         )
     return Feedback(

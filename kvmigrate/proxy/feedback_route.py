@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
@@ -63,9 +64,18 @@ async def handle_feedback(
             "invalid_request_error",
             "feedback_not_recorded",
         )
-    ident = await sink.write_async(feedback)
+    ident = await sink.write_async(_as_recorded(service, feedback))
     body = {"id": ident, "object": "feedback", "name": feedback.name, "value": feedback.value}
     return web.Response(status=202, body=orjson.dumps(body), content_type=JSON_CONTENT_TYPE)
+
+
+def _as_recorded(service: ProxyService, feedback: Feedback) -> Feedback:
+    """The conversation id as records group its turns: through the rollout store's keyed
+    hash when there is one (`Exchange.grouping_key`), so the sink's hash matches theirs."""
+    declared = feedback.conversation_id
+    if declared is None:
+        return feedback
+    return replace(feedback, conversation_id=service.identity.in_store(declared) or declared)
 
 
 def read_feedback(raw: bytes) -> Feedback:

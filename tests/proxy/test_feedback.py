@@ -21,6 +21,7 @@ from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.recorder.addon import RecorderAddon
 from kvmigrate.recorder.store import open_store
+from kvmigrate.runtime import build_app as build_app_with_store
 from kvmigrate.serving import BackgroundServer
 
 GOOD_KEY = "sk-good-key-0123456789"
@@ -64,9 +65,16 @@ class Bed:
         self.url = url
         self.db = db
         self.recorder = recorder
+        self.clients: list[openai.OpenAI] = []
 
     def client(self, key: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0)
+        client = openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0)
+        self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         open_store(f"sqlite:///{self.db}").close()  # the schema, where nothing was written
@@ -117,9 +125,11 @@ def _bed(
     db = tmp_path / "records.db"
     recorder = RecorderAddon(f"sqlite:///{db}", worker="thread")
     server = BackgroundServer(lambda: build_proxy_app(config, addons=[recorder])).start()
+    bed = Bed(server.url, db, recorder)
     try:
-        yield Bed(server.url, db, recorder)
+        yield bed
     finally:
+        bed.close()
         server.stop()
 
 
@@ -191,8 +201,8 @@ BAD_BODIES = [
     (b"{", 400, "The request body is not valid JSON: ", None),
     (b"[1, 2]", 400, "The feedback body must be a JSON object.", None),
     (b'{"value": 1}', 400, "Name what the score is for: `conversation_id` (the X-Session-ID "
-     "or `user` the conversation was sent with) or `response_id` (the `id` of an answer).",
-     "conversation_id"),
+     "the conversation was sent with, or `user:` and its `user`) or `response_id` (the `id` "
+     "of an answer).", "conversation_id"),
     (b'{"response_id": "r"}', 400, "`value` is required: the score, a number.", "value"),
     (b'{"response_id": "r", "value": "5"}', 400, "`value` must be a number.", "value"),
     (b'{"response_id": "r", "value": true}', 400, "`value` must be a number.", "value"),
@@ -313,3 +323,31 @@ def test_without_a_recorder_feedback_is_refused(
         "param": None,
         "code": "feedback_not_recorded",
     }
+
+
+def test_a_conversation_score_joins_through_the_rollout_stores_key(
+    tmp_path: Path, primary: tuple[KeyCheckingPrimary, BackgroundServer], vllm: BackgroundServer
+) -> None:
+    """`kvmigrate proxy` keys a declared conversation by the rollout store's hash before the
+    recorder hashes it: a score by `conversation_id` takes the same two steps."""
+    config = proxy_config(
+        primary[1].url, vllm.url, f'{{mode: shadow, state: "sqlite:///{tmp_path}/state.db"}}'
+    )
+    db = tmp_path / "records.db"
+    recorder = RecorderAddon(f"sqlite:///{db}", worker="thread")
+    app = lambda: build_app_with_store(config, extra_addons=[recorder], record=False)  # noqa: E731
+    with BackgroundServer(app) as server:
+        bed = Bed(server.url, db, recorder)
+        client = bed.client(GOOD_KEY)
+        for _ in range(2):  # the first turn may come before the store's keys are read
+            client.chat.completions.create(
+                model=HOSTED_MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                extra_headers={"X-Session-ID": SESSION},
+            )
+        assert post_feedback(client, {"conversation_id": SESSION, "value": 3}).status_code == 202
+        bed.close()
+    recorder.close()
+    served = {r["conversation"] for r in bed.rows("records") if r["role"] == "serve"}
+    (score,) = bed.rows("feedback")
+    assert score["conversation"] in served
