@@ -19,8 +19,9 @@ from kvmigrate.cli.options import (
     with_candidate,
     write_output,
 )
+from kvmigrate.datasets import DatasetError
 from kvmigrate.logtext import printable_lines
-from kvmigrate.parity.dataset import DatasetError, load_dataset
+from kvmigrate.parity.dataset import load_dataset
 from kvmigrate.parity.details import (
     BaselineError,
     compare_runs,

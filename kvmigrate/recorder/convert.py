@@ -162,6 +162,7 @@ def to_record(
         identity=x.identity or None,
         cohort=x.cohort or None,
         response_id=_response_id(x, response, content, hash_key),
+        **_decode(x),
         **stored,
         **_parity(x, mirrored, response, mirrored_answer),
     )
@@ -176,6 +177,18 @@ def _response_id(
     if not isinstance(value, str) or not value:
         return None
     return stored_conversation(value, content, key or new_hash_key())
+
+
+def _decode(x: Exchange) -> dict[str, Any]:
+    """A streamed answer's decode timing, in the record's units; {} for any other."""
+    decode = x.decode_time
+    if decode is None:
+        return {}
+    return {
+        "decode_ms": decode * 1000,
+        "decode_chunks": x.later_chunks,
+        "chunk_gap_max_ms": x.max_chunk_gap * 1000,
+    }
 
 
 def _stored_request(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
 from kvmigrate.report.evaluate import MIN_TURNS, SlowConversations
 from kvmigrate.report.users_table import Section
 

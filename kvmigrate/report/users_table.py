@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
 from kvmigrate.report.users import ArmUsers, Effect, UsersFigures
 
 
