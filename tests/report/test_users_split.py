@@ -24,6 +24,7 @@ from kvmigrate.report import build_report
 from kvmigrate.report.render_html import render_html
 from kvmigrate.report.render_json import report_dict
 from kvmigrate.report.render_text import render_md, render_text
+from kvmigrate.report.scorecard_model import Status
 from kvmigrate.report.users import UsersFigures
 from kvmigrate.serving import BackgroundServer
 
@@ -121,6 +122,11 @@ def test_the_report_finds_shorter_conversations_and_lower_scores_on_one_arm(
     assert -3.0 < turns.difference < -1.0
     assert score.high < 0
     assert -2.0 < score.difference < -1.0
+    # The scorecard's users row reads the same effect: the candidate's users are less happy.
+    row = next(r for r in report.scorecard if r.key == "users")
+    assert (row.primary, row.candidate) == (hosted.score_mean, vllm.score_mean)
+    assert (row.estimate, row.low, row.high) == (score.difference, score.low, score.high)
+    assert row.status is Status.MISSED
     # Every rendering carries the section.
     for text in (render_text(report), render_md(report), render_html(report)):
         assert "Whether users stay, by arm" in text
@@ -140,3 +146,5 @@ def test_an_aa_split_shows_no_effect(tmp_path: Path, emulators: tuple[str, str])
     print(f"\nturns {turns}\nscore {score}")
     assert not turns.excludes_zero
     assert not score.excludes_zero
+    row = next(r for r in report.scorecard if r.key == "users")
+    assert row.status is Status.NOT_ENOUGH
