@@ -32,6 +32,7 @@ from kvmigrate.cli.options import (
     config_option,
     load_or_exit,
     prefer_env,
+    with_candidate,
     write_output,
 )
 from kvmigrate.progress import progress
@@ -48,7 +49,7 @@ def _target(
         Path(config_path).exists()
     ):
         raise click.UsageError("give --base-url (or --config with a candidate backend)")
-    target = Target.candidate_of(load_or_exit(config_path))
+    target = Target.candidate_of(with_candidate(load_or_exit(config_path), "bench"))
     return Target(target.base_url, model or target.model, key or target.api_key, target.label)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import config_option, load_or_exit, prefer_env
+from kvmigrate.cli.options import config_option, load_or_exit, prefer_env, with_candidate
 from kvmigrate.config import Config
 from kvmigrate.doctor import Diagnosis, Endpoint, Expectations, diagnose, hosted_context
 from kvmigrate.doctor.report import as_json, text
@@ -52,7 +52,7 @@ def _plan(
     if base_url:
         bases: tuple[str, ...] = (base_url.rstrip("/"),)
     elif config is not None:
-        bases = config.candidate.direct_api_bases("doctor")
+        bases = with_candidate(config, "doctor").candidate.direct_api_bases("doctor")
         key = config.candidate.api_key
         api_key = api_key or (key.reveal() if key is not None else None)
         if model is None:

@@ -53,6 +53,18 @@ def load_or_exit(path: str, secrets_required: bool = True) -> Config:
         raise click.ClickException(printable_lines(exc)) from None
 
 
+def with_candidate(config: Config, command: str) -> Config:
+    """The config, for a command that calls the candidate: one with none (observe) is a
+    one-line error, not a KeyError."""
+    if not config.rollout.candidate:
+        raise click.ClickException(
+            f"`kvmigrate {command}` needs a candidate backend, and this config has none "
+            "(rollout.mode: observe measures the primary alone): add the candidate's backend "
+            "and name it as rollout.candidate"
+        )
+    return config
+
+
 class OutputPath(click.Path):
     """A file the command writes, checked before any work: its folder must exist and be
     writable, so a typo fails at once instead of with a traceback after a long run."""

@@ -1,6 +1,7 @@
 """`kvmigrate parity`: replay a request dataset against the primary and the candidate, and
-gate on the noise-adjusted parity: exit 1 below `--min-score`, 2 for a bad dataset or
-option, 3 when there are too few noise samples to tell."""
+gate on the noise-adjusted parity's interval: exit 0 when its lower bound reaches
+`--min-score`, 1 when its upper bound lies below it, 2 for a bad dataset or option, 3 when
+the evidence cannot tell (the interval straddles the threshold, or too few noise samples)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 
 import click
 
-from kvmigrate.cli.options import FiniteRange, OutputPath, config_option, load_or_exit, write_output
+from kvmigrate.cli.options import (
+    FiniteRange,
+    OutputPath,
+    config_option,
+    load_or_exit,
+    with_candidate,
+    write_output,
+)
 from kvmigrate.datasets import DatasetError
 from kvmigrate.logtext import printable_lines
 from kvmigrate.parity.dataset import load_dataset
@@ -51,8 +59,10 @@ def _semantic(enabled: bool) -> SemanticScorer | None:
 @click.option("--concurrency", type=click.IntRange(min=1), default=8,
               help="Requests in flight at once.")  # fmt: skip
 @click.option("--min-score", type=FiniteRange(0.0, 1.0), default=None,
-              help="Fail (exit 1) when the noise-adjusted parity, or any comparator's, is "
-              "below this; exit 3 when too few noise samples to tell.")  # fmt: skip
+              help="Judge each comparator's noise-adjusted parity interval against this: "
+              "pass (exit 0) when every lower bound reaches it, fail (exit 1) when an upper "
+              "bound lies below it, otherwise inconclusive (exit 3, with the requests still "
+              "needed; also when too few noise samples to tell).")  # fmt: skip
 @click.option("--min-noise-samples", type=click.IntRange(min=1), default=20,
               help="Primary-vs-primary pairs a comparator needs for a verdict.")  # fmt: skip
 @click.option("--timeout", type=FiniteRange(min=0.1), default=120.0,
@@ -83,8 +93,12 @@ def parity(
 
     Each request goes to the candidate once and to the primary 1 + REPEATS times; the
     primary's repeats measure how much it disagrees with itself, and only the candidate's
-    disagreement beyond that counts. Tool calls are compared, never executed."""
-    config = load_or_exit(config_path)
+    disagreement beyond that counts. Tool calls are compared, never executed.
+
+    Exit codes: 0 passed (or no --min-score), 1 failed (or a new divergence against
+    --baseline), 2 a bad dataset or option, 3 inconclusive: the interval straddles
+    --min-score or too few noise samples; run again with more requests or --repeats."""
+    config = with_candidate(load_or_exit(config_path), "parity")
     try:
         items = load_dataset(dataset)
     except DatasetError as exc:

@@ -100,7 +100,7 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool, p
     r = config.rollout
     lines = [
         f"kvmigrate proxy on http://{host}:{port}/v1 "
-        f"(primary {r.primary}, candidate {r.candidate}, mode {r.mode}, "
+        f"(primary {r.primary}, candidate {r.candidate or 'none'}, mode {r.mode}, "
         f"percent {r.percent:g}, shadow_sample {r.shadow_sample:g})",
         "  " + describe_auth(config),
     ]

@@ -18,10 +18,12 @@ from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, pref
 from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import GateResult, gate_summary, gates_off, render_gates
+from kvmigrate.policies.modes import SWITCHABLE
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import (
+    OBSERVE_REFUSAL,
     REASON_MAX_CHARS,
     GatesRefused,
     RolloutError,
@@ -155,7 +157,9 @@ def _refuse_options_before(ctx: click.Context) -> None:
     callback=_no_minus_zero,
     help="Give the candidate N% of conversations (split mode).",
 )
-@click.option("--mode", type=click.Choice([mode.value for mode in Mode]), help="Switch the mode.")
+@click.option(
+    "--mode", type=click.Choice([mode.value for mode in SWITCHABLE]), help="Switch the mode."
+)
 @click.option(
     "--reason",
     default="",
@@ -245,6 +249,10 @@ def status(target: Target) -> None:
         f"version {state.version}, last good {state.last_good_percent:g}%"
     )
     _echo(f"changed {_when(state.updated_at)} by {state.updated_by or '-'}")
+    if state.mode == Mode.OBSERVE:
+        # No candidate: no step to take, and no gate to wait on.
+        _echo(OBSERVE_REFUSAL + ".")
+        return
     _echo(
         f"steps {', '.join(f'{s:g}' for s in report.steps)}; next: "
         + (f"{report.next_step:g}%" if report.next_step else "none (complete)")

@@ -30,6 +30,7 @@ from kvmigrate.config.schema import default_of, read_field, read_struct
 from kvmigrate.config.secret import Secret
 from kvmigrate.config.strict_yaml import read_yaml
 from kvmigrate.credential_names import is_credential_header
+from kvmigrate.policies.modes import Mode
 
 CONFIG_ENV_VAR = "KVMIGRATE_CONFIG"
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -329,11 +330,26 @@ def _check_messages_capable(
 def _rollout(s: Section, backends: dict[str, BackendConfig]) -> RolloutConfig:
     names = tuple(backends)
     steps = _steps(s, default_of(RolloutConfig, "steps"))
+    # No candidate named, and no backend of the default's name: the primary is measured
+    # alone (observe), as before any self-hosted model exists.
+    default = default_of(RolloutConfig, "candidate")
+    alone = s.raw("candidate", None) is None and default not in backends
+    candidates = (*names, default) if alone else names
     rollout = read_struct(
-        s, RolloutConfig, {"steps": steps}, choices={"primary": names, "candidate": names}
+        s, RolloutConfig, {"steps": steps}, choices={"primary": names, "candidate": candidates}
     )
-    if rollout.primary == rollout.candidate:
+    if alone:
+        if rollout.mode != Mode.OBSERVE and s.raw("mode", None) is not None:
+            raise s.error(
+                "mode",
+                f"{rollout.mode} needs a candidate: name rollout.candidate (a backend), or "
+                "use mode: observe to measure the primary alone",
+            )
+        rollout = msgspec.structs.replace(rollout, mode=Mode.OBSERVE, candidate="")
+    elif rollout.primary == rollout.candidate:
         raise s.error("candidate", "must differ from rollout.primary")
+    if rollout.mode == Mode.OBSERVE and rollout.percent > 0:
+        raise s.error("percent", "observe mode sends the candidate nothing: leave percent at 0")
     _check_store_url(s, "state", rollout.state, ("sqlite", "redis", "rediss"))
     return rollout
 

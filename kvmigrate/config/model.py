@@ -185,9 +185,13 @@ class ModelRoute(ConfigSection, frozen=True):
 
 class RolloutConfig(ConfigSection, frozen=True):
     primary: str = "hosted"  # the incumbent: a backend's name
-    candidate: str = "vllm"  # the backend being rolled out: a backend's name
+    # The backend being rolled out: a backend's name. Left out, with no backend of this
+    # name, the primary is observed alone (mode observe).
+    candidate: str = "vllm"
     # shadow: the primary answers and the candidate gets a copy; split: the candidate
-    # answers `percent`% of conversations.
+    # answers `percent`% of conversations; observe: the primary answers and nobody gets a
+    # copy, to measure the hosted API before any candidate exists (`kvmigrate rollout`
+    # refuses to change it).
     mode: Mode = Mode.SHADOW
     percent: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.0  # split: the candidate's share
     # The share of conversations (not requests) mirrored to the candidate.

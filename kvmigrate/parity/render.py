@@ -10,6 +10,8 @@ import orjson
 from kvmigrate.parity.details import Changes
 from kvmigrate.parity.noise import CONCLUSIVE, ComparatorParity
 from kvmigrate.parity.offline import OfflineReport
+from kvmigrate.parity.threshold import decide
+from kvmigrate.policies.sequential import Verdict as GateVerdict
 
 PASSED, FAILED, INCONCLUSIVE_EXIT = 0, 1, 3
 
@@ -19,13 +21,15 @@ class Verdict:
     name: str  # report_only, passed, failed, inconclusive
     exit_code: int
     line: str
+    # Requests still needed for a verdict, when inconclusive and it can be told.
+    more_requests: int | None = None
 
 
 def verdict(report: OfflineReport, min_score: float | None) -> Verdict:
-    """Without a threshold there is nothing to fail. With one, the overall noise-adjusted
-    parity and every conclusive comparator's must reach it; a report that cannot conclude
-    fails with its own exit code, never a pass."""
-    parity = report.parity
+    """Without a threshold there is nothing to fail. With one, every conclusive comparator's
+    noise-adjusted parity interval is judged against it (`threshold.decide`): passed when
+    each lower bound reaches it, failed when one upper bound lies below it, otherwise
+    inconclusive with its own exit code, never a pass."""
     if min_score is None:
         return Verdict("report_only", PASSED, "no --min-score given: report only")
     silent = report.unanswered_roles()
@@ -36,19 +40,36 @@ def verdict(report: OfflineReport, min_score: float | None) -> Verdict:
             f"FAILED: the {' and the '.join(silent)} answered none of the requests usably "
             "(see the errors; is its api_base an OpenAI-compatible endpoint?)",
         )
-    if parity.status != CONCLUSIVE or parity.parity is None:
+    parity = report.parity
+    scored = report.requests - report.skipped
+    decision = decide(parity, min_score, scored) if parity.status == CONCLUSIVE else None
+    if decision is None:
         return Verdict("inconclusive", INCONCLUSIVE_EXIT, f"INCONCLUSIVE: {parity.reason}")
-    below = [
-        c.name
-        for c in parity.comparators
-        if c.status == CONCLUSIVE and c.parity is not None and c.parity < min_score
-    ]
-    if parity.parity < min_score or below:
-        names = ", ".join(below) or "overall"
+    d = decision.deciding
+    figure = (
+        f"{d.name} parity {d.parity:.3f}, {parity.confidence:.0%} interval "
+        f"[{d.interval.low:.3f}, {d.interval.high:.3f}]"
+    )
+    if decision.verdict is GateVerdict.FAILED:
         return Verdict(
-            "failed", FAILED, f"FAILED: parity {parity.parity:.3f} < {min_score:g} ({names})"
+            "failed", FAILED, f"FAILED: {figure}: upper bound < {min_score:g} (--min-score)"
         )
-    return Verdict("passed", PASSED, f"PASSED: parity {parity.parity:.3f} >= {min_score:g}")
+    if decision.verdict is GateVerdict.PASSED:
+        return Verdict(
+            "passed", PASSED, f"PASSED: lowest bound {figure} >= {min_score:g} (--min-score)"
+        )
+    more = decision.more_requests
+    need = (
+        f"about {more} more requests at these rates would decide"
+        if more is not None
+        else "the estimate sits on the threshold: more requests alone may never decide"
+    )
+    return Verdict(
+        "inconclusive",
+        INCONCLUSIVE_EXIT,
+        f"INCONCLUSIVE: {figure} straddles {min_score:g} (--min-score); {need}",
+        more,
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -131,6 +152,7 @@ def render_json(
         "min_score": min_score,
         "verdict": result.name,
         "exit_code": result.exit_code,
+        "more_requests": result.more_requests,
         **(extra or {}),
     }
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()

@@ -13,7 +13,7 @@ class RolloutSnapshot:
 
     primary: str
     candidate: str
-    mode: str  # "shadow" | "split"
+    mode: str  # "shadow" | "split" | "observe"
     percent: float
     shadow_sample: float
     salt: str
@@ -39,7 +39,7 @@ def decide(
 ) -> Decision:
     """Route one request of `conversation`. Pure: the same inputs always give the same answer."""
     primary, candidate = snapshot.primary, snapshot.candidate
-    if not candidate_serves_model:
+    if not candidate_serves_model or snapshot.mode == "observe":
         return Decision(serve=primary)
     if snapshot.mode == "split" and in_candidate_share(
         snapshot.salt, conversation, snapshot.percent

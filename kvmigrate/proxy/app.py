@@ -17,6 +17,8 @@ from kvmigrate.logtext import printable
 from kvmigrate.proxy.client import UpstreamError
 from kvmigrate.proxy.envelopes import envelope_for_path
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, body_too_large, unauthorized
+from kvmigrate.proxy.feedback_route import PATH as FEEDBACK_PATH
+from kvmigrate.proxy.feedback_route import find_sink, handle_feedback
 from kvmigrate.proxy.forward import UpstreamFailure
 from kvmigrate.proxy.headers import bearer_token
 from kvmigrate.proxy.intake import authorize, expect_handler
@@ -109,6 +111,10 @@ def build_proxy_app(
     app.router.add_get("/health", health)
     app.router.add_get("/ready", partial(ready, service, Readiness()))
     app.router.add_get("/metrics", partial(metrics, service))
+    feedback = find_sink(addons)
+    app.router.add_post(FEEDBACK_PATH, partial(handle_feedback, service, feedback))
+    if feedback is not None:
+        app.on_cleanup.append(lambda _app: asyncio.to_thread(feedback.close))
     app.router.add_route("*", "/v1/{suffix:.*}", service.handle_passthrough, expect_handler=expect)
     app.on_startup.append(lambda _app: service.start())
     # Before aiohttp waits for the handlers, cancels them and closes their connections.

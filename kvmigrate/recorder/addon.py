@@ -17,6 +17,7 @@ from kvmigrate.config import Config
 from kvmigrate.exchange import Exchange
 from kvmigrate.recorder.convert import CONTENT_POLICIES, RecordConverter, new_hash_key
 from kvmigrate.recorder.crossing import WorkerSpec
+from kvmigrate.recorder.feedback_sink import FeedbackSink
 from kvmigrate.recorder.spool_dir import SpoolSettings, spool_root
 from kvmigrate.recorder.store import open_store, pruner
 from kvmigrate.recorder.worker import ProcessWriter
@@ -127,6 +128,11 @@ class RecorderAddon:
         # With a spool, what is not written in a few seconds is not lost: the next start
         # writes it, and the server stops in time for its orchestrator's grace period.
         await asyncio.to_thread(self.close, SPOOLED_STOP_S if self._spooled else 30.0)
+
+    def feedback_sink(self) -> FeedbackSink:
+        """Where `POST /v1/feedback` stores scores: this recorder's database, its content
+        policy and the key its ids are hashed with, so a score joins its records."""
+        return FeedbackSink(self.url, self.content, self.hash_key, self.source)
 
     # -- direct use (CLI, benchmarks, tests) ------------------------------------------------
 

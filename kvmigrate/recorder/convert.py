@@ -161,10 +161,22 @@ def to_record(
         content=content,
         identity=x.identity or None,
         cohort=x.cohort or None,
+        response_id=_response_id(x, response, content, hash_key),
         **_decode(x),
         **stored,
         **_parity(x, mirrored, response, mirrored_answer),
     )
+
+
+def _response_id(
+    x: Exchange, response: dict[str, Any] | None, content: str, key: bytes | None
+) -> str | None:
+    """The id of the answer the client got, hashed as a conversation id is: feedback names
+    an answer by it. A copy's or a noise call's own id no client ever saw."""
+    value = response.get("id") if x.role == Role.SERVE and response is not None else None
+    if not isinstance(value, str) or not value:
+        return None
+    return stored_conversation(value, content, key or new_hash_key())
 
 
 def _decode(x: Exchange) -> dict[str, Any]:
@@ -239,16 +251,17 @@ def _stream_tail(body: bytes) -> dict[str, Any] | None:
         events = [orjson.loads(p) for p in sse_payloads(tail)[-4:]]
     except orjson.JSONDecodeError:
         return None
-    usage = reason = None
+    usage = reason = ident = None
     for event in events:
         if not isinstance(event, dict):
             return None
         usage = event.get("usage") or usage
+        ident = event.get("id") or ident
         for part in event.get("choices") or ():
             if isinstance(part, dict) and part.get("finish_reason"):
                 reason = part["finish_reason"]
     choice = {"index": 0, "message": {"role": "assistant", "content": None}}
-    return {"choices": [choice | {"finish_reason": reason}], "usage": usage}
+    return {"id": ident, "choices": [choice | {"finish_reason": reason}], "usage": usage}
 
 
 def _parity(

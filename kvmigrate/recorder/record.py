@@ -39,6 +39,8 @@ class Record:
     `decode_chunks` the chunks after the first, and `chunk_gap_max_ms` the longest wait
     between two chunks: with `completion_tokens`, its decode speed (kvmigrate.report.decode).
     `cohort` is the rollout cohort it was routed in (None: recorded before cohorts).
+    `response_id` is the id of the answer the client got (a served call only), hashed like
+    the conversation id: feedback names an answer by it.
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
     """
@@ -78,6 +80,7 @@ class Record:
     identity: str | None = None
     cache_write_tokens: int | None = None
     cohort: str | None = None
+    response_id: str | None = None
     decode_ms: float | None = None
     decode_chunks: int | None = None
     chunk_gap_max_ms: float | None = None

@@ -184,4 +184,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE records ADD COLUMN chunk_gap_max_ms DOUBLE PRECISION",
         ),
     ),
+    Migration(
+        "m012_feedback",
+        (
+            # The id of the answer the client got (a chat completion's or a Responses
+            # answer's `id`), keyed-hashed like the conversation: feedback names an answer
+            # by it (kvmigrate.feedback), and the report joins the two.
+            "ALTER TABLE records ADD COLUMN response_id TEXT",
+            # Scores clients give a conversation or an answer (`POST /v1/feedback`), in the
+            # shape of Langfuse's and LangSmith's scores: a name, a numeric value, a comment.
+            """CREATE TABLE feedback (
+                id TEXT PRIMARY KEY,
+                ts DOUBLE PRECISION NOT NULL,
+                conversation TEXT,
+                response_id TEXT,
+                name TEXT NOT NULL,
+                value DOUBLE PRECISION NOT NULL,
+                comment TEXT,
+                source TEXT NOT NULL
+            )""",
+            "CREATE INDEX feedback_ts ON feedback (ts)",
+        ),
+    ),
 )

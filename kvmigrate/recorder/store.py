@@ -62,6 +62,11 @@ UNCLEAN_STOP_SQL = (
     "INSERT INTO unclean_stops (source, ts, replayed) VALUES (?, ?, ?)"
     " ON CONFLICT (source) DO UPDATE SET replayed = unclean_stops.replayed + excluded.replayed"
 )
+FEEDBACK_COLUMNS = ("id", "ts", "conversation", "response_id", "name", "value", "comment", "source")
+INSERT_FEEDBACK_SQL = (
+    f"INSERT INTO feedback ({', '.join(FEEDBACK_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in FEEDBACK_COLUMNS)})"
+)
 # A message is kept this long past the last record that may reference it: the writer
 # refreshes `last_seen` at most this often (kvmigrate.recorder.history.TOUCH_S).
 MESSAGE_GRACE_S = 2 * 3600.0
@@ -146,6 +151,11 @@ class RecordStore(ABC):
         with self._lock, self._transaction() as cursor:
             cursor.execute(self.sql(UNCLEAN_STOP_SQL), (source, ts, replayed))
 
+    def insert_feedback(self, row: Sequence[Any]) -> None:
+        """One score from `POST /v1/feedback` (kvmigrate.feedback), in FEEDBACK_COLUMNS order."""
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self.sql(INSERT_FEEDBACK_SQL), row)
+
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for each of `rows`, in one transaction (a table beside the
         records: kvmigrate.engine.samples)."""
@@ -175,6 +185,8 @@ class RecordStore(ABC):
         with self._lock, self._transaction() as cursor:
             cursor.execute(self.sql("DELETE FROM records WHERE ts < ?"), (before,))
             removed = int(getattr(cursor, "rowcount", 0) or 0)
+            # Scores go with the records they score: the same retention.
+            cursor.execute(self.sql("DELETE FROM feedback WHERE ts < ?"), (before,))
             cursor.execute(self.sql("DELETE FROM engine_samples WHERE ts < ?"), (before,))
             cursor.execute(
                 self.sql("DELETE FROM messages WHERE last_seen < ?"), (before - MESSAGE_GRACE_S,)

@@ -30,6 +30,7 @@ from kvmigrate.report.cost import project_cost
 from kvmigrate.report.decode import decode_by_turn, decode_difference, decode_summaries
 from kvmigrate.report.divergences import divergent_pairs
 from kvmigrate.report.engine_use import engine_use
+from kvmigrate.report.evaluate import slow_conversations
 from kvmigrate.report.flatness import flatness
 from kvmigrate.report.gpu import ScrapeSetup
 from kvmigrate.report.identity import identity_notes, identity_summary
@@ -38,7 +39,14 @@ from kvmigrate.report.parity import parity_summary
 from kvmigrate.report.rows import Row, fetch_rows
 from kvmigrate.report.scorecard import scorecard
 from kvmigrate.report.scorecard_engine import cost_input, gpu_input
-from kvmigrate.report.scorecard_inputs import ScorecardInputs
+from kvmigrate.report.scorecard_inputs import ScorecardInputs, UsersInput
+from kvmigrate.report.users import (
+    SLOW_TURN_MS,
+    Score,
+    UsersFigures,
+    fetch_scores,
+    users_figures,
+)
 
 TINY = 20  # fewer answered calls than this: say the figures are anecdotes
 
@@ -54,6 +62,7 @@ def build_report(
     database: str = "",
     max_turn: int = 10,
     candidates_of: Mapping[str, Sequence[str]] | None = None,
+    slow_turn_ms: float = SLOW_TURN_MS,
     gpu: ScrapeSetup | None = None,
     scorecard_inputs: ScorecardInputs | None = None,
 ) -> Report:
@@ -62,10 +71,11 @@ def build_report(
     the first of which its own report holds against the primary. Given, only those cohorts
     get a view: a model without a rollout (embeddings on the primary only) is no cohort,
     and its traffic counts in the fleet's figures alone. None: every recorded group does,
-    against `candidate`. `gpu`: the config's scrape setup, for the GPU, KV and
-    cost-per-token figures (report.engine_use); None leaves them out.
+    against `candidate`. `slow_turn_ms`: a turn slower than this (TTFT) is slow, for the
+    users section's abandonment figure. `gpu`: the config's scrape setup, for the GPU, KV
+    and cost-per-token figures (report.engine_use); None leaves them out.
     `scorecard_inputs`: the figures the scorecard reads from outside the records (GPU use,
-    cost per token, users); absent ones are "not measured"."""
+    cost per token, users); absent ones are the report's own, else "not measured"."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -87,6 +97,8 @@ def build_report(
         cohort_of = {r.request_id: r.cohort for r in recorded} if len(cohorts) > 1 else {}
         busters = cache_busters(store, since, until, cohort_of)
     _fill(report, recorded, store, prices, max_turn, paired)
+    scores = fetch_scores(store, since, until) if store is not None else ([], {})
+    users = report.users = _users(report, recorded, scores, slow_turn_ms)
     if gpu is not None:
         served = [r for r in recorded if r.role != Role.NOISE]
         report.gpu, report.cost_per_token = engine_use(
@@ -101,6 +113,7 @@ def build_report(
             given,
             gpu=given.gpu or gpu_input(report.gpu),
             cost=given.cost or cost_input(report.cost_per_token),
+            users=given.users or UsersInput(**users.scorecard_fields("score")),
         ),
     )
     if candidates_of is not None:
@@ -113,8 +126,25 @@ def build_report(
         _fill(own, rows, store, prices, max_turn, [p for p in paired if p.a.cohort == name])
         own.cache_busters = busters[1].get(name, CacheBusters())
         own.divergent_total = divergent_pairs(rows, None, most=0)[1]
+        own.users = _users(own, rows, scores, slow_turn_ms)
         report.cohorts.append(own)
     return report
+
+
+def _users(
+    report: Report,
+    rows: Sequence[Row],
+    scores: tuple[Sequence[Score], Mapping[str, str]],
+    slow_turn_ms: float,
+) -> UsersFigures:
+    return users_figures(
+        rows,
+        *scores,
+        primary=report.primary,
+        candidate=report.candidate,
+        until=report.until,
+        slow_turn_ms=slow_turn_ms,
+    )
 
 
 def _cohort_view(fleet: Report, cohort: str, candidate: str) -> Report:
@@ -149,6 +179,7 @@ def _fill(
     # for parity only, never for latency, cache or cost figures.
     rows = [r for r in recorded if r.role != Role.NOISE]
     report.cost = project_cost(rows, candidate, prices)
+    report.slow_conversations = slow_conversations(rows, prices)
     report.records = len(recorded)
     report.noise_calls = len(recorded) - len(rows)
     if not rows:
@@ -182,7 +213,12 @@ def _notes(report: Report) -> list[str]:
         span = f"{report.cost.basis_s:.0f} s"
         notes.append(f"The cost projection scales {span} of traffic to a month: an estimate only.")
     names = {b.backend for b in report.backends}
+    if not report.candidate:
+        notes.append(
+            "No candidate (rollout.mode: observe): the primary measured alone, before any "
+            "self-hosted model; see the slowest conversations and what caching would save."
+        )
     for name, role in ((report.primary, "primary"), (report.candidate, "candidate")):
-        if name not in names:
+        if name and name not in names:
             notes.append(f"No traffic from the {role} `{name}` in this window.")
     return notes

@@ -9,6 +9,7 @@ from kvmigrate.report.build import build_report
 from kvmigrate.report.gpu import ScrapeSetup
 from kvmigrate.report.model import Prices, Report
 from kvmigrate.report.timeline import rollout_timeline
+from kvmigrate.report.users import SLOW_TURN_MS
 
 
 def configured_report(
@@ -31,5 +32,6 @@ def configured_report(
         database=config.record.db,
         max_turn=max_turn,
         candidates_of={name: config.candidates_of(name) for name in config.cohort_names()},
+        slow_turn_ms=config.rollout.gates.ttft_p95_slo_ms or SLOW_TURN_MS,
         gpu=ScrapeSetup.of(config),
     )

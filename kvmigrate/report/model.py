@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvmigrate.report.completeness import Completeness
+from kvmigrate.report.evaluate import SlowConversations
 from kvmigrate.report.identity import IdentitySummary
 from kvmigrate.report.scorecard_model import ScorecardRow
+from kvmigrate.report.users import UsersFigures
 
 if TYPE_CHECKING:
     from kvmigrate.report.cost_per_token import CostFigures
@@ -341,6 +343,10 @@ class Report:
     candidate_pairs: list[CandidatePair] = field(default_factory=list)
     # The answers the proxies counted against the records (fleet-wide only).
     completeness: Completeness = field(default_factory=Completeness)
+    # Whether users stay, by arm (report.users); None before it is computed.
+    users: UsersFigures | None = None
+    # The slowest conversations of 5+ turns, their cost and what prefix caching would save.
+    slow_conversations: SlowConversations = field(default_factory=SlowConversations)
     # The candidates' GPU and KV use and each arm's cost per token (report.engine_use),
     # fleet-wide only; None when the report was built without the config's scrape setup.
     gpu: GpuFigures | None = None

@@ -11,9 +11,11 @@ from kvmigrate.report.candidates import HEADERS as CANDIDATE_HEADERS
 from kvmigrate.report.candidates import candidate_rows
 from kvmigrate.report.completeness import completeness_lines
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
+from kvmigrate.report.evaluate_table import slow_section
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
 from kvmigrate.report.scorecard_table import scorecard_table
 from kvmigrate.report.speed_tables import decode, decode_by_turn, flatness
+from kvmigrate.report.users_table import users_section
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
 
@@ -22,7 +24,7 @@ def summary_lines(report: Report) -> list[str]:
     lines = [
         f"Window: {fmt.when(report.since)} .. {fmt.when(report.until)}",
         f"Records: {report.records:,} calls from {report.database or 'no database'}",
-        f"Primary: {report.primary}   Candidate: {report.candidate}",
+        f"Primary: {report.primary}   Candidate: {report.candidate or 'none (observe)'}",
     ]
     return lines + completeness_lines(report.completeness) + list(report.notes)
 
@@ -44,8 +46,10 @@ def report_tables(report: Report) -> list[Table]:
         cache_by_turn(report),
         identity(report),
         cost(report),
+        Table("slow_conversations", *slow_section(report.slow_conversations)),
         *engine_tables(report),
         parity(report),
+        Table("users", *users_section(report.users)),
         *by_candidate(report),
         *candidates_against_each_other(report),
         cache_busters(report),
@@ -57,7 +61,7 @@ def cohort_lines(report: Report) -> list[str]:
     """What a cohort's view says before its sections."""
     return [
         f"Cohort: {report.cohort} (its traffic alone, {report.records:,} calls)",
-        f"Primary: {report.primary}   Candidate: {report.candidate}",
+        f"Primary: {report.primary}   Candidate: {report.candidate or 'none (observe)'}",
         *report.notes,
     ]
 
@@ -137,7 +141,7 @@ def coverage(report: Report) -> Table:
             ),
         ]
     note = f"No calls served by the primary `{report.primary}` in this window."
-    title = f"Shadow coverage (primary calls mirrored to {report.candidate})"
+    title = f"Shadow coverage (primary calls mirrored to {report.candidate or 'none'})"
     return Table("coverage", title, ("unit", "mirrored", "share"), rows, note)
 
 

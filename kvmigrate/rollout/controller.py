@@ -15,6 +15,7 @@ from kvmigrate.logtext import quoted
 from kvmigrate.policies import Mode
 from kvmigrate.policies.candidate_compare import PairDifference, compare_candidates
 from kvmigrate.policies.gates import GateResult, Verdict, all_passed, evaluate_gates, gates_left_off
+from kvmigrate.policies.modes import SWITCHABLE
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.state import Action, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import RolloutStore
@@ -26,6 +27,13 @@ WindowSource = Callable[[float, str], dict[str, BackendWindow]]
 # back by the history: a reason is a sentence and an actor a name, not documents.
 REASON_MAX_CHARS = 1000
 ACTOR_MAX_CHARS = 200
+
+
+OBSERVE_REFUSAL = (
+    "rollout.mode is observe: the primary is measured alone and there is no candidate to "
+    "roll out to. Name a candidate (rollout.candidate) and set rollout.mode: shadow to start "
+    "a pilot"
+)
 
 
 class RolloutError(Exception):
@@ -251,6 +259,8 @@ class RolloutController:
         `expected_version`: refuse unless the state is still the one the caller saw (what
         `rollout auto` last looked at), so a rollback made meanwhile is never overridden."""
         check_notes(reason, actor)
+        if self.config.rollout.mode == Mode.OBSERVE:
+            raise RolloutError(OBSERVE_REFUSAL)
         percent, target = _checked(percent, mode)
         name = self.cohort_of(cohort)
         current = self._read(name)
@@ -395,7 +405,7 @@ def _checked(percent: float | None, mode: str | None) -> tuple[float | None, Mod
         raise RolloutError("give a percent or a mode")
     if percent is not None and not 0 <= percent <= 100:  # NaN fails both comparisons
         raise RolloutError(f"percent must be between 0 and 100, got {percent:g}")
-    if mode is not None and mode not in tuple(Mode):
+    if mode is not None and mode not in SWITCHABLE:
         raise RolloutError(f"mode must be shadow or split, got {quoted(mode)}")
     # -0 would be stored and shown as "-0%"
     return (0.0 if percent == 0 else percent), (None if mode is None else Mode(mode))

@@ -91,7 +91,8 @@ class RolloutState:
             primary=rollout.primary,
             candidate=chosen,
             extra_shadows=tuple(c for c in candidates if c != chosen),
-            mode=state.mode,
+            # Observe is the config's word: no stored state of an earlier pilot overrides it.
+            mode=Mode.OBSERVE if rollout.mode == Mode.OBSERVE else state.mode,
             percent=state.percent,
             shadow_sample=rollout.shadow_sample,
             salt=rollout.salt,

@@ -107,6 +107,10 @@ RECORD_COLUMNS: dict[str, str] = {
     "identity": "how the proxy knew the conversation (`header`, `opening`, ...)",
     "cache_write_tokens": "usage: prompt-cache writes (Anthropic)",
     "cohort": "the rollout cohort, a name from the config",
+    "response_id": "a keyed hash (`k:`) of the id of the answer the client got",
+    "decode_ms": "a streamed answer's time from its first byte to its last chunk",
+    "decode_chunks": "the chunks after the first: counts only",
+    "chunk_gap_max_ms": "the longest wait between two chunks",
 }
 # Every table of the records database.
 TABLES = {
@@ -115,6 +119,8 @@ TABLES = {
     "answered": "answers per process, role and minute: counts only",
     "unclean_stops": "proxy processes that ended without a clean stop: counts only",
     "migrations": "the schema's migrations applied",
+    "feedback": "scores clients gave: keyed-hashed ids, a name, a value, a redacted comment",
+    "engine_samples": "the candidates' scraped engine and GPU figures: numbers and errors",
 }
 MESSAGE_COLUMNS = {"digest", "last_seen", "body"}
 
@@ -123,6 +129,8 @@ ALWAYS = {
     "turn", "stream", "status", "latency_ms", "source", "content", "identity", "cohort",
 }  # fmt: skip
 PARITY = {"parity_kind", "parity_score", "parity_applicable", "parity_disagree"}
+# A streamed answer the client got: its decode timing (the proxy's clock on relayed chunks).
+DECODE = {"decode_ms", "decode_chunks", "chunk_gap_max_ms"}
 
 
 def _user(content: str) -> list[dict[str, str]]:
@@ -307,7 +315,9 @@ def _each(
 ) -> tuple[dict[str, set[str]], ...]:
     """The serve record's fields, and a copy's: the same plus COPY; `copies` adds to
     (`shadow_add`, `noise_add`) or takes from (`..._less`) a role's."""
-    roles: dict[str, set[str]] = {"serve": filled, "shadow": filled | COPY, "noise": filled | COPY}
+    # Only the served answer's id is kept: the client saw no copy's (feedback names it).
+    served = filled | {"response_id"}
+    roles: dict[str, set[str]] = {"serve": served, "shadow": filled | COPY, "noise": filled | COPY}
     bodies = {"serve": request, "shadow": set(request), "noise": set(request)}
     for name, extra in copies.items():
         role, how = name.split("_")
@@ -333,7 +343,8 @@ ROUTES = (
     # An embedding is a vector: no answer is kept, and nothing to score.
     Route("embeddings", "openai", "embeddings", False, _embedding,
           *_each({"prompt_tokens", "request_json"}, {"model", "input", "encoding_format"},
-                 shadow_less=PARITY, noise_less=PARITY, shadow_add={"completion_tokens"})),
+                 shadow_less=PARITY, noise_less=PARITY, shadow_add={"completion_tokens"},
+                 serve_less={"response_id"})),
     Route("messages", "anthropic", "messages", False, _message,
           *_each(USAGE | BODIES | HISTORY | {"finish_reason", "cache_write_tokens"},
                  {"model", "max_tokens"})),
@@ -433,7 +444,10 @@ def test_each_record_holds_exactly_its_fields(
     ]
     assert len(rows) == 1, rows
     row = rows[0]
-    assert {c for c, v in row.items() if v is not None} == ALWAYS | route.filled[role]
+    filled = {c for c, v in row.items() if v is not None}
+    assert filled - DECODE == ALWAYS | route.filled[role]
+    # Decode timing needs chunks after the first: a stream that arrived in one read has none.
+    assert filled & DECODE in (set(), DECODE if route.stream else set())
     assert set(json.loads(row["request_json"])) == route.request[role]
     if row["response_json"] is not None:
         assert set(json.loads(row["response_json"])) <= ANSWER_MEMBERS[route.route]
