@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from kvmigrate.config import Config, load_config
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
+from kvmigrate.integrations.litellm_chains import Chained, PluginChains, router_group_of
+from kvmigrate.integrations.litellm_ids import ResponseIds, advertised_id, litellm_unwrap
+from kvmigrate.integrations.litellm_messages import messages_answer
 from kvmigrate.integrations.litellm_request import (
     answered_group,
     call_id,
@@ -52,12 +55,14 @@ from kvmigrate.integrations.litellm_request import (
 )
 from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
 from kvmigrate.policies import Route
+from kvmigrate.policies.conversation import declared_key
 from kvmigrate.policies.outcome import worth_mirroring
 from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
 from kvmigrate.proxy.shadow import RateBudget
 from kvmigrate.proxy.unserved import UnservedRoutes, blame
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
+from kvmigrate.rollout.chains import ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.live import LiveRollout
@@ -108,6 +113,10 @@ class Routed:
     mirrored: bool = False  # copies go out once per request, whatever LiteLLM retried
     # Candidate refusals (4xx) held until the fallback's outcome says whose they are.
     refused: list[Exchange] = field(default_factory=list)
+    chained: Chained | None = None  # a Responses request continuing stored state
+    chain: ChainTurn | None = None  # a Responses request's place in its chain
+    # What each candidate's copy mirrors, once the answer's id went by (`_seen`).
+    mirrors: dict[str, str | None] | None = None
 
 
 class KvmigrateRouter(_CustomLogger):
@@ -131,8 +140,11 @@ class KvmigrateRouter(_CustomLogger):
             build_recorder(config, store_keys(self.store)) if record else None
         )
         timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
+        self.chains = PluginChains(
+            self.identity, ResponseIds(litellm_unwrap()), router_group_of(self._llm_router)
+        )
         self.shadows = ShadowCopies(
-            self._llm_router, self._record, config.rollout.shadow_max_concurrency, timeout
+            self._llm_router, self._copied, config.rollout.shadow_max_concurrency, timeout
         )
         self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.unserved = UnservedRoutes()
@@ -174,6 +186,36 @@ class KvmigrateRouter(_CustomLogger):
             self.hook_errors += 1
             log.exception("kvmigrate: recording a LiteLLM failure failed")
 
+    async def async_post_call_success_hook(
+        self, data: dict[str, Any], user_api_key_dict: Any, response: Any
+    ) -> None:
+        try:
+            key = call_id(data)
+            routed = self._pending.get(key) if key is not None else None
+            if routed is not None:
+                self._seen(routed, response)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("kvmigrate: reading a Responses answer's id failed")
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """A Responses stream's id, from its first event, before the client has it."""
+        key = call_id(request_data)
+        routed = self._pending.get(key) if key is not None else None
+        watching = routed is not None and routed.chain is not None
+        async for chunk in response:
+            if watching:
+                assert routed is not None
+                try:
+                    watching = not self._seen(routed, chunk)
+                except Exception:
+                    watching = False
+                    self.hook_errors += 1
+                    log.exception("kvmigrate: reading a Responses stream's id failed")
+            yield chunk
+
     async def async_post_call_response_headers_hook(
         self,
         data: dict[str, Any],
@@ -209,6 +251,8 @@ class KvmigrateRouter(_CustomLogger):
             routed = self._pending.pop(key, None) if key is not None else None
             for refused in routed.refused if routed is not None else ():
                 self._answered(refused)
+            if routed is not None:
+                self._no_copies(routed)
         except Exception:
             self.hook_errors += 1
             log.exception("kvmigrate: ending a failed LiteLLM call failed")
@@ -227,11 +271,7 @@ class KvmigrateRouter(_CustomLogger):
         await self._started()
         body = client_body(data)
         served = model_route.served
-        identity = await self.identity.identify(request_headers(data), body, model, route)
-        conversation, turn = identity.conversation, identity.turn
-        headers = CIMultiDictProxy(CIMultiDict(request_headers(data)))
-        cohort = self.cohorts.resolve(model, headers, body)
-        chosen = await self.live.route(conversation, turn, served, cohort)
+        identity, chosen, cohort, chained = await self._decide(data, body, model, route, served)
         group = served.get(chosen.serve)
         if group is None:
             return None
@@ -249,12 +289,51 @@ class KvmigrateRouter(_CustomLogger):
             stream = bool(body.get("stream"))
             # Copies and records carry OpenAI's fields only (see forwarded_body).
             sent = forwarded_body(body, route)
+            conversation, turn = identity.conversation, identity.turn
             self._pending[key] = Routed(
-                route, model, conversation, turn, stream, chosen, served, sent, identity, cohort
+                route,
+                model,
+                conversation,
+                turn,
+                stream,
+                chosen,
+                served,
+                sent,
+                identity,
+                cohort,
+                chained=chained,
             )
+            if route == "responses":
+                self._pending[key].chain = self.chains.turn(identity, sent, chained)
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
         return chosen
+
+    async def _decide(
+        self,
+        data: Mapping[str, Any],
+        body: dict[str, Any],
+        model: str,
+        route: str,
+        served: dict[str, str],
+    ) -> tuple[Identity, Route, str, Chained | None]:
+        """The request's conversation, route and cohort, as the proxy decides them: a
+        Responses request continuing a stored response goes where it is stored."""
+        headers = request_headers(data)
+        cohort = self.cohorts.resolve(model, CIMultiDictProxy(CIMultiDict(headers)), body)
+        chained = self.chains.chained(body) if route == "responses" else None
+        if chained is None:
+            identity = await self.identity.identify(headers, body, model, route)
+            chosen = await self.live.route(identity.conversation, identity.turn, served, cohort)
+            return identity, chosen, cohort, None
+        declared = declared_key(headers, body, route)
+        identity, chosen = await self.chains.route(
+            chained,
+            served,
+            lambda c, t: self.live.route(c, t, served, cohort),
+            declared.value if declared else None,
+        )
+        return identity, chosen, cohort, chained
 
     # -- recording and copies ---------------------------------------------------------------
 
@@ -285,12 +364,28 @@ class KvmigrateRouter(_CustomLogger):
             self._answered(exchange)
         if exchange.mirrored:
             routed.mirrored = True
-            chosen = routed.route
-            assert chosen.shadow is not None
-            self._copy(routed, chosen.shadow, SHADOW, exchange)
-            if chosen.noise and self.noise_budget.take():
-                self._copy(routed, exchange.backend, NOISE, exchange)
+            self._mirror(routed, exchange)
+        elif exc is None:
+            self._no_copies(routed)
         return exchange
+
+    def _mirror(self, routed: Routed, primary: Exchange) -> None:
+        """Copies to each candidate serving the model, and the noise sample, as the proxy
+        makes them; a chained request's copy continues that candidate's own chain."""
+        chosen = routed.route
+        assert chosen.shadow is not None
+        extra = chosen.extra_shadows(routed.served)
+        expected = routed.mirrors or {}
+        for backend in (chosen.shadow, *extra):
+            owner = backend if extra else ""  # the map keeps each candidate's ids apart
+            if owner in expected:
+                mirrors = expected.pop(owner)
+            else:
+                mirrors = self.chains.expect_mirror(primary.chain, owner)
+            if not self._copy(routed, backend, SHADOW, primary, mirrors, owner):
+                self.chains.not_sent(mirrors, owner)
+        if chosen.noise and self.noise_budget.take():
+            self._copy(routed, primary.backend, NOISE, primary)
 
     def _attempt(
         self,
@@ -323,11 +418,35 @@ class KvmigrateRouter(_CustomLogger):
             exchange.first_byte = perf_time(kwargs.get("completion_start_time"), now_wall, now_perf)
             logged = kwargs.get("standard_logging_object")
             logged = logged if isinstance(logged, Mapping) else None
-            exchange.chunks.append(answer_bytes(response_obj, logged))
+            answer = answer_bytes(response_obj, logged)
+            if routed.path == "messages":  # logged as a chat completion (litellm_messages)
+                answer = messages_answer(kwargs, orjson.loads(answer))
+            exchange.chunks.append(answer)
         else:
             exchange.status = error_status(exc)
             exchange.error = error_kind(exc)
         return exchange
+
+    def _seen(self, routed: Routed, answer: object) -> bool:
+        """A Responses answer (or its stream's first event) on its way to the client: its id
+        goes into the chain map now (see PluginChains.seen). True once it has."""
+        if routed.chain is None or routed.mirrors is not None:
+            return True
+        advertised = advertised_id(answer)
+        if advertised is None:
+            return False
+        chosen = routed.route
+        extra = chosen.extra_shadows(routed.served)
+        shadows = (chosen.shadow, *extra) if chosen.shadow is not None else ()
+        owners = tuple(backend if extra else "" for backend in shadows)
+        routed.mirrors = self.chains.seen(routed.chain, chosen.serve, advertised, owners)
+        return True
+
+    def _no_copies(self, routed: Routed) -> None:
+        """The copies expected when the answer went by, which will not go."""
+        for owner, mirrors in (routed.mirrors or {}).items():
+            self.chains.not_sent(mirrors, owner)
+        routed.mirrors = {}
 
     def _mirrors(self, routed: Routed, exchange: Exchange) -> bool:
         """As kvmigrate's proxy decides: the primary's answer earns copies, once per
@@ -363,13 +482,27 @@ class KvmigrateRouter(_CustomLogger):
 
     def _answered(self, exchange: Exchange) -> None:
         self.identity.exchange_done(exchange)
+        self.chains.map.exchange_done(exchange)
         self._record(exchange)
 
-    def _copy(self, routed: Routed, backend: str, role: Role, primary: Exchange) -> None:
+    def _copied(self, exchange: Exchange) -> None:
+        self.chains.map.exchange_done(exchange)  # a shadow copy's own id, for the next turn
+        self._record(exchange)
+
+    def _copy(
+        self,
+        routed: Routed,
+        backend: str,
+        role: Role,
+        primary: Exchange,
+        mirrors: str | None = None,
+        owner: str = "",
+    ) -> bool:
         group = routed.served.get(backend)
         if group is None:
-            return
+            return False
         exchange = self._exchange(routed, backend, role, copy_id())
+        exchange.chain = self.chains.copy_turn(primary.chain, mirrors, owner) if mirrors else None
         exchange.pair_id = primary.request_id
         # Recorded in its answer's conversation: the recorder pairs them within one lane.
         exchange.conversation_in_store = primary.conversation_in_store
@@ -377,7 +510,12 @@ class KvmigrateRouter(_CustomLogger):
         judge = None
         if routed.route.is_candidate(backend):
             judge = partial(self._judge_copy, primary_status=primary.status)
-        self.shadows.dispatch(exchange, group, routed.body, judge)
+        prepare = None
+        if role == SHADOW and routed.chained is not None:
+            prepare = partial(
+                self.chains.copy_body, chained=routed.chained, mirrors=mirrors, owner=owner
+            )
+        return self.shadows.dispatch(exchange, group, routed.body, judge, prepare)
 
     def _judge_copy(self, copy: Exchange, primary_status: int | None) -> None:
         """A candidate's refusal of a copy, judged as the proxy judges one: `rejected`
@@ -402,6 +540,7 @@ class KvmigrateRouter(_CustomLogger):
             identity=routed.identity.source,
             cohort=routed.cohort,
             continuity=routed.identity.pending if role == SERVE else None,
+            chain=routed.chain if role == SERVE else None,
         )
 
     def _record(self, exchange: Exchange) -> None:
