@@ -32,8 +32,6 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -42,7 +40,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from kvmigrate.config import Config, load_config
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
 from kvmigrate.integrations.litellm_chains import Chained, PluginChains, router_group_of
-from kvmigrate.integrations.litellm_ids import ResponseIds, advertised_id, litellm_unwrap
+from kvmigrate.integrations.litellm_copies import PluginCopies
+from kvmigrate.integrations.litellm_ids import ResponseIds, litellm_unwrap
 from kvmigrate.integrations.litellm_messages import messages_answer
 from kvmigrate.integrations.litellm_request import (
     answered_group,
@@ -53,16 +52,15 @@ from kvmigrate.integrations.litellm_request import (
     request_headers,
     route_of,
 )
-from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
+from kvmigrate.integrations.litellm_routed import Routed, exchange_of
+from kvmigrate.integrations.litellm_shadow import RouterLike
 from kvmigrate.policies import Route
 from kvmigrate.policies.conversation import declared_key
 from kvmigrate.policies.outcome import worth_mirroring
 from kvmigrate.proxy.cohorts import CohortResolver
-from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
-from kvmigrate.proxy.shadow import RateBudget
+from kvmigrate.proxy.exchange import SERVE, Exchange
 from kvmigrate.proxy.unserved import UnservedRoutes, blame
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
-from kvmigrate.rollout.chains import ChainTurn
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.live import LiveRollout
@@ -93,32 +91,6 @@ GROUPS_KEY = "kvmigrate_groups"
 MAX_PENDING = 20_000
 
 
-@dataclass(slots=True)
-class Routed:
-    """What the pre-call hook decided for one request, kept until LiteLLM logs its end."""
-
-    path: str
-    model: str
-    conversation: str
-    turn: int
-    stream: bool
-    route: Route
-    served: dict[str, str]
-    body: dict[str, Any]
-    identity: Identity
-    cohort: str = ""
-    # LiteLLM logs each attempt (its retries, its fallback) under the one call id: each
-    # failed attempt is a record of its own, numbered; the answer keeps the call's id.
-    attempts: int = 0
-    mirrored: bool = False  # copies go out once per request, whatever LiteLLM retried
-    # Candidate refusals (4xx) held until the fallback's outcome says whose they are.
-    refused: list[Exchange] = field(default_factory=list)
-    chained: Chained | None = None  # a Responses request continuing stored state
-    chain: ChainTurn | None = None  # a Responses request's place in its chain
-    # What each candidate's copy mirrors, once the answer's id went by (`_seen`).
-    mirrors: dict[str, str | None] | None = None
-
-
 class KvmigrateRouter(_CustomLogger):
     """A LiteLLM `CustomLogger` applying kvmigrate's rollout (see the module docstring)."""
 
@@ -139,15 +111,13 @@ class KvmigrateRouter(_CustomLogger):
         self.recorder: RecorderAddon | None = (
             build_recorder(config, store_keys(self.store)) if record else None
         )
-        timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
         self.chains = PluginChains(
             self.identity, ResponseIds(litellm_unwrap()), router_group_of(self._llm_router)
         )
-        self.shadows = ShadowCopies(
-            self._llm_router, self._copied, config.rollout.shadow_max_concurrency, timeout
-        )
-        self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.unserved = UnservedRoutes()
+        self.copies = PluginCopies(
+            config, self.chains, self._llm_router, self._record, self.unserved
+        )
         self._pending: OrderedDict[str, Routed] = OrderedDict()
         self._start: asyncio.Task[None] | None = None
         self.hook_errors = 0
@@ -193,7 +163,7 @@ class KvmigrateRouter(_CustomLogger):
             key = call_id(data)
             routed = self._pending.get(key) if key is not None else None
             if routed is not None:
-                self._seen(routed, response)
+                self.copies.seen(routed, response)
         except Exception:
             self.hook_errors += 1
             log.exception("kvmigrate: reading a Responses answer's id failed")
@@ -209,7 +179,7 @@ class KvmigrateRouter(_CustomLogger):
             if watching:
                 assert routed is not None
                 try:
-                    watching = not self._seen(routed, chunk)
+                    watching = not self.copies.seen(routed, chunk)
                 except Exception:
                     watching = False
                     self.hook_errors += 1
@@ -252,7 +222,7 @@ class KvmigrateRouter(_CustomLogger):
             for refused in routed.refused if routed is not None else ():
                 self._answered(refused)
             if routed is not None:
-                self._no_copies(routed)
+                self.copies.none(routed)
         except Exception:
             self.hook_errors += 1
             log.exception("kvmigrate: ending a failed LiteLLM call failed")
@@ -364,28 +334,10 @@ class KvmigrateRouter(_CustomLogger):
             self._answered(exchange)
         if exchange.mirrored:
             routed.mirrored = True
-            self._mirror(routed, exchange)
+            self.copies.mirror(routed, exchange)
         elif exc is None:
-            self._no_copies(routed)
+            self.copies.none(routed)
         return exchange
-
-    def _mirror(self, routed: Routed, primary: Exchange) -> None:
-        """Copies to each candidate serving the model, and the noise sample, as the proxy
-        makes them; a chained request's copy continues that candidate's own chain."""
-        chosen = routed.route
-        assert chosen.shadow is not None
-        extra = chosen.extra_shadows(routed.served)
-        expected = routed.mirrors or {}
-        for backend in (chosen.shadow, *extra):
-            owner = backend if extra else ""  # the map keeps each candidate's ids apart
-            if owner in expected:
-                mirrors = expected.pop(owner)
-            else:
-                mirrors = self.chains.expect_mirror(primary.chain, owner)
-            if not self._copy(routed, backend, SHADOW, primary, mirrors, owner):
-                self.chains.not_sent(mirrors, owner)
-        if chosen.noise and self.noise_budget.take():
-            self._copy(routed, primary.backend, NOISE, primary)
 
     def _attempt(
         self,
@@ -408,7 +360,7 @@ class KvmigrateRouter(_CustomLogger):
             request_id += f"-{routed.attempts}"
         now_wall, now_perf = time.time(), time.perf_counter()
         started = perf_time(kwargs.get("api_call_start_time") or start_time, now_wall, now_perf)
-        exchange = self._exchange(routed, backend, SERVE, request_id)
+        exchange = exchange_of(routed, backend, SERVE, request_id)
         exchange.started = now_perf if started is None else started
         exchange.finished = perf_time(end_time, now_wall, now_perf) or now_perf
         exchange.fallback_from = fallback_from
@@ -426,27 +378,6 @@ class KvmigrateRouter(_CustomLogger):
             exchange.status = error_status(exc)
             exchange.error = error_kind(exc)
         return exchange
-
-    def _seen(self, routed: Routed, answer: object) -> bool:
-        """A Responses answer (or its stream's first event) on its way to the client: its id
-        goes into the chain map now (see PluginChains.seen). True once it has."""
-        if routed.chain is None or routed.mirrors is not None:
-            return True
-        advertised = advertised_id(answer)
-        if advertised is None:
-            return False
-        chosen = routed.route
-        extra = chosen.extra_shadows(routed.served)
-        shadows = (chosen.shadow, *extra) if chosen.shadow is not None else ()
-        owners = tuple(backend if extra else "" for backend in shadows)
-        routed.mirrors = self.chains.seen(routed.chain, chosen.serve, advertised, owners)
-        return True
-
-    def _no_copies(self, routed: Routed) -> None:
-        """The copies expected when the answer went by, which will not go."""
-        for owner, mirrors in (routed.mirrors or {}).items():
-            self.chains.not_sent(mirrors, owner)
-        routed.mirrors = {}
 
     def _mirrors(self, routed: Routed, exchange: Exchange) -> bool:
         """As kvmigrate's proxy decides: the primary's answer earns copies, once per
@@ -484,64 +415,6 @@ class KvmigrateRouter(_CustomLogger):
         self.identity.exchange_done(exchange)
         self.chains.map.exchange_done(exchange)
         self._record(exchange)
-
-    def _copied(self, exchange: Exchange) -> None:
-        self.chains.map.exchange_done(exchange)  # a shadow copy's own id, for the next turn
-        self._record(exchange)
-
-    def _copy(
-        self,
-        routed: Routed,
-        backend: str,
-        role: Role,
-        primary: Exchange,
-        mirrors: str | None = None,
-        owner: str = "",
-    ) -> bool:
-        group = routed.served.get(backend)
-        if group is None:
-            return False
-        exchange = self._exchange(routed, backend, role, copy_id())
-        exchange.chain = self.chains.copy_turn(primary.chain, mirrors, owner) if mirrors else None
-        exchange.pair_id = primary.request_id
-        # Recorded in its answer's conversation: the recorder pairs them within one lane.
-        exchange.conversation_in_store = primary.conversation_in_store
-        exchange.request_body = primary.request_body
-        judge = None
-        if routed.route.is_candidate(backend):
-            judge = partial(self._judge_copy, primary_status=primary.status)
-        prepare = None
-        if role == SHADOW and routed.chained is not None:
-            prepare = partial(
-                self.chains.copy_body, chained=routed.chained, mirrors=mirrors, owner=owner
-            )
-        return self.shadows.dispatch(exchange, group, routed.body, judge, prepare)
-
-    def _judge_copy(self, copy: Exchange, primary_status: int | None) -> None:
-        """A candidate's refusal of a copy, judged as the proxy judges one: `rejected`
-        (against the candidate) where the primary answered the same request. As `http_4xx`
-        it read as the client's fault, and LiteLLM deployments' shadow evidence never
-        showed a candidate whose context window refused the long prompts."""
-        kind = self.unserved.refusal(copy.backend, copy.route, copy.status)
-        copy.error = blame(kind, primary_status) or copy.error
-
-    def _exchange(self, routed: Routed, backend: str, role: Role, request_id: str) -> Exchange:
-        return Exchange(
-            request_id=request_id,
-            route=routed.path,
-            backend=backend,
-            role=role,
-            model=routed.model,
-            served_model=routed.served.get(backend, ""),
-            conversation=routed.conversation,
-            turn=routed.turn,
-            stream=routed.stream,
-            started=time.perf_counter(),
-            identity=routed.identity.source,
-            cohort=routed.cohort,
-            continuity=routed.identity.pending if role == SERVE else None,
-            chain=routed.chain if role == SERVE else None,
-        )
 
     def _record(self, exchange: Exchange) -> None:
         if self.recorder is not None:
@@ -582,7 +455,7 @@ class KvmigrateRouter(_CustomLogger):
 
     async def aclose(self) -> None:
         """Stop watching the store, let copies finish briefly, flush the recorder."""
-        await self.shadows.close()
+        await self.copies.close()
         await self.live.done()
         await self.identity.done()
         await asyncio.to_thread(self.close)
