@@ -15,6 +15,7 @@ from kvmigrate.config import Config
 from kvmigrate.exchange import Exchange
 from kvmigrate.integrations.litellm_chains import PluginChains
 from kvmigrate.integrations.litellm_ids import advertised_id
+from kvmigrate.integrations.litellm_request import answered_group
 from kvmigrate.integrations.litellm_routed import Routed, exchange_of
 from kvmigrate.integrations.litellm_shadow import RouterSource, ShadowCopies, copy_id
 from kvmigrate.proxy.exchange import NOISE, SHADOW, Role
@@ -50,10 +51,14 @@ class PluginCopies:
         if advertised is None:
             return False
         chosen = routed.route
+        # A whole answer names its model group: after LiteLLM's fallback, the primary's,
+        # and an answer of the fallback earns no copies. A stream's event names none.
+        group = answered_group(answer)
+        backend = next((b for b, g in routed.served.items() if g == group), chosen.serve)
         extra = chosen.extra_shadows(routed.served)
-        shadows = (chosen.shadow, *extra) if chosen.shadow is not None else ()
-        owners = tuple(backend if extra else "" for backend in shadows)
-        routed.mirrors = self.chains.seen(routed.chain, chosen.serve, advertised, owners)
+        shadows = (chosen.shadow, *extra) if chosen.shadow and backend == chosen.serve else ()
+        owners = tuple(candidate if extra else "" for candidate in shadows)
+        routed.mirrors = self.chains.seen(routed.chain, backend, advertised, owners)
         return True
 
     def none(self, routed: Routed) -> None:

@@ -245,6 +245,8 @@ def test_a_responses_chain_stays_where_it_is_stored_and_its_copies_chain_on_the_
 
     # Recorded as one conversation each, turn by turn; the copies paired and answered.
     wait_for(lambda: len(stack.rows(on_primary, "shadow")) == 5, what="5 copies recorded")
+    wait_for(lambda: len(stack.rows(on_candidate)) == 4, what="the candidate's 4 answers")
+    wait_for(lambda: len(stack.rows(on_primary)) == 5, what="the primary's 5 answers")
     assert [(r["turn"], r["backend"]) for r in stack.rows(on_candidate)] == [
         (t, "vllm") for t in (1, 2, 3, 4)
     ]
