@@ -84,7 +84,20 @@ def export_package(ref: str, into: Path) -> Path:
     return into
 
 
+# A proxy closes a keep-alive connection idle for seconds (uvicorn's default: 5 s), which a
+# busy machine's interleaved loop can leave it: such a request is sent again, fresh.
+_CLOSED = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
 def _request(connection: http.client.HTTPConnection, body: bytes) -> float:
+    try:
+        return _timed(connection, body)
+    except _CLOSED:
+        connection.close()
+        return _timed(connection, body)
+
+
+def _timed(connection: http.client.HTTPConnection, body: bytes) -> float:
     started = time.perf_counter()
     connection.request(
         "POST",
@@ -189,7 +202,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="kvm-litellm-") as tmp:
+    # The processes stop (ExitStack) before their folder goes.
+    with tempfile.TemporaryDirectory(prefix="kvm-litellm-") as tmp, ExitStack() as stack:
         root = Path(tmp)
         hosted = stack.enter_context(
             BackgroundServer(lambda: build_app(EmulatorSettings(profile="hosted", time_scale=0)))

@@ -67,15 +67,17 @@ class PluginChains:
     ) -> tuple[Identity, Route]:
         """The chain's conversation and turn, and a route to the backend that stores it,
         with no fallback (no other backend holds the chain)."""
-        identity, backend = await self.chains_backend(chained, declared, served)
+        identity, backend = await self._stored_on(chained, declared, served)
         chosen = await route_for(identity.conversation, identity.turn)
         if backend is None or backend not in served:
             return identity, unknown_chain(chosen, served)
         return identity, stick(chosen, backend)
 
-    async def chains_backend(
+    async def _stored_on(
         self, chained: Chained, declared: str | None, served: Mapping[str, str]
     ) -> tuple[Identity, str | None]:
+        """The map's answer; for a chain it forgot, the group of the deployment LiteLLM's
+        id names (None: the id names none, or a group of no backend of the model)."""
         identity, backend = await self.map.identify(chained.ref, declared)
         if backend is None and chained.deployment is not None:
             backend = _backend_of(self._group_of(chained.deployment), served)
