@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +37,8 @@ from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.private_files import write_private
 from kvmigrate.progress import progress
 from kvmigrate.recorder.store import open_store as open_records
-from kvmigrate.report import RENDERERS, build_report
+from kvmigrate.report import RENDERERS, Report, build_report
+from kvmigrate.report.render_scorecard import SCORECARD_RENDERERS
 from kvmigrate.report.timeline import rollout_timeline
 from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import ChangeOutcome, GatesRefused, RolloutController
@@ -121,6 +122,8 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         _phase("2. Rollout 10% -> 50% -> 100%, checked by the gates", echo)
         ok = _walk(controller, base_url, settings, echo)
         _phase("3. Report", echo)
+        # The playbook's checklist over the whole run, the figures a rollout is judged by.
+        echo(_report(config, "text", started, SCORECARD_RENDERERS))
         out = settings.out or _new_report_path(settings.workdir)
         write_private(out, _report(config, "html", started))
         echo(f"wrote {out.resolve()}")
@@ -275,7 +278,12 @@ def _chat(settings: DemoSettings) -> str:
     return CLAUDE_MODEL if settings.api == "anthropic" else HOSTED_MODEL
 
 
-def _report(config: Config, fmt: str, since: float) -> str:
+def _report(
+    config: Config,
+    fmt: str,
+    since: float,
+    renderers: Mapping[str, Callable[[Report], str]] = RENDERERS,
+) -> str:
     with open_records(config.record.db) as store:
         now = time.time()
         report = build_report(
@@ -287,7 +295,7 @@ def _report(config: Config, fmt: str, since: float) -> str:
             timeline=rollout_timeline(config, since, now + 1),
             database=config.record.db,
         )
-    return RENDERERS[fmt](report)
+    return renderers[fmt](report)
 
 
 def _phase(title: str, echo: Echo) -> None:

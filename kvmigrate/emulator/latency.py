@@ -56,9 +56,12 @@ class PrefillEngine:
         self._slots = asyncio.Semaphore(max(concurrency, 1))
         self.waiting = 0
         self.running = 0
+        self.kv_tokens = 0  # held by the running requests, as vLLM's KV-cache gauge counts
 
     @contextlib.asynccontextmanager
-    async def admitted(self, prefill_s: float) -> AsyncIterator[None]:
+    async def admitted(self, prefill_s: float, tokens: int = 0) -> AsyncIterator[None]:
+        """`tokens`: the KV cache the request holds from admission to its end (its prompt
+        and its answer: vLLM allocates blocks as it decodes, the emulator at once)."""
         self.waiting += 1
         queued = True
         try:
@@ -67,14 +70,17 @@ class PrefillEngine:
                     self.waiting -= 1
                     queued = False
                     self.running += 1
+                    self.kv_tokens += tokens
                     await asyncio.sleep(prefill_s)
             else:
                 self.waiting -= 1
                 queued = False
                 self.running += 1
+                self.kv_tokens += tokens
             yield
         finally:
             if queued:
                 self.waiting -= 1
             else:
                 self.running -= 1
+                self.kv_tokens -= tokens

@@ -198,7 +198,8 @@ async def _deliver(
     metrics.prompt(gen.prompt_tokens, gen.cached_tokens)
     prefill_s = backend.latency.prefill_s(gen.prompt_tokens, gen.cached_tokens)
     gap_s = backend.latency.token_gap_s()
-    async with backend.engine.admitted(prefill_s):
+    held = gen.prompt_tokens + gen.completion_tokens
+    async with backend.engine.admitted(prefill_s, held):
         if req.stream:
 
             def first_token() -> None:

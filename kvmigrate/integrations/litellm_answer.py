@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.sse_frames import data_frame
+
 _TOKEN_KEYS = frozenset({"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"})
 
 
@@ -48,7 +50,7 @@ def sse_event(obj: Any) -> bytes:
     LiteLLM streams Anthropic's Messages as the wire's bytes, framed already."""
     if isinstance(obj, bytes):
         return obj
-    return b"data: " + answer_bytes(obj) + b"\n\n"
+    return data_frame(answer_bytes(obj))
 
 
 def perf_time(

@@ -300,6 +300,7 @@ backends:
 models:
   - {{model_name: {MODEL}, hosted: {MODEL}, vllm: meta-llama/Llama-3.1-8B-Instruct}}
 rollout: {{mode: split, percent: 50, state: "{fresh_redis_url}"}}
+record: {{db: "sqlite:///{tmp_path}/records.db"}}
 """,
             env={},
         )
