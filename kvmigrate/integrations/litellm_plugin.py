@@ -9,14 +9,20 @@ The kvmigrate config's `models:` map each client-facing model group to the LiteL
 groups of the rollout's primary and candidate (`model_name: gpt-4o-mini, hosted:
 gpt-4o-mini, vllm: vllm-llama`); `rollout:` and `record:` apply as in kvmigrate's own proxy.
 
-- `async_pre_call_hook` keys the conversation (X-Session-ID, else `user`, else the prompt's
-  stable prefix), decides with the rollout snapshot that a background task keeps current
-  from kvmigrate's rollout store (`kvmigrate rollout --percent 50` steers LiteLLM within a
-  second), applies the conversation's pin, and rewrites `data["model"]` to the chosen group
-  (with the primary as a request-level fallback when the candidate serves).
-- the success and failure logging hooks record the answer to kvmigrate's recorder and then,
-  in shadow mode, copy the request to the candidate group (and, for a budgeted share, once
-  more to the primary for the noise floor); the recorder scores each copy against the answer.
+- `async_pre_call_hook` keys the conversation as the proxy does (X-Session-ID, `user`,
+  Messages' `metadata.user_id`, continuity with an earlier answer, else the masked
+  opening), picks its cohort, decides with the rollout snapshot that a background task
+  keeps current from kvmigrate's rollout store (`kvmigrate rollout --percent 50` steers
+  LiteLLM within a second), applies the conversation's pin, and rewrites `data["model"]`
+  to the chosen group (with the primary as a request-level fallback when the candidate
+  serves). A Responses turn continuing a stored response goes to the group that stored it
+  (kvmigrate.integrations.litellm_chains).
+- the post-call hooks read a Responses answer's id on its way to the client (a next turn
+  may arrive before LiteLLM logs this one);
+- the success and failure logging hooks record the answer to kvmigrate's recorder and then
+  copy the request to each candidate group the rollout mirrors to (and, for a budgeted
+  share, once more to the primary for the noise floor); the recorder scores each copy
+  against the answer. Chat, Responses and Anthropic Messages (`/v1/messages`) alike.
 
 Every hook catches its own exceptions: the plugin can fail, LiteLLM's request cannot.
 """
