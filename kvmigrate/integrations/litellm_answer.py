@@ -46,7 +46,10 @@ def _with_usage(value: dict[str, Any], logged: Mapping[str, Any]) -> dict[str, A
 
 
 def sse_event(obj: Any) -> bytes:
-    """One streamed chunk or Responses event as an SSE event, as it came off the wire."""
+    """One streamed chunk or Responses event as an SSE event, as it came off the wire.
+    LiteLLM streams Anthropic's Messages as the wire's bytes, framed already."""
+    if isinstance(obj, bytes):
+        return obj
     return data_frame(answer_bytes(obj))
 
 

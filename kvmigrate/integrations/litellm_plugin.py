@@ -9,14 +9,20 @@ The kvmigrate config's `models:` map each client-facing model group to the LiteL
 groups of the rollout's primary and candidate (`model_name: gpt-4o-mini, hosted:
 gpt-4o-mini, vllm: vllm-llama`); `rollout:` and `record:` apply as in kvmigrate's own proxy.
 
-- `async_pre_call_hook` keys the conversation (X-Session-ID, else `user`, else the prompt's
-  stable prefix), decides with the rollout snapshot that a background task keeps current
-  from kvmigrate's rollout store (`kvmigrate rollout --percent 50` steers LiteLLM within a
-  second), applies the conversation's pin, and rewrites `data["model"]` to the chosen group
-  (with the primary as a request-level fallback when the candidate serves).
-- the success and failure logging hooks record the answer to kvmigrate's recorder and then,
-  in shadow mode, copy the request to the candidate group (and, for a budgeted share, once
-  more to the primary for the noise floor); the recorder scores each copy against the answer.
+- `async_pre_call_hook` keys the conversation as the proxy does (X-Session-ID, `user`,
+  Messages' `metadata.user_id`, continuity with an earlier answer, else the masked
+  opening), picks its cohort, decides with the rollout snapshot that a background task
+  keeps current from kvmigrate's rollout store (`kvmigrate rollout --percent 50` steers
+  LiteLLM within a second), applies the conversation's pin, and rewrites `data["model"]`
+  to the chosen group (with the primary as a request-level fallback when the candidate
+  serves). A Responses turn continuing a stored response goes to the group that stored it
+  (kvmigrate.integrations.litellm_chains).
+- the post-call hooks read a Responses answer's id on its way to the client (a next turn
+  may arrive before LiteLLM logs this one);
+- the success and failure logging hooks record the answer to kvmigrate's recorder and then
+  copy the request to each candidate group the rollout mirrors to (and, for a budgeted
+  share, once more to the primary for the noise floor); the recorder scores each copy
+  against the answer. Chat, Responses and Anthropic Messages (`/v1/messages`) alike.
 
 Every hook catches its own exceptions: the plugin can fail, LiteLLM's request cannot.
 """
@@ -31,9 +37,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,6 +45,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from kvmigrate.config import Config, load_config
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
+from kvmigrate.integrations.litellm_chains import Chained, PluginChains, router_group_of
+from kvmigrate.integrations.litellm_copies import PluginCopies
+from kvmigrate.integrations.litellm_ids import ResponseIds, litellm_unwrap
+from kvmigrate.integrations.litellm_messages import messages_answer
 from kvmigrate.integrations.litellm_request import (
     answered_group,
     call_id,
@@ -50,12 +58,13 @@ from kvmigrate.integrations.litellm_request import (
     request_headers,
     route_of,
 )
-from kvmigrate.integrations.litellm_shadow import RouterLike, ShadowCopies, copy_id
+from kvmigrate.integrations.litellm_routed import Routed, exchange_of
+from kvmigrate.integrations.litellm_shadow import RouterLike
 from kvmigrate.policies import Route
+from kvmigrate.policies.conversation import declared_key
 from kvmigrate.policies.outcome import worth_mirroring
 from kvmigrate.proxy.cohorts import CohortResolver
-from kvmigrate.proxy.exchange import NOISE, SERVE, SHADOW, Exchange, Role
-from kvmigrate.proxy.shadow import RateBudget
+from kvmigrate.proxy.exchange import SERVE, Exchange
 from kvmigrate.proxy.unserved import UnservedRoutes, blame
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
 from kvmigrate.rollout.continuity import ContinuityResolver, Identity
@@ -88,28 +97,6 @@ GROUPS_KEY = "kvmigrate_groups"
 MAX_PENDING = 20_000
 
 
-@dataclass(slots=True)
-class Routed:
-    """What the pre-call hook decided for one request, kept until LiteLLM logs its end."""
-
-    path: str
-    model: str
-    conversation: str
-    turn: int
-    stream: bool
-    route: Route
-    served: dict[str, str]
-    body: dict[str, Any]
-    identity: Identity
-    cohort: str = ""
-    # LiteLLM logs each attempt (its retries, its fallback) under the one call id: each
-    # failed attempt is a record of its own, numbered; the answer keeps the call's id.
-    attempts: int = 0
-    mirrored: bool = False  # copies go out once per request, whatever LiteLLM retried
-    # Candidate refusals (4xx) held until the fallback's outcome says whose they are.
-    refused: list[Exchange] = field(default_factory=list)
-
-
 class KvmigrateRouter(_CustomLogger):
     """A LiteLLM `CustomLogger` applying kvmigrate's rollout (see the module docstring)."""
 
@@ -130,12 +117,13 @@ class KvmigrateRouter(_CustomLogger):
         self.recorder: RecorderAddon | None = (
             build_recorder(config, store_keys(self.store)) if record else None
         )
-        timeout = max((b.read_timeout for b in config.backends.values()), default=600.0)
-        self.shadows = ShadowCopies(
-            self._llm_router, self._record, config.rollout.shadow_max_concurrency, timeout
+        self.chains = PluginChains(
+            self.identity, ResponseIds(litellm_unwrap()), router_group_of(self._llm_router)
         )
-        self.noise_budget = RateBudget(config.rollout.noise_per_minute / 60.0)
         self.unserved = UnservedRoutes()
+        self.copies = PluginCopies(
+            config, self.chains, self._llm_router, self._record, self.unserved
+        )
         self._pending: OrderedDict[str, Routed] = OrderedDict()
         self._start: asyncio.Task[None] | None = None
         self.hook_errors = 0
@@ -174,6 +162,36 @@ class KvmigrateRouter(_CustomLogger):
             self.hook_errors += 1
             log.exception("kvmigrate: recording a LiteLLM failure failed")
 
+    async def async_post_call_success_hook(
+        self, data: dict[str, Any], user_api_key_dict: Any, response: Any
+    ) -> None:
+        try:
+            key = call_id(data)
+            routed = self._pending.get(key) if key is not None else None
+            if routed is not None:
+                self.copies.seen(routed, response)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("kvmigrate: reading a Responses answer's id failed")
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """A Responses stream's id, from its first event, before the client has it."""
+        key = call_id(request_data)
+        routed = self._pending.get(key) if key is not None else None
+        watching = routed is not None and routed.chain is not None
+        async for chunk in response:
+            if watching:
+                assert routed is not None
+                try:
+                    watching = not self.copies.seen(routed, chunk)
+                except Exception:
+                    watching = False
+                    self.hook_errors += 1
+                    log.exception("kvmigrate: reading a Responses stream's id failed")
+            yield chunk
+
     async def async_post_call_response_headers_hook(
         self,
         data: dict[str, Any],
@@ -209,6 +227,8 @@ class KvmigrateRouter(_CustomLogger):
             routed = self._pending.pop(key, None) if key is not None else None
             for refused in routed.refused if routed is not None else ():
                 self._answered(refused)
+            if routed is not None:
+                self.copies.none(routed)
         except Exception:
             self.hook_errors += 1
             log.exception("kvmigrate: ending a failed LiteLLM call failed")
@@ -227,11 +247,7 @@ class KvmigrateRouter(_CustomLogger):
         await self._started()
         body = client_body(data)
         served = model_route.served
-        identity = await self.identity.identify(request_headers(data), body, model, route)
-        conversation, turn = identity.conversation, identity.turn
-        headers = CIMultiDictProxy(CIMultiDict(request_headers(data)))
-        cohort = self.cohorts.resolve(model, headers, body)
-        chosen = await self.live.route(conversation, turn, served, cohort)
+        identity, chosen, cohort, chained = await self._decide(data, body, model, route, served)
         group = served.get(chosen.serve)
         if group is None:
             return None
@@ -249,12 +265,51 @@ class KvmigrateRouter(_CustomLogger):
             stream = bool(body.get("stream"))
             # Copies and records carry OpenAI's fields only (see forwarded_body).
             sent = forwarded_body(body, route)
+            conversation, turn = identity.conversation, identity.turn
             self._pending[key] = Routed(
-                route, model, conversation, turn, stream, chosen, served, sent, identity, cohort
+                route,
+                model,
+                conversation,
+                turn,
+                stream,
+                chosen,
+                served,
+                sent,
+                identity,
+                cohort,
+                chained=chained,
             )
+            if route == "responses":
+                self._pending[key].chain = self.chains.turn(identity, sent, chained)
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
         return chosen
+
+    async def _decide(
+        self,
+        data: Mapping[str, Any],
+        body: dict[str, Any],
+        model: str,
+        route: str,
+        served: dict[str, str],
+    ) -> tuple[Identity, Route, str, Chained | None]:
+        """The request's conversation, route and cohort, as the proxy decides them: a
+        Responses request continuing a stored response goes where it is stored."""
+        headers = request_headers(data)
+        cohort = self.cohorts.resolve(model, CIMultiDictProxy(CIMultiDict(headers)), body)
+        chained = self.chains.chained(body) if route == "responses" else None
+        if chained is None:
+            identity = await self.identity.identify(headers, body, model, route)
+            chosen = await self.live.route(identity.conversation, identity.turn, served, cohort)
+            return identity, chosen, cohort, None
+        declared = declared_key(headers, body, route)
+        identity, chosen = await self.chains.route(
+            chained,
+            served,
+            lambda c, t: self.live.route(c, t, served, cohort),
+            declared.value if declared else None,
+        )
+        return identity, chosen, cohort, chained
 
     # -- recording and copies ---------------------------------------------------------------
 
@@ -285,11 +340,9 @@ class KvmigrateRouter(_CustomLogger):
             self._answered(exchange)
         if exchange.mirrored:
             routed.mirrored = True
-            chosen = routed.route
-            assert chosen.shadow is not None
-            self._copy(routed, chosen.shadow, SHADOW, exchange)
-            if chosen.noise and self.noise_budget.take():
-                self._copy(routed, exchange.backend, NOISE, exchange)
+            self.copies.mirror(routed, exchange)
+        elif exc is None:
+            self.copies.none(routed)
         return exchange
 
     def _attempt(
@@ -313,7 +366,7 @@ class KvmigrateRouter(_CustomLogger):
             request_id += f"-{routed.attempts}"
         now_wall, now_perf = time.time(), time.perf_counter()
         started = perf_time(kwargs.get("api_call_start_time") or start_time, now_wall, now_perf)
-        exchange = self._exchange(routed, backend, SERVE, request_id)
+        exchange = exchange_of(routed, backend, SERVE, request_id)
         exchange.started = now_perf if started is None else started
         exchange.finished = perf_time(end_time, now_wall, now_perf) or now_perf
         exchange.fallback_from = fallback_from
@@ -323,7 +376,10 @@ class KvmigrateRouter(_CustomLogger):
             exchange.first_byte = perf_time(kwargs.get("completion_start_time"), now_wall, now_perf)
             logged = kwargs.get("standard_logging_object")
             logged = logged if isinstance(logged, Mapping) else None
-            exchange.chunks.append(answer_bytes(response_obj, logged))
+            answer = answer_bytes(response_obj, logged)
+            if routed.path == "messages":  # logged as a chat completion (litellm_messages)
+                answer = messages_answer(kwargs, orjson.loads(answer))
+            exchange.chunks.append(answer)
         else:
             exchange.status = error_status(exc)
             exchange.error = error_kind(exc)
@@ -363,46 +419,8 @@ class KvmigrateRouter(_CustomLogger):
 
     def _answered(self, exchange: Exchange) -> None:
         self.identity.exchange_done(exchange)
+        self.chains.map.exchange_done(exchange)
         self._record(exchange)
-
-    def _copy(self, routed: Routed, backend: str, role: Role, primary: Exchange) -> None:
-        group = routed.served.get(backend)
-        if group is None:
-            return
-        exchange = self._exchange(routed, backend, role, copy_id())
-        exchange.pair_id = primary.request_id
-        # Recorded in its answer's conversation: the recorder pairs them within one lane.
-        exchange.conversation_in_store = primary.conversation_in_store
-        exchange.request_body = primary.request_body
-        judge = None
-        if routed.route.is_candidate(backend):
-            judge = partial(self._judge_copy, primary_status=primary.status)
-        self.shadows.dispatch(exchange, group, routed.body, judge)
-
-    def _judge_copy(self, copy: Exchange, primary_status: int | None) -> None:
-        """A candidate's refusal of a copy, judged as the proxy judges one: `rejected`
-        (against the candidate) where the primary answered the same request. As `http_4xx`
-        it read as the client's fault, and LiteLLM deployments' shadow evidence never
-        showed a candidate whose context window refused the long prompts."""
-        kind = self.unserved.refusal(copy.backend, copy.route, copy.status)
-        copy.error = blame(kind, primary_status) or copy.error
-
-    def _exchange(self, routed: Routed, backend: str, role: Role, request_id: str) -> Exchange:
-        return Exchange(
-            request_id=request_id,
-            route=routed.path,
-            backend=backend,
-            role=role,
-            model=routed.model,
-            served_model=routed.served.get(backend, ""),
-            conversation=routed.conversation,
-            turn=routed.turn,
-            stream=routed.stream,
-            started=time.perf_counter(),
-            identity=routed.identity.source,
-            cohort=routed.cohort,
-            continuity=routed.identity.pending if role == SERVE else None,
-        )
 
     def _record(self, exchange: Exchange) -> None:
         if self.recorder is not None:
@@ -443,7 +461,7 @@ class KvmigrateRouter(_CustomLogger):
 
     async def aclose(self) -> None:
         """Stop watching the store, let copies finish briefly, flush the recorder."""
-        await self.shadows.close()
+        await self.copies.close()
         await self.live.done()
         await self.identity.done()
         await asyncio.to_thread(self.close)

@@ -19,11 +19,33 @@ ROUTES: dict[str, str] = {
     "completion": "chat/completions",
     "aresponses": "responses",
     "responses": "responses",
+    # LiteLLM's `/v1/messages` (Anthropic's Messages API), whatever provider serves it.
+    "anthropic_messages": "messages",
 }
+
+# Anthropic's Messages API request fields a copy passes on. `metadata` stays out: the
+# client's `user_id` keys the conversation (read from the client's body), and LiteLLM reads
+# a `metadata` keyword as its own logging metadata.
+MESSAGES_PARAMS = frozenset(
+    {
+        "messages",
+        "max_tokens",
+        "system",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "service_tier",
+    }
+)
 
 # Keys LiteLLM adds to the request body; never part of what a backend should receive.
 # `metadata` goes too: on chat routes LiteLLM owns it (the client's copy is kept inside it
-# as `requester_metadata`), and a copy to the candidate does not need the client's.
+# as `requester_metadata`); `client_metadata` finds the client's.
 _INTERNAL_KEYS = frozenset(
     {
         "metadata",
@@ -57,16 +79,35 @@ def request_headers(data: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def client_body(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The request body as the client sent it, without LiteLLM's bookkeeping keys."""
+    """The request body as the client sent it, without LiteLLM's bookkeeping keys; with the
+    client's own `metadata`, where it sent one (Anthropic's `user_id` names a conversation,
+    a cohort may select by a key of it)."""
     request = data.get("proxy_server_request")
     source = request.get("body") if isinstance(request, Mapping) else None
     if not isinstance(source, Mapping):
         source = data
-    return {
+    body = {
         key: value
         for key, value in source.items()
         if key not in _INTERNAL_KEYS and not key.startswith(("litellm_", "_litellm"))
     }
+    metadata = client_metadata(data)
+    if metadata is not None:
+        body["metadata"] = metadata
+    return body
+
+
+def client_metadata(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The client's `metadata`: LiteLLM keeps it as it came where its own goes under
+    `litellm_metadata` (`/v1/messages`, `/v1/responses`), else inside its own
+    `metadata` as `requester_metadata`."""
+    meta = data.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    if "litellm_metadata" in data:
+        return meta
+    requester = meta.get("requester_metadata")
+    return requester if isinstance(requester, Mapping) else None
 
 
 # What a copy to another model group carries, by route: OpenAI's request fields only.
@@ -76,6 +117,7 @@ def client_body(data: Mapping[str, Any]) -> dict[str, Any]:
 _FORWARDED = {
     "chat/completions": CHAT_PARAMS | {"model"},
     "responses": RESPONSES_PARAMS | {"model", "conversation"},
+    "messages": MESSAGES_PARAMS | {"model"},
 }
 
 

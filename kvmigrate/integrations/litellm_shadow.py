@@ -14,7 +14,8 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvmigrate.exchange import Exchange
@@ -32,15 +33,31 @@ class RouterLike(Protocol):
 
     async def aresponses(self, **kwargs: Any) -> Any: ...
 
+    async def aanthropic_messages(self, **kwargs: Any) -> Any: ...
+
 
 RouterSource = Callable[[], RouterLike | None]
 Done = Callable[[Exchange], None]
+# The body a copy sends, made when it starts (it may wait for an earlier copy's answer);
+# None: the copy is not sent.
+Prepare = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 
 async def call_group(router: RouterLike, route: str, body: dict[str, Any]) -> Any:
     if route == "responses":
         return await router.aresponses(**body)
+    if route == "messages":
+        return await router.aanthropic_messages(**body)
     return await router.acompletion(**body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Copy:
+    exchange: Exchange
+    group: str
+    body: dict[str, Any]
+    judge: Done | None
+    prepare: Prepare | None
 
 
 class ShadowCopies:
@@ -60,33 +77,42 @@ class ShadowCopies:
         return len(self._tasks)
 
     def dispatch(
-        self, exchange: Exchange, group: str, body: dict[str, Any], judge: Done | None = None
+        self,
+        exchange: Exchange,
+        group: str,
+        body: dict[str, Any],
+        judge: Done | None = None,
+        prepare: Prepare | None = None,
     ) -> bool:
-        """Start a copy of `body` to `group`, recorded as `exchange` when it ends, after
-        `judge` has said what its outcome means. Never raises, never waits."""
-        return self._tasks.start(lambda: self._copy_task(exchange, group, body, judge))
+        """Start a copy of `body` (as `prepare` makes it) to `group`, recorded as `exchange`
+        when it ends, after `judge` has said what its outcome means. Never raises, never
+        waits."""
+        copy = _Copy(exchange, group, body, judge, prepare)
+        return self._tasks.start(lambda: self._copy_task(copy))
 
-    def _copy_task(
-        self, exchange: Exchange, group: str, body: dict[str, Any], judge: Done | None
-    ) -> Work | None:
+    def _copy_task(self, copy: _Copy) -> Work | None:
         router = self._router()
         if router is None:
             self._drop("no_router")
             return None
         self.started += 1
-        return self._run(router, exchange, group, body, judge)
+        return self._run(router, copy)
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] += 1
 
-    async def _run(
-        self,
-        router: RouterLike,
-        exchange: Exchange,
-        group: str,
-        body: dict[str, Any],
-        judge: Done | None,
-    ) -> None:
+    async def _run(self, router: RouterLike, copy: _Copy) -> None:
+        exchange, group, body, judge = copy.exchange, copy.group, copy.body, copy.judge
+        if copy.prepare is not None:
+            try:
+                prepared = await copy.prepare(body)
+            except Exception:  # as a failed copy: never surfaces
+                log.exception("preparing a shadow copy to %s failed", group)
+                prepared = None
+            if prepared is None:
+                self._drop("no_candidate_chain")
+                return
+            body = prepared
         try:
             await asyncio.wait_for(self._copy(router, exchange, group, body), self.timeout)
         except TimeoutError:

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,10 +68,19 @@ class ChainTurn:
 
 
 class ChainMap:
-    def __init__(self, links: ContinuityResolver, max_local: int = MAX_LOCAL_ENTRIES) -> None:
+    def __init__(
+        self,
+        links: ContinuityResolver,
+        max_local: int = MAX_LOCAL_ENTRIES,
+        key_of: Callable[[str], str] | None = None,
+    ) -> None:
         # The conversation links' store, TTL and writer: one batch for both kinds of link.
         self.links = links
         self.max_local = max_local
+        # A served answer's id as the map keys it. A gateway that rewrites ids on their way
+        # to the client (LiteLLM) keys by the id every form of one response shares, and
+        # names the requests' ids by the same function; a proxy relays them as they are.
+        self.key_of = key_of
         self._local: OrderedDict[str, ChainEntry] = OrderedDict()
         self._mirrors: dict[tuple[str, str], asyncio.Future[str | None]] = {}
         self._misses: Counter | None = None
@@ -138,7 +148,12 @@ class ChainMap:
         if not isinstance(turn, ChainTurn):
             return
         if exchange.status == 200 and exchange.ok:
-            turn.response_id = response_id(exchange.chunks)
+            found = response_id(exchange.chunks)
+            # A copy's id stays as the candidate's gateway gave it: the next copy sends it
+            # back through the same gateway.
+            if found is not None and self.key_of is not None and exchange.role != Role.SHADOW:
+                found = self.key_of(found)
+            turn.response_id = found
         if exchange.role == Role.SHADOW:
             if turn.mirrors is not None:
                 self.mirrored(turn.mirrors, turn.response_id, turn.mirror_owner)

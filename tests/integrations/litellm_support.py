@@ -3,6 +3,8 @@ rollout switches, the records database, and kvmigrate's own proxy in the LiteLLM
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sqlite3
 import time
 from collections import Counter
@@ -23,7 +25,8 @@ from kvmigrate.testbed.litellm_venv import venv_python
 
 
 class Emulator:
-    """An emulator that counts the requests it receives, by path, and keeps their headers.
+    """An emulator that counts the requests it receives, by path, and keeps their headers
+    and JSON bodies.
 
     `fault`, when set, is added as the `x-emulator-fault` header of every request that
     reaches it: the way to fail a backend that a client's headers cannot reach (LiteLLM
@@ -33,6 +36,7 @@ class Emulator:
         self.settings = settings
         self.counts: Counter[str] = Counter()
         self.headers: list[dict[str, str]] = []
+        self.bodies: list[tuple[str, dict[str, Any]]] = []  # (path, body) of each POST
         self.fault: str | None = None
         self.server = BackgroundServer(self._app)
 
@@ -43,6 +47,11 @@ class Emulator:
         async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
             self.counts[request.path] += 1
             self.headers.append(dict(request.headers))
+            if request.method == "POST" and request.can_read_body:
+                with contextlib.suppress(ValueError):
+                    body = json.loads(await request.read())
+                    if isinstance(body, dict):
+                        self.bodies.append((request.path, body))
             if self.fault is not None:
                 request = request.clone(headers={**request.headers, FAULT_HEADER: self.fault})
             response: web.StreamResponse = await handler(request)
@@ -50,6 +59,10 @@ class Emulator:
 
         app.middlewares.insert(0, observe)
         return app
+
+    def received(self, path: str, marker: str) -> list[dict[str, Any]]:
+        """The bodies that reached `path` and carry `marker` anywhere, in order."""
+        return [b for p, b in self.bodies if p == path and marker in json.dumps(b)]
 
     def total(self) -> int:
         return sum(n for path, n in self.counts.items() if path.startswith("/v1/"))

@@ -283,3 +283,51 @@ def test_the_plugin_keys_a_later_turn_by_the_answer_it_resends(tmp_path: Path) -
     served = [r for r in _rows(tmp_path, _served(2)) if r["role"] == "serve"]
     assert [(r["turn"], r["identity"]) for r in served] == [(1, "opening"), (2, "continuity")]
     assert served[0]["conversation"] == served[1]["conversation"]
+
+
+def test_every_candidate_of_the_model_gets_its_own_copy(tmp_path: Path) -> None:
+    """Several candidates, as the proxy mirrors them: a copy to each candidate's group."""
+    router = FakeRouter()
+    config = parse_config(
+        f"""
+backends:
+  hosted: {{api_base: "http://127.0.0.1:1/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:2/v1"}}
+  vllm-fp8: {{api_base: "http://127.0.0.1:3/v1"}}
+models:
+  - model_name: gpt-4o-mini
+    hosted: gpt-4o-mini
+    vllm: vllm-llama
+    vllm-fp8: vllm-llama-fp8
+    candidates: [vllm, vllm-fp8]
+rollout:
+  mode: shadow
+  noise_sample: 0
+  state: sqlite:///{tmp_path}/state.db
+record:
+  db: sqlite:///{tmp_path}/records.db
+""",
+        str(tmp_path / "config.yaml"),
+    )
+
+    async def run() -> None:
+        plugin = KvmigrateRouter(config, router=router)
+        data = _data("call-1")
+        await plugin.async_pre_call_hook(None, None, data, "acompletion")
+        assert data["model"] == "gpt-4o-mini"
+        now = datetime.now()
+        await plugin.async_log_success_event(
+            _logged("call-1", "gpt-4o-mini"), _answer("hello there"), now, now
+        )
+        await plugin.aclose()
+
+    asyncio.run(run())
+    assert sorted(call["model"] for call in router.calls) == ["vllm-llama", "vllm-llama-fp8"]
+    rows = _rows(tmp_path, lambda rows: len(rows) >= 3)
+    assert sorted((r["role"], r["backend"], r["served_model"]) for r in rows) == [
+        ("serve", "hosted", "gpt-4o-mini"),
+        ("shadow", "vllm", "vllm-llama"),
+        ("shadow", "vllm-fp8", "vllm-llama-fp8"),
+    ]
+    serve = next(r for r in rows if r["role"] == "serve")
+    assert {r["pair_id"] for r in rows if r["role"] == "shadow"} == {serve["request_id"]}
