@@ -8,7 +8,10 @@ answer, as agents do. That is the traffic prefix caching pays off for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -65,8 +68,10 @@ async def run_conversation(
         {"role": "user", "content": f"Task {index}: {TASKS[index % len(TASKS)]}"},
     ]
     failures = 0
+    waits: list[float] = []
     for turn in range(turns):
         try:
+            started = time.monotonic()
             message = await _ask(
                 client,
                 model,
@@ -74,6 +79,7 @@ async def run_conversation(
                 max_tokens=max_tokens,
                 session=f"demo-{index}",
             )
+            waits.append(time.monotonic() - started)
         except openai.APIError:
             failures += 1
             messages.append({"role": "user", "content": "That failed; try again."})
@@ -89,7 +95,25 @@ async def run_conversation(
             )
         if not message.get("tool_calls"):
             messages.append({"role": "user", "content": "Good. What is the next step?"})
+    await _rate(client, f"demo-{index}", waits, random.Random(index))
     return failures
+
+
+async def _rate(
+    client: openai.AsyncOpenAI, session: str, waits: list[float], rng: random.Random
+) -> None:
+    """The emulated user scores the conversation, 1 to 5, as POST /v1/feedback takes it:
+    the longer each answer took, the lower, with a person's noise around it."""
+    if not waits:
+        return
+    mean_wait = sum(waits) / len(waits)
+    score = min(5.0, max(1.0, round(5.0 - 2.0 * mean_wait + rng.gauss(0.0, 0.5), 1)))
+    with contextlib.suppress(openai.APIError):
+        await client.post(
+            "/feedback",
+            body={"conversation_id": session, "name": "satisfaction", "value": score},
+            cast_to=object,
+        )
 
 
 async def _ask(
