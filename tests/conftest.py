@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -59,10 +60,10 @@ def _collect_what_the_file_left() -> Iterator[None]:
 # A config with no `record.db` or `rollout.state` keeps them under ./.kvmigrate, and the tests
 # run from the repository root: a test that starts a proxy or opens a store from such a config
 # left .kvmigrate/records.db in the checkout. A file that makes the folder is named in a
-# warning and the folder removed. A warning, not a failure, until every such file is found:
-# the folder existed through every earlier run, so this check has not yet seen a whole
-# suite (four are known: rollout test_admin_api_bodies, test_admin_api_bounds, test_cohort_live,
-# test_identity_split).
+# warning and the folder removed. A warning, not a failure, until a whole suite has run
+# without the folder. Under xdist the files of other workers run meanwhile: the folder is
+# left in place (one of them may be writing to it) and the warning says the file may be
+# another's (`-p no:xdist` on the files named finds the one).
 
 REPO_STATE = Path(__file__).resolve().parents[1] / ".kvmigrate"
 
@@ -73,12 +74,64 @@ def _no_state_in_the_repository(request: pytest.FixtureRequest) -> Iterator[None
     yield
     if not before and REPO_STATE.exists():
         left = sorted(p.name for p in REPO_STATE.iterdir())
-        shutil.rmtree(REPO_STATE, ignore_errors=True)
+        beside = os.environ.get("PYTEST_XDIST_WORKER")
+        if beside is None:
+            shutil.rmtree(REPO_STATE, ignore_errors=True)
         warnings.warn(
-            f"{request.node.nodeid} left {REPO_STATE} ({', '.join(left)}): give its config a "
-            "record.db and rollout.state under tmp_path",
+            f"{request.node.nodeid}{' (or a file on another xdist worker)' if beside else ''} "
+            f"left {REPO_STATE} ({', '.join(left)}): give its config a record.db and "
+            "rollout.state under tmp_path",
             stacklevel=1,
         )
 
 
 # --- end files left in the repository ---------------------------------------------------------
+
+
+# --- markers and xdist workers ----------------------------------------------------------------
+# A test is marked for what it needs from the fixtures it uses, so a new test is marked without
+# anyone remembering to: `-m "not redis and not postgres"` is a loop without those servers.
+# Under `--dist loadgroup` (scripts/test.sh runs the suite on several xdist workers) each file
+# runs whole on one worker, so its module-scoped fixtures (emulators, proxies, LiteLLM stacks)
+# start once and a full collection runs once per file (`_collect_what_the_file_left`), not
+# once per test; the tests of a shared heavy server (the session's vLLM, PostgreSQL) run on
+# one worker, so it starts once (and no two vLLM engines compete for the cores); each worker
+# has its own Redis (it starts in milliseconds, and `fresh_redis_url` empties it). Groups
+# holding the slowest tests are queued first (with --no-loadscope-reorder, which keeps this
+# order), so none of them starts last and holds up the end of the run.
+
+NEEDS: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"real_vllm"}),
+    "redis": frozenset({"redis_server", "redis_url", "fresh_redis_url", "paused"}),
+    "postgres": frozenset({"postgres", "pg_url"}),
+}
+ONE_WORKER = ("vllm", "postgres")  # every test so marked runs on one worker, in one group
+QUEUED_FIRST = ("vllm", "slow", "litellm", "playbook")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, fixtures in NEEDS.items():
+            if fixtures.intersection(item.fixturenames) and not item.get_closest_marker(marker):
+                item.add_marker(marker)
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist") == "loadgroup":
+        _group_for_workers(items)
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    group: dict[str, str] = {}
+    for item in items:
+        shared = next((name for name in ONE_WORKER if item.get_closest_marker(name)), None)
+        group[item.nodeid] = shared or item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group[item.nodeid]))
+    first = {
+        group[item.nodeid]
+        for item in items
+        if any(item.get_closest_marker(name) for name in QUEUED_FIRST)
+    }
+    # vLLM's group first: its engine's start is the longest wait in the suite.
+    items.sort(key=lambda item: (group[item.nodeid] != "vllm", group[item.nodeid] not in first))
+
+
+# --- end markers and xdist workers ------------------------------------------------------------

@@ -62,6 +62,7 @@ def integrity(db: Path) -> str:
     return str(query(db, "PRAGMA integrity_check")[0][0])
 
 
+@pytest.mark.slow
 def test_kill_9_under_load_then_restart(emulator_urls: tuple[str, str], tmp_path: Path) -> None:
     hosted_url, vllm_url = emulator_urls
     port = free_port()

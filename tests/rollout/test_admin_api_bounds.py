@@ -30,7 +30,7 @@ backends:
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: m}}
 rollout: {{state: "sqlite:///{root}/state.db"}}
-record: {{enabled: false}}
+record: {{enabled: false, db: "sqlite:///{root}/records.db"}}
 """
 
 

@@ -50,7 +50,7 @@ cohorts:
 rollout:
   state: "{state}"
   auto_rollback: {{window_seconds: 30, min_requests: 10}}
-record: {{enabled: false}}
+record: {{enabled: false, db: "sqlite:///{tmp_path}/records.db"}}
 """,
         env={},
     )

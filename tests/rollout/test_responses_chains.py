@@ -199,6 +199,7 @@ def test_a_rollback_mid_chain_moves_new_chains_but_not_the_candidates_chains(
     assert [turns[0][2] for turns in new] == ["hosted"]
 
 
+@pytest.mark.slow
 def test_two_proxies_sharing_redis_continue_each_others_chains(
     config_for: ConfigFor, fresh_redis_url: str
 ) -> None:
@@ -216,6 +217,7 @@ def test_two_proxies_sharing_redis_continue_each_others_chains(
     assert misses == 0
 
 
+@pytest.mark.slow
 def test_two_proxies_sharing_redis_mirror_each_others_chains(
     config_for: ConfigFor, fresh_redis_url: str
 ) -> None:
