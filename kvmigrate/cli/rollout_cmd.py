@@ -18,9 +18,9 @@ from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, pref
 from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import GateResult, gate_summary, gates_off, render_gates
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import (
     REASON_MAX_CHARS,
     GatesRefused,

@@ -36,10 +36,10 @@ from kvmigrate.embedded import (
 from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.private_files import write_private
 from kvmigrate.progress import progress
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, build_report
 from kvmigrate.report.timeline import rollout_timeline
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import ChangeOutcome, GatesRefused, RolloutController
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer

@@ -19,9 +19,9 @@ from settling import wait_settled
 
 from kvmigrate.config import Config
 from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.report.build import build_report
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
