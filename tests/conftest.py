@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -99,6 +100,19 @@ def _no_state_in_the_repository(request: pytest.FixtureRequest) -> Iterator[None
 # has its own Redis (it starts in milliseconds, and `fresh_redis_url` empties it). Groups
 # holding the slowest tests are queued first (with --no-loadscope-reorder, which keeps this
 # order), so none of them starts last and holds up the end of the run.
+
+# Each worker also runs in a session of its own. Linux shares the CPU between sessions
+# (autogroup), and the recorder's and detector's workers run at SCHED_IDLE: in one session
+# with the other xdist workers, they got no CPU while those were busy, and tests waiting for
+# records failed (docs/time-in-tests.md). In its own session, a worker's SCHED_IDLE children
+# run while that worker's test waits for them, as in a run without xdist.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker
+        with contextlib.suppress(PermissionError):  # already a group leader: keep its own
+            os.setsid()
+
 
 NEEDS: dict[str, frozenset[str]] = {
     "vllm": frozenset({"real_vllm"}),
