@@ -25,8 +25,8 @@ def backends() -> Iterator[Backends]:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[str]:
-    """One PostgreSQL server for the session (for each xdist worker: the tests that use it
-    run on one, see tests/conftest.py). Missing binaries skip, or fail under scripts/test.sh."""
+    """One PostgreSQL server for the session (each xdist worker starts its own). Missing
+    binaries skip, or fail under scripts/test.sh."""
     bindir = postgres_bin() or missing("PostgreSQL (/usr/lib/postgresql/*/bin)", "postgresql")
     with postgres_server(bindir) as url:
         yield url
