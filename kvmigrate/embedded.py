@@ -15,6 +15,7 @@ import yaml
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, Profile, build_app
+from kvmigrate.emulator.dcgm import PATH as DCGM_PATH
 from kvmigrate.serving import BackgroundServer
 
 HOSTED_MODEL = "gpt-4o-mini"
@@ -67,11 +68,12 @@ def embedded_config(
     rollout: dict[str, Any] | None = None,
     api: str = "openai",
     more_models: tuple[str, ...] = (),
+    gpu: dict[str, Any] | None = None,
 ) -> Config:
     """The config the embedded default runs with: shadow everything to the emulated vLLM.
     `rollout` overrides keys of the rollout section (gates for a demo, say); `api` as for
     `emulated_backends`; `more_models` are further chat models (each its own cohort) served
-    like the first."""
+    like the first. `gpu`: the config's `gpu` section (see `emulated_gpu`)."""
     hosted: dict[str, Any] = {"api_base": backends.hosted_url}
     first = HOSTED_MODEL
     models: list[dict[str, Any]] = [
@@ -96,4 +98,17 @@ def embedded_config(
         },
         "record": {"db": f"sqlite:///{state_dir}/records.db"},
     }
+    if gpu is not None:
+        data["gpu"] = gpu
     return parse_config(yaml.safe_dump(data, sort_keys=False), source="<embedded default>", env={})
+
+
+def emulated_gpu(backends: EmulatedBackends, interval_seconds: float = 1.0) -> dict[str, Any]:
+    """A `gpu` section that scrapes the emulated vLLM's /metrics and its emulated DCGM
+    exporter (kvmigrate.emulator.dcgm), so the report's GPU figures have a source."""
+    root = backends.vllm_url.removesuffix("/v1")
+    return {
+        "scrape": True,
+        "interval_seconds": interval_seconds,
+        "dcgm_urls": [root + DCGM_PATH],
+    }

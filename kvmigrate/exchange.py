@@ -64,6 +64,13 @@ class Exchange:
     # known only by that hash, so records group every turn by it (`grouping_key`). Set off
     # the response path, by conversation identity's `exchange_done`.
     conversation_in_store: str = ""
+    # Decode timing, kept as the chunks are relayed (a clock read per chunk, nothing parsed):
+    # when the last body chunk arrived, how many arrived after the first, and the longest
+    # wait between two of them. With the usage's output tokens they give decode speed.
+    # After the other state fields: a spool written before them replays with their defaults.
+    last_chunk: float | None = None
+    later_chunks: int = 0
+    max_chunk_gap: float = 0.0
     continuity: Any = None  # what conversation identity remembers once the answer is whole
     chain: Any = None  # a Responses request's place in its chain (kvmigrate.rollout.chains)
     chunks: list[bytes] = field(default_factory=ChunkLog)
@@ -81,6 +88,14 @@ class Exchange:
         if not self.stream or self.first_byte is None or not ttft_counts(self.status):
             return None
         return self.first_byte - self.started
+
+    @property
+    def decode_time(self) -> float | None:
+        """Seconds from the first streamed byte to the last chunk: the decode after the
+        first token, for a streamed answer that did not fail with an error status."""
+        if self.ttft is None or self.last_chunk is None or self.first_byte is None:
+            return None
+        return self.last_chunk - self.first_byte
 
     @property
     def grouping_key(self) -> str:

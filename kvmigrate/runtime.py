@@ -42,6 +42,10 @@ def build_app(
                 ttl_s=config.cachecheck.ttl_seconds,
             )
         )
+    if config.gpu.scrape:
+        from kvmigrate.engine.scraper import GpuScraper
+
+        addons.append(GpuScraper(config, supervisor))
     # Conversation links share the rollout store, so every proxy on it continues the others'.
     # The workers of `proxy --workers N` share their links in memory too (link_table).
     identity = ContinuityResolver(

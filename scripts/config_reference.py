@@ -63,6 +63,7 @@ SECTIONS = {
     "record": "The records of every upstream call: the evidence of reports, gates and parity.",
     "cachecheck": "The online cache-buster detector: what in the prompts breaks prefix reuse.",
     "cohorts": "Parts of a model's traffic that move on a rollout of their own.",
+    "gpu": "GPU and KV use of the candidates, scraped in the background, for the report.",
 }
 
 

@@ -6,7 +6,6 @@ import contextlib
 import gc
 import os
 import shutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,11 +59,11 @@ def _collect_what_the_file_left() -> Iterator[None]:
 # --- files left in the repository -------------------------------------------------------------
 # A config with no `record.db` or `rollout.state` keeps them under ./.kvmigrate, and the tests
 # run from the repository root: a test that starts a proxy or opens a store from such a config
-# left .kvmigrate/records.db in the checkout. A file that makes the folder is named in a
-# warning and the folder removed. A warning, not a failure, until a whole suite has run
-# without the folder. Under xdist the files of other workers run meanwhile: the folder is
-# left in place (one of them may be writing to it) and the warning says the file may be
-# another's (`-p no:xdist` on the files named finds the one).
+# left .kvmigrate/records.db in the checkout (reading the gates' evidence once created an empty
+# database, too). A module that makes the folder fails, and the folder is removed. Under xdist
+# the files of other workers run meanwhile: the folder is left in place (one of them may be
+# writing to it), and the failure says the file may be another's (`-p no:xdist` on the files
+# named finds the one).
 
 REPO_STATE = Path(__file__).resolve().parents[1] / ".kvmigrate"
 
@@ -78,11 +77,10 @@ def _no_state_in_the_repository(request: pytest.FixtureRequest) -> Iterator[None
         beside = os.environ.get("PYTEST_XDIST_WORKER")
         if beside is None:
             shutil.rmtree(REPO_STATE, ignore_errors=True)
-        warnings.warn(
+        pytest.fail(
             f"{request.node.nodeid}{' (or a file on another xdist worker)' if beside else ''} "
             f"left {REPO_STATE} ({', '.join(left)}): give its config a record.db and "
-            "rollout.state under tmp_path",
-            stacklevel=1,
+            "rollout.state under tmp_path"
         )
 
 

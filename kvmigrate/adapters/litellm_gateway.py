@@ -54,6 +54,7 @@ from kvmigrate.proxy.errors import (
     sse_error_event,
     unauthorized,
 )
+from kvmigrate.wire.sse_frames import DONE, data_frame, event_frame
 
 log = logging.getLogger("kvmigrate.adapters.litellm")
 LITELLM_EXTRA = "pip install 'kvmigrate[litellm]'"
@@ -223,7 +224,7 @@ class LiteLLMGateway:
             await response.write(sse_error_event(error.message, error.code or "upstream_error"))
         else:
             if not route.named_events:
-                await response.write(b"data: [DONE]\n\n")
+                await response.write(DONE)
         await response.write_eof()
         return response
 
@@ -254,11 +255,10 @@ async def _aclose(stream: object) -> None:
 
 def _event(route: Route, chunk: object) -> bytes:
     data = openai_dict(chunk)
-    line = b"data: " + orjson.dumps(data) + b"\n\n"
     kind = data.get("type")
     if route.named_events and isinstance(kind, str):
-        return b"event: " + kind.encode() + b"\n" + line
-    return line
+        return event_frame(kind, orjson.dumps(data))
+    return data_frame(orjson.dumps(data))
 
 
 def open_gateways(config: Config) -> dict[str, LiteLLMGateway]:

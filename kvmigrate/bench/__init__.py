@@ -4,9 +4,10 @@
 client, `stats` reduces the records to per-turn figures, `render` and `chart` present them.
 """
 
-from kvmigrate.bench.conversations import Conversation, DatasetError, load_dataset, synthetic
+from kvmigrate.bench.conversations import Conversation, load_dataset, synthetic
 from kvmigrate.bench.runner import BenchRun, RunSettings, Target, TurnRecord, run_bench
 from kvmigrate.bench.stats import Summary, TurnStats, percentile, reduction, summarize
+from kvmigrate.datasets import DatasetError
 
 __all__ = [
     "BenchRun",

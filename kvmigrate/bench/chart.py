@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from kvmigrate.bench.render import table
 from kvmigrate.bench.stats import Summary
 from kvmigrate.html_text import escape
-from kvmigrate.report.svg import CANDIDATE_COLOR, PRIMARY_COLOR
+from kvmigrate.render.svg import CANDIDATE_COLOR, PRIMARY_COLOR
 
 WIDTH, HEIGHT = 720, 360
 LEFT, RIGHT, TOP, BOTTOM = 64, 24, 24, 48

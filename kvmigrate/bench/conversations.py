@@ -14,12 +14,14 @@ ShareGPT (`{"conversations": [{"from": "human"|"gpt"|"system", "value"}, ...]}`)
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kvmigrate.datasets import DatasetError, jsonl_objects
+from kvmigrate.wire.content import content_text
 
 # Common English words: about one token each in BPE vocabularies (and exactly one in the
 # emulator's and the test bed's), so `--system-tokens 1000` means about 1000 tokens.
@@ -33,10 +35,6 @@ _VOCABULARY_TEXT = (
 )
 _VOCABULARY = tuple(_VOCABULARY_TEXT.split())
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant"}
-
-
-class DatasetError(ValueError):
-    """A dataset line that is neither OpenAI messages nor ShareGPT; names the line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +77,12 @@ def synthetic(
 def load_dataset(path: Path, conversations: int, turns: int) -> list[Conversation]:
     """The first `conversations` usable conversations of a JSONL file, each cut to `turns`."""
     result: list[Conversation] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            system, users = _parse_record(record, f"{path}:{number}")
-            if users:
-                result.append(Conversation(f"{path.name}:{number}", system, users[:turns]))
-            if len(result) == conversations:
-                break
+    for number, where, record in jsonl_objects(path):
+        system, users = _parse_record(record, where)
+        if users:
+            result.append(Conversation(f"{path.name}:{number}", system, users[:turns]))
+        if len(result) == conversations:
+            break
     if not result:
         raise DatasetError(f"{path}: no conversation with a user message")
     return result
@@ -115,7 +106,7 @@ def _openai_messages(messages: Iterable[Any], where: str) -> list[tuple[str, str
         if not isinstance(message, dict):
             raise DatasetError(f"{where}: every message must be an object")
         role = message.get("role")
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"), sep="\n")
         if role in ("system", "developer"):
             pairs.append(("system", text))
         elif role in ("user", "assistant", "tool"):
@@ -130,15 +121,5 @@ def _sharegpt_messages(turns: Iterable[Any], where: str) -> list[tuple[str, str]
             raise DatasetError(f"{where}: every ShareGPT turn needs `from` and `value`")
         role = _SHAREGPT_ROLES.get(str(turn["from"]).lower())
         if role is not None:
-            pairs.append((role, _text(turn.get("value"))))
+            pairs.append((role, content_text(turn.get("value"), sep="\n")))
     return pairs
-
-
-def _text(content: Any) -> str:
-    """Plain text from a string or a list of content parts (text parts only)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-        return "\n".join(p for p in parts if isinstance(p, str))
-    return ""

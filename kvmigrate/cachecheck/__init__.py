@@ -8,9 +8,10 @@ from kvmigrate.cachecheck.analyze import Conversation, Turn, check_all, check_co
 from kvmigrate.cachecheck.classes import DELIBERATE, DESCRIPTIONS, BreakClass
 from kvmigrate.cachecheck.classify import Break, Location
 from kvmigrate.cachecheck.compare import TokenCounter, Tokenize, TurnCheck, compare
-from kvmigrate.cachecheck.dataset import Dataset, DatasetError, load_dataset, parse_lines
+from kvmigrate.cachecheck.dataset import Dataset, load_dataset, parse_lines
 from kvmigrate.cachecheck.render import Rendering, Segment, answer_message, render_request
 from kvmigrate.cachecheck.waste import CostModel, Summary
+from kvmigrate.datasets import DatasetError
 
 __all__ = [
     "DELIBERATE",

@@ -28,13 +28,10 @@ import orjson
 
 from kvmigrate.cachecheck.analyze import Conversation, Turn
 from kvmigrate.cachecheck.render import content_text
+from kvmigrate.datasets import DatasetError, json_objects, jsonl_objects
 from kvmigrate.exchange import Role
 
 ID_KEYS = ("conversation_id", "session_id", "conversation", "user")
-
-
-class DatasetError(ValueError):
-    """Bad input, with the file and line it came from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,24 +51,18 @@ class Dataset:
 
 
 def load_dataset(path: str | Path) -> Dataset:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_lines(handle, str(path))
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text: {exc.reason}") from None
+    return _dataset(jsonl_objects(path), str(path))
 
 
 def parse_lines(lines: Iterable[str], name: str = "<input>") -> Dataset:
+    return _dataset(json_objects(lines, name), name)
+
+
+def _dataset(objects: Iterable[tuple[int, str, dict[str, Any]]], name: str) -> Dataset:
     whole: list[Conversation] = []
     items: dict[str, list[Item]] = {}
     skipped = 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{name}:{number}"
-        data = _object(line, where)
+    for _, where, data in objects:
         if isinstance(data.get("turns"), list):
             whole.append(_conversation(data, where, len(whole) + len(items)))
             continue
@@ -86,16 +77,6 @@ def parse_lines(lines: Iterable[str], name: str = "<input>") -> Dataset:
     if not conversations:
         raise DatasetError(f"{name}: no chat requests found")
     return Dataset(conversations, skipped)
-
-
-def _object(line: str, where: str) -> dict[str, Any]:
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise DatasetError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def _conversation(data: Mapping[str, Any], where: str, position: int) -> Conversation:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.cachecheck.messages_view import answer_view, chat_view, is_messages_request
+from kvmigrate.wire.content import content_text as wire_content_text
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -213,22 +214,13 @@ def _call_segments(index: int, role: str, j: int, call: Any) -> list[Segment]:
 def content_text(content: Any) -> str:
     """A message's content as text: a string, text parts joined, other parts as a digest
     (an image that changes breaks the prefix as surely as text does)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
+    if content is not None and not isinstance(content, str | list):
         return _json(content)
-    out = []
-    for part in content:
-        if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-            out.append(part["text"])
-        elif isinstance(part, str):
-            out.append(part)
-        else:
-            digest = hashlib.blake2b(_json(part).encode(), digest_size=6).hexdigest()
-            out.append(f"<|media:{digest}|>")
-    return "".join(out)
+    return wire_content_text(content, _media_digest)
+
+
+def _media_digest(part: Any) -> str:
+    return f"<|media:{hashlib.blake2b(_json(part).encode(), digest_size=6).hexdigest()}|>"
 
 
 def _json(value: Any) -> str:

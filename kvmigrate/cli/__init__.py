@@ -57,7 +57,7 @@ COMMANDS = {
     ),
     "report": LazyCommand(
         "kvmigrate.cli.report_cmd:report",
-        "Summarise recorded traffic: TTFT by turn, cache hits, errors, coverage and cost.",
+        "Summarise recorded traffic: scorecard, TTFT and decode speed by turn, cache, cost.",
     ),
     "rewrite": LazyCommand(
         "kvmigrate.cli.rewrite_cmd:rewrite",

@@ -9,27 +9,13 @@ import click
 from kvmigrate.cachecheck import CostModel, DatasetError, Summary, check_all, load_dataset
 from kvmigrate.cachecheck.text import render_json, render_text
 from kvmigrate.cachecheck.waste import DEFAULT_PREFILL_TOKENS_PER_S
-from kvmigrate.cli.options import FiniteRange
+from kvmigrate.cli.options import FindingCommand, FiniteRange
 from kvmigrate.logtext import printable_lines
 
 EXIT_CLEAN, EXIT_ERROR, EXIT_BUSTERS = 0, 1, 2
 
 
-class _UsageError(click.UsageError):
-    exit_code = EXIT_ERROR
-
-
-class _Command(click.Command):
-    """Usage errors exit 1, not click's 2, so that 2 always means "cache busters found"."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            raise _UsageError(exc.message, exc.ctx) from None
-
-
-@click.command("cachecheck", cls=_Command)
+@click.command("cachecheck", cls=FindingCommand)
 @click.option(
     "--dataset",
     required=True,

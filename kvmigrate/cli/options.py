@@ -108,3 +108,20 @@ class BaseURL(click.ParamType[str]):
         if port == 0:
             self.fail(f"{shown!r}: port 0 is not a port to connect to", param, ctx)
         return text
+
+
+class UsageFailure(click.UsageError):
+    """A usage error that exits 1, for a command whose exit 2 reports a finding."""
+
+    exit_code = 1
+
+
+class FindingCommand(click.Command):
+    """A command whose exit 2 means it found something (cache busters, changes to make), so
+    its usage errors exit 1 rather than click's 2: a script can tell the two apart."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise UsageFailure(exc.message, exc.ctx) from None

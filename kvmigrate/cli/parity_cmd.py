@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 
 from kvmigrate.cli.options import FiniteRange, OutputPath, config_option, load_or_exit, write_output
+from kvmigrate.datasets import DatasetError
 from kvmigrate.logtext import printable_lines
-from kvmigrate.parity.dataset import DatasetError, load_dataset
+from kvmigrate.parity.dataset import load_dataset
 from kvmigrate.parity.details import (
     BaselineError,
     compare_runs,

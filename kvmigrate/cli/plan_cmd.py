@@ -22,6 +22,7 @@ from kvmigrate.cli.options import (
 )
 from kvmigrate.cli.report_cmd import open_records, parse_since
 from kvmigrate.config import safe_url
+from kvmigrate.datasets import DatasetError
 from kvmigrate.plan.cost_model import CostModel
 from kvmigrate.plan.dataset import MAX_OUTPUT_TOKENS, from_jsonl
 from kvmigrate.plan.hardware import GPUS, MODELS, HardwareError, Replica, lookup
@@ -31,7 +32,7 @@ from kvmigrate.plan.scheduler import EngineSettings
 from kvmigrate.plan.simulate import Fleet
 from kvmigrate.plan.speed import scaled_cost, speed_note
 from kvmigrate.plan.sweep import Costs, Plan, hosted_monthly, parse_sizes, sweep
-from kvmigrate.plan.workload import Workload, WorkloadError, from_store, pace, scaled
+from kvmigrate.plan.workload import Workload, from_store, pace, scaled
 from kvmigrate.report.model import Prices
 
 _POSITIVE = click.IntRange(min=1)
@@ -62,7 +63,7 @@ def _workload(
             stack.enter_context(store)
             now = time.time()
             return from_store(store, parse_since(since, now), now + 1.0, backend)
-    except WorkloadError as exc:
+    except DatasetError as exc:  # WorkloadError too; a dataset file's own errors
         raise click.ClickException(str(exc)) from None
 
 

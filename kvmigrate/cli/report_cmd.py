@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
@@ -16,8 +17,9 @@ from kvmigrate.private_files import private_output
 from kvmigrate.recorder.export import export_requests
 from kvmigrate.recorder.sqlite_store import sqlite_path
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
-from kvmigrate.report import RENDERERS, Prices, build_report
-from kvmigrate.report.timeline import rollout_timeline
+from kvmigrate.report import RENDERERS, Prices, Report
+from kvmigrate.report.configured import configured_report
+from kvmigrate.report.render_scorecard import SCORECARD_RENDERERS
 
 PRICE = FiniteRange(min=0)  # $ per unit: 0 or more
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -67,6 +69,11 @@ def open_records(url: str) -> RecordStore | None:
 @click.option("--format", "fmt", type=click.Choice(sorted(RENDERERS)), default="text")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
 @click.option(
+    "--scorecard",
+    is_flag=True,
+    help="Only the playbook's checklist: each row's target, both arms, interval and status.",
+)
+@click.option(
     "--export-requests",
     type=click.Path(dir_okay=False),
     help="Also write the recorded request bodies as OpenAI Batch-style JSONL (for replay).",
@@ -114,6 +121,7 @@ def report(
     since: str,
     fmt: str,
     out: str | None,
+    scorecard: bool,
     export_requests: str | None,
     max_turn: int,
     input_price: float,
@@ -124,7 +132,9 @@ def report(
     gpu_tokens_per_s: float | None,
     min_gpus: int,
 ) -> None:
-    """Summarise recorded traffic: TTFT by turn, cache hits, errors, coverage and cost."""
+    """Summarise recorded traffic: scorecard, TTFT and decode speed by turn, cache, cost.
+
+    The scorecard is the playbook's checklist; `--scorecard` prints it alone."""
     config = load_or_exit(config_path, secrets_required=False)
     now = time.time()
     start = parse_since(since, now)
@@ -144,7 +154,8 @@ def report(
         # A database that fails mid-read (malformed pages, a lock, PostgreSQL gone) gets
         # one line, as one that does not open does.
         try:
-            text = _render(config, store, start, now, prices, fmt, max_turn)
+            renderers = SCORECARD_RENDERERS if scorecard else RENDERERS
+            text = _render(config, store, start, now, prices, renderers[fmt], max_turn)
         except database_errors() as exc:
             raise click.ClickException(f"reading the records failed: {_one_line(exc)}") from None
         if export_requests:
@@ -165,23 +176,10 @@ def _render(
     since: float,
     until: float,
     prices: Prices,
-    fmt: str,
+    render: Callable[[Report], str],
     max_turn: int,
 ) -> str:
-    r = config.rollout
-    built = build_report(
-        store,
-        since,
-        until,
-        primary=r.primary,
-        candidate=r.candidate,
-        prices=prices,
-        timeline=rollout_timeline(config, since, until),
-        database=config.record.db,
-        max_turn=max_turn,
-        candidates_of={name: config.candidates_of(name) for name in config.cohort_names()},
-    )
-    return RENDERERS[fmt](built)
+    return render(configured_report(config, store, since, until, prices, max_turn))
 
 
 def _export(

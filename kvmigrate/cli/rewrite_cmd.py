@@ -12,7 +12,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kvmigrate.cli.options import config_option, prefer_env
+from kvmigrate.cli.options import FindingCommand, UsageFailure, config_option, prefer_env
 from kvmigrate.config import ConfigError, load_config
 from kvmigrate.config.loader import DEFAULT_CONFIG_PATH
 from kvmigrate.migrate import (
@@ -38,20 +38,6 @@ from kvmigrate.migrate.report import for_terminal
 EXIT_NOTHING, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
 
-class _UsageError(click.UsageError):
-    exit_code = EXIT_ERROR
-
-
-class _Command(click.Command):
-    """Usage errors exit 1, not click's 2, so that 2 always means "changes proposed"."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            raise _UsageError(exc.message, exc.ctx) from None
-
-
 class _AnyEnv(Mapping[str, str]):
     """The environment, with a stand-in for unset secrets: rewrite reads only `server`."""
 
@@ -65,7 +51,7 @@ class _AnyEnv(Mapping[str, str]):
         return len(os.environ)
 
 
-@click.command("rewrite", cls=_Command, context_settings={"max_content_width": 100})
+@click.command("rewrite", cls=FindingCommand, context_settings={"max_content_width": 100})
 @click.argument("path", default=".", type=click.Path(exists=True, file_okay=False))
 @click.option("--apply", "do_apply", is_flag=True, help="Write the changes (backed up first).")
 @click.option(
@@ -134,7 +120,7 @@ def rewrite(
     backups = Path(backup_dir).resolve() if backup_dir else None
     if revert_id is not None:
         if do_apply:
-            raise _UsageError("--apply and --revert do not go together")
+            raise UsageFailure("--apply and --revert do not go together")
         ctx.exit(
             _revert(Path(path), None if revert_id == "latest" else revert_id, as_json, backups)
         )
@@ -145,7 +131,7 @@ def rewrite(
         url = validate_proxy_url(proxy_url) if proxy_url else _config_url(ctx, config_path)
         key = validate_proxy_key(proxy_key) if proxy_key is not None else None
     except ValueError as exc:
-        raise _UsageError(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
     plan = build_plan(Path(path), RewriteOptions(url, key))
     applied, error = None, None
     if do_apply:

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from kvmigrate.config.cohorts import read_candidates, read_cohorts
 from kvmigrate.config.errors import ConfigError, shown
 from kvmigrate.config.model import (
@@ -17,6 +19,7 @@ from kvmigrate.config.model import (
     BackendConfig,
     CacheCheckConfig,
     Config,
+    GpuConfig,
     ModelRoute,
     RecordConfig,
     RolloutConfig,
@@ -92,9 +95,58 @@ def _config(root: Section) -> Config:
     record = _record(root.section("record"))
     cachecheck = read_struct(root.section("cachecheck"), CacheCheckConfig)
     cohorts = read_cohorts(root, models, _steps, rollout.primary)
-    return Config(
+    config = Config(
         root.source, server, backends, models, rollout, record, cachecheck, cohorts=cohorts
     )
+    gpu = _gpu(root.section("gpu"), config)
+    return msgspec.structs.replace(config, gpu=gpu)
+
+
+# A PromQL query longer than this is no query an operator wrote by hand.
+PROMQL_MAX_CHARS = 2048
+
+
+def _gpu(s: Section, config: Config) -> GpuConfig:
+    """The `gpu:` section: every URL an http(s) one, each `metrics_urls` key a candidate."""
+    candidates = config.candidate_backends()
+    urls: dict[str, tuple[str, ...]] = {}
+    named = s.section("metrics_urls")
+    for name in named.names():
+        if name not in candidates:
+            known = ", ".join(candidates)
+            raise named.error(name, f"not a candidate backend; the candidates are: {known}")
+        urls[name] = _url_list(named, name)
+    named.finish()
+    raw_prometheus = s.raw("prometheus_url", None)
+    prometheus = None if raw_prometheus is None else s.url("prometheus_url", raw_prometheus)
+    query = s.string("prometheus_query", default_of(GpuConfig, "prometheus_query"))
+    if not query.strip() or len(query) > PROMQL_MAX_CHARS or not query.isprintable():
+        raise s.error(
+            "prometheus_query",
+            f"expected one line of PromQL, at most {PROMQL_MAX_CHARS} characters",
+        )
+    given = {
+        "metrics_urls": urls,
+        "dcgm_urls": _url_list(s, "dcgm_urls") if s.has("dcgm_urls") else (),
+        "prometheus_url": prometheus,
+        "prometheus_query": query,
+    }
+    gpu = read_struct(s, GpuConfig, given)
+    if gpu.dcgm_urls and gpu.prometheus_url:
+        raise s.error("prometheus_url", "give dcgm_urls or prometheus_url, not both")
+    sources = [k for k in ("metrics_urls", "dcgm_urls", "prometheus_url") if getattr(gpu, k)]
+    if sources and not gpu.scrape:
+        raise s.error(sources[0], "is scraped only with `scrape: true`")
+    if gpu.scrape and not config.record.enabled:
+        raise s.error("scrape", "needs record.enabled: the samples are stored with the records")
+    return gpu
+
+
+def _url_list(s: Section, key: str) -> tuple[str, ...]:
+    raw = s.raw(key)
+    if not isinstance(raw, list) or not raw:
+        raise s.error(key, "expected a non-empty list of http(s) URLs")
+    return tuple(s.url(f"{key}[{i}]", item) for i, item in enumerate(raw))
 
 
 def _backends(s: Section) -> dict[str, BackendConfig]:

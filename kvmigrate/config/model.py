@@ -39,6 +39,7 @@ LIMITS: Final[Mapping[type, Mapping[str, Meta]]] = {
         "ttft_p95_floor_ms": Meta(ge=0.0),
         "min_parity": Meta(ge=0.0, le=1.0),
         "min_parity_samples": Meta(ge=1),
+        "tps_p50_min": Meta(ge=0.0),
         "window_seconds": Meta(ge=1.0),
         "confidence": Meta(ge=0.5, le=0.9999),
     },
@@ -255,6 +256,37 @@ class CacheCheckConfig(ConfigSection, frozen=True):
     ttl_seconds: Annotated[float, Meta(ge=1.0)] = 3600.0  # a conversation idle this long is let go
 
 
+class GpuConfig(ConfigSection, frozen=True):
+    """GPU and KV use of the candidates (kvmigrate.engine): each replica's vLLM /metrics and
+    a GPU-utilisation source, scraped in the background and stored with the records, so
+    `kvmigrate report` shows them over its window beside the proxy's own figures."""
+
+    # Scrape the vLLM /metrics of every replica of each candidate of type openai (beside its
+    # api_base: `http://h:8000/v1` is scraped at `http://h:8000/metrics`).
+    scrape: bool = False
+    interval_seconds: Annotated[float, Meta(ge=1.0, le=3600.0)] = 15.0  # between two scrapes
+    timeout_seconds: Annotated[float, Meta(ge=0.1, le=60.0)] = 5.0  # a scrape slower fails
+    # An answer larger than this is cut off there and counted as a failed scrape.
+    max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
+    # `cpu`: the candidates run a CPU build of vLLM, which has no GPU utilisation to find.
+    device: Literal["gpu", "cpu"] = "gpu"
+    # `BACKEND: [URL, ...]`: each replica's /metrics, where it is not beside its api_base
+    # (replicas behind one load balancer). Every candidate not named keeps the default.
+    metrics_urls: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    # DCGM exporters' /metrics: GPU utilisation is the mean DCGM_FI_DEV_GPU_UTIL of the GPUs
+    # they list (only the candidates' GPUs, or the figure is diluted).
+    dcgm_urls: tuple[str, ...] = ()
+    # Or a Prometheus server (`http://prometheus:9090`), asked for `prometheus_query`.
+    prometheus_url: Url | None = None
+    # An instant query whose first value is the candidates' GPU utilisation in percent.
+    prometheus_query: str = "avg(DCGM_FI_DEV_GPU_UTIL)"
+    # For cost per token: the GPUs serving the candidate. 0: as many as the DCGM exporters
+    # list, else `gpus_per_replica` times the replicas that answered a scrape (or the
+    # candidate's api_base entries, without a scrape).
+    gpus: Annotated[int, Meta(ge=0, le=100_000)] = 0
+    gpus_per_replica: Annotated[int, Meta(ge=1, le=64)] = 1  # what one replica runs on
+
+
 class CohortMatch(ConfigSection, frozen=True):
     """What narrows a cohort within its model group: every part given must match. Header
     names match case-insensitively; `client_key` is the key a client sends as its Bearer
@@ -288,6 +320,7 @@ class Config(ConfigSection, frozen=True):
     record: RecordConfig = msgspec.field(default_factory=RecordConfig)
     cachecheck: CacheCheckConfig = msgspec.field(default_factory=CacheCheckConfig)
     cohorts: tuple[CohortConfig, ...] = ()
+    gpu: GpuConfig = msgspec.field(default_factory=GpuConfig)
 
     def cohort_names(self) -> tuple[str, ...]:
         """Every cohort, each model's named ones before the model's own (its remainder). A
@@ -324,6 +357,13 @@ class Config(ConfigSection, frozen=True):
             if route.model_name == model_name:
                 return route
         return None
+
+    def candidate_backends(self) -> tuple[str, ...]:
+        """Every backend some cohort may shadow or split to, the rollout's own first."""
+        names = [self.rollout.candidate]
+        for model in self.models:
+            names += [n for n in model.candidates if n not in names]
+        return tuple(names)
 
     @property
     def primary(self) -> BackendConfig:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import Any
 
 from kvmigrate.config import Config
 from kvmigrate.demo import agent, anthropic_agent
-from kvmigrate.demo.second_model import SECOND_MODEL, follow, show_cohorts
+from kvmigrate.demo.second_model import SECOND_MODEL, SECOND_MODEL_TURNS, follow, show_cohorts
 from kvmigrate.demo.settle import wait_settled
 from kvmigrate.demo.thresholds import threshold_lines
 from kvmigrate.embedded import (
@@ -32,14 +32,16 @@ from kvmigrate.embedded import (
     EmulatedBackends,
     embedded_config,
     emulated_backends,
+    emulated_gpu,
 )
 from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.private_files import write_private
 from kvmigrate.progress import progress
 from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.store import open_store as open_records
-from kvmigrate.report import RENDERERS, build_report
-from kvmigrate.report.timeline import rollout_timeline
+from kvmigrate.report import RENDERERS, Report
+from kvmigrate.report.configured import configured_report
+from kvmigrate.report.render_scorecard import SCORECARD_RENDERERS
 from kvmigrate.rollout.controller import ChangeOutcome, GatesRefused, RolloutController
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer
@@ -121,6 +123,8 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         _phase("2. Rollout 10% -> 50% -> 100%, checked by the gates", echo)
         ok = _walk(controller, base_url, settings, echo)
         _phase("3. Report", echo)
+        # The playbook's checklist over the whole run, the figures a rollout is judged by.
+        echo(_report(config, "text", started, SCORECARD_RENDERERS))
         out = settings.out or _new_report_path(settings.workdir)
         write_private(out, _report(config, "html", started))
         echo(f"wrote {out.resolve()}")
@@ -134,7 +138,12 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
     with emulated_backends(settings.time_scale, broken_tool_calls=broken, api=api) as emulated:
         if not settings.real_vllm:
             yield embedded_config(
-                emulated, state_dir=str(workdir), rollout=DEMO_ROLLOUT, api=api, more_models=MORE
+                emulated,
+                state_dir=str(workdir),
+                rollout=DEMO_ROLLOUT,
+                api=api,
+                more_models=MORE,
+                gpu=emulated_gpu(emulated),
             )
             return
         from kvmigrate.testbed.tiny_model import ensure_tiny_model
@@ -154,6 +163,7 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
                 rollout=DEMO_ROLLOUT,
                 api=api,
                 more_models=MORE,
+                gpu={"scrape": True, "interval_seconds": 1.0, "device": "cpu"},
             )
 
 
@@ -164,6 +174,7 @@ def _traffic(
     first: int,
     echo: Echo,
     model: str | None = None,
+    turns: int | None = None,
 ) -> None:
     anthropic = settings.api == "anthropic"
     drive = anthropic_agent.drive if anthropic else agent.drive
@@ -174,7 +185,7 @@ def _traffic(
                 base_url,
                 model or _chat(settings),
                 conversations,
-                settings.turns,
+                turns or settings.turns,
                 settings.concurrency,
                 bar.update,
                 first,
@@ -208,8 +219,11 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
         echo(f"promoted to {step:g}% (version {outcome.state.version}):")
         echo(render_gates([g.to_dict() for g in outcome.gates]))
         _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
-        # The second model's agents: a third as many, so its evidence comes later.
-        _traffic(base_url, settings, -(-bake // 3), 1000 * (number + 1) + 500, echo, SECOND_MODEL)
+        # The second model's agents: a third as many, so its evidence comes later, and they
+        # run long, past the turn the playbook's flatness row is read from.
+        long = max(settings.turns, SECOND_MODEL_TURNS)
+        first = 1000 * (number + 1) + 500
+        _traffic(base_url, settings, -(-bake // 3), first, echo, SECOND_MODEL, long)
         follow(controller, echo)
     echo("rollout complete: the candidate serves every conversation")
     show_cohorts(controller, echo)
@@ -275,19 +289,16 @@ def _chat(settings: DemoSettings) -> str:
     return CLAUDE_MODEL if settings.api == "anthropic" else HOSTED_MODEL
 
 
-def _report(config: Config, fmt: str, since: float) -> str:
+def _report(
+    config: Config,
+    fmt: str,
+    since: float,
+    renderers: Mapping[str, Callable[[Report], str]] = RENDERERS,
+) -> str:
     with open_records(config.record.db) as store:
         now = time.time()
-        report = build_report(
-            store,
-            since,
-            now + 1,
-            primary=config.rollout.primary,
-            candidate=config.rollout.candidate,
-            timeline=rollout_timeline(config, since, now + 1),
-            database=config.record.db,
-        )
-    return RENDERERS[fmt](report)
+        report = configured_report(config, store, since, now + 1)
+    return renderers[fmt](report)
 
 
 def _phase(title: str, echo: Echo) -> None:

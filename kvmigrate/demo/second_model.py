@@ -1,4 +1,4 @@
-"""The demo's second model: it moves on its own rollout, at its own pace (issue 19).
+"""The demo's second model: it moves on its own rollout, at its own pace.
 
 Its agents are fewer than the first model's, so its gates, which judge it on its own
 traffic only, pass later: while the first model walks 10 -> 50 -> 100%, this one waits for
@@ -14,6 +14,8 @@ from kvmigrate.rollout.controller import GatesRefused, RolloutController
 from kvmigrate.rollout.status_table import render_status_table
 
 SECOND_MODEL = "gpt-4o"
+# Model calls per conversation: past turn 10, where the playbook reads "turn-N latency flat".
+SECOND_MODEL_TURNS = 12
 
 Echo = Callable[[str], None]
 

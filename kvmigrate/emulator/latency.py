@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import AsyncIterator
 
 from kvmigrate.emulator.settings import LatencySettings
@@ -56,9 +57,33 @@ class PrefillEngine:
         self._slots = asyncio.Semaphore(max(concurrency, 1))
         self.waiting = 0
         self.running = 0
+        self.kv_tokens = 0  # held by the running requests, as vLLM's KV-cache gauge counts
+        # Wall time with a request running: what the emulated GPU was busy for.
+        self._busy_s = 0.0
+        self._busy_since: float | None = None
+
+    def busy_seconds(self) -> float:
+        """Seconds so far with at least one request running (prefilling or decoding)."""
+        ongoing = 0.0 if self._busy_since is None else time.monotonic() - self._busy_since
+        return self._busy_s + ongoing
+
+    def _start(self, tokens: int) -> None:
+        if self.running == 0:
+            self._busy_since = time.monotonic()
+        self.running += 1
+        self.kv_tokens += tokens
+
+    def _end(self, tokens: int) -> None:
+        self.running -= 1
+        self.kv_tokens -= tokens
+        if self.running == 0 and self._busy_since is not None:
+            self._busy_s += time.monotonic() - self._busy_since
+            self._busy_since = None
 
     @contextlib.asynccontextmanager
-    async def admitted(self, prefill_s: float) -> AsyncIterator[None]:
+    async def admitted(self, prefill_s: float, tokens: int = 0) -> AsyncIterator[None]:
+        """`tokens`: the KV cache the request holds from admission to its end (its prompt
+        and its answer: vLLM allocates blocks as it decodes, the emulator at once)."""
         self.waiting += 1
         queued = True
         try:
@@ -66,15 +91,15 @@ class PrefillEngine:
                 async with self._slots:
                     self.waiting -= 1
                     queued = False
-                    self.running += 1
+                    self._start(tokens)
                     await asyncio.sleep(prefill_s)
             else:
                 self.waiting -= 1
                 queued = False
-                self.running += 1
+                self._start(tokens)
             yield
         finally:
             if queued:
                 self.waiting -= 1
             else:
-                self.running -= 1
+                self._end(tokens)

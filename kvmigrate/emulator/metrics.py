@@ -30,7 +30,9 @@ _LABELS = ("model_name", "engine")
 
 
 class _VllmMetrics:
-    def __init__(self, registry: CollectorRegistry, model: str, engine: PrefillEngine) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, model: str, engine: PrefillEngine, capacity: int
+    ) -> None:
         labels = {"model_name": model, "engine": "0"}
         self._labels = labels
 
@@ -53,6 +55,11 @@ class _VllmMetrics:
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
             lambda: engine.waiting,
+        )
+        gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            lambda: min(1.0, engine.kv_tokens / capacity) if capacity else 0.0,
         )
         self.prompt = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation = counter(
@@ -98,7 +105,9 @@ class EmulatorMetrics:
         )
         self._vllm = None
         if settings.profile == "vllm":
-            self._vllm = _VllmMetrics(self.registry, settings.served_models[0], engine)
+            self._vllm = _VllmMetrics(
+                self.registry, settings.served_models[0], engine, settings.cache_capacity_tokens
+            )
 
     def faults(self, names: Iterable[str]) -> None:
         for name in names:

@@ -18,6 +18,8 @@ import orjson
 from aiohttp import web
 
 from kvmigrate.emulator.backend import Backend
+from kvmigrate.emulator.dcgm import GPU_CLOCK, GpuClock, dcgm_metrics
+from kvmigrate.emulator.dcgm import PATH as DCGM_PATH
 from kvmigrate.emulator.embeddings import embed, encode
 from kvmigrate.emulator.errors import EmulatorError, bad_request, model_not_found, unauthorized
 from kvmigrate.emulator.faults import FAULT_HEADER, combine, draw_faults, parse_fault_header
@@ -198,7 +200,8 @@ async def _deliver(
     metrics.prompt(gen.prompt_tokens, gen.cached_tokens)
     prefill_s = backend.latency.prefill_s(gen.prompt_tokens, gen.cached_tokens)
     gap_s = backend.latency.token_gap_s()
-    async with backend.engine.admitted(prefill_s):
+    held = gen.prompt_tokens + gen.completion_tokens
+    async with backend.engine.admitted(prefill_s, held):
         if req.stream:
 
             def first_token() -> None:
@@ -402,6 +405,8 @@ def build_app(settings: EmulatorSettings) -> web.Application:
     app.router.add_get("/metrics", metrics)
     if settings.profile == "vllm":
         app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+        app[GPU_CLOCK] = GpuClock(backend.engine)
+        app.router.add_get(DCGM_PATH, dcgm_metrics)
     if settings.azure:
         # Azure OpenAI's URL shape: /openai/deployments/{deployment}/...?api-version=...
         azure = "/openai/deployments/{deployment}"

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kvmigrate.wire.content import content_text as wire_content_text
+
 _PIECE = re.compile(r"\s*\w{1,4}|\s*[^\w\s]|\s+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
 
@@ -40,19 +42,10 @@ def words(text: str) -> list[str]:
 
 
 def content_text(content: Any) -> str:
-    """The text of a message's `content`: a string, a list of parts, or null."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif isinstance(part, str):
-                texts.append(part)
-        return "".join(texts)
+    """The text of a message's `content`: a string, a list of parts, or null; a value of
+    another type as its string (the emulator counts what a lax client sent)."""
+    if content is None or isinstance(content, str | list):
+        return wire_content_text(content)
     return str(content)
 
 

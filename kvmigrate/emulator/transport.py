@@ -17,13 +17,15 @@ from aiohttp import web
 
 from kvmigrate.emulator.faults import NO_FAULTS, FaultPlan
 from kvmigrate.emulator.wire import JSON, Step
+from kvmigrate.wire import sse_frames
+from kvmigrate.wire.sse_frames import DONE
 
 try:
     FAULT_PLAN: Any = web.RequestKey("emulator_fault_plan", FaultPlan)
 except AttributeError:  # aiohttp before 3.13 keys request storage by string
     FAULT_PLAN = "kvmigrate.emulator.fault_plan"
 SHUTDOWN: web.AppKey[asyncio.Event] = web.AppKey("emulator_shutdown", asyncio.Event)
-DONE_FRAME = b"data: [DONE]\n\n"
+DONE_FRAME = DONE
 GARBAGE_SSE = b'data: {"id": "chatcmpl-broken", "choices": [{"delta": \n\nnot-an-sse-line\n\n'
 
 Frame = Callable[[JSON], bytes]
@@ -35,11 +37,11 @@ def dumps(payload: Any) -> bytes:
 
 
 def data_frame(chunk: JSON) -> bytes:
-    return b"data: " + dumps(chunk) + b"\n\n"
+    return sse_frames.data_frame(dumps(chunk))
 
 
 def event_frame(event: JSON) -> bytes:
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + dumps(event) + b"\n\n"
+    return sse_frames.event_frame(str(event["type"]), dumps(event))
 
 
 def fault_plan(request: web.Request) -> FaultPlan:

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.wire.sse_frames import data_frame
+
 _TOKEN_KEYS = frozenset({"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"})
 
 
@@ -45,7 +47,7 @@ def _with_usage(value: dict[str, Any], logged: Mapping[str, Any]) -> dict[str, A
 
 def sse_event(obj: Any) -> bytes:
     """One streamed chunk or Responses event as an SSE event, as it came off the wire."""
-    return b"data: " + answer_bytes(obj) + b"\n\n"
+    return data_frame(answer_bytes(obj))
 
 
 def perf_time(

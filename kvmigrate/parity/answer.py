@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.wire.assemble import assemble, is_sse
+from kvmigrate.wire.content import content_text
 from kvmigrate.wire.sse import sse_events
 
 JSON = dict[str, Any]
@@ -129,7 +130,7 @@ def extract_answer(response: Mapping[str, Any]) -> Answer:
     if not isinstance(message, dict):
         text = first.get("text")
         return Answer(text if isinstance(text, str) else "", None, (), finish, count)
-    content = _content_text(message.get("content"))
+    content = content_text(message.get("content"))
     refusal = message.get("refusal")
     calls = tuple(
         _chat_tool_call(c) for c in message.get("tool_calls") or () if isinstance(c, dict)
@@ -140,15 +141,6 @@ def extract_answer(response: Mapping[str, Any]) -> Answer:
     return Answer(
         content, refusal if isinstance(refusal, str) and refusal else None, calls, finish, count
     )
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        return "".join(p for p in parts if isinstance(p, str))
-    return ""
 
 
 def _chat_tool_call(call: Mapping[str, Any]) -> ToolCallView:
@@ -252,7 +244,7 @@ def last_user_text(request: Mapping[str, Any]) -> str:
     if isinstance(messages, list):
         for message in reversed(messages):
             if isinstance(message, dict) and message.get("role") == "user":
-                return _content_text(message.get("content"))
+                return content_text(message.get("content"))
         return ""
     for key in ("prompt", "input"):
         value = request.get(key)
@@ -260,5 +252,5 @@ def last_user_text(request: Mapping[str, Any]) -> str:
             return value
         if isinstance(value, list):
             users = [v for v in value if isinstance(v, dict) and v.get("role", "user") == "user"]
-            return _content_text(users[-1].get("content")) if users else ""
+            return content_text(users[-1].get("content")) if users else ""
     return ""

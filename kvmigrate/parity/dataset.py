@@ -14,13 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
+from kvmigrate.datasets import DatasetError, jsonl_objects
 
 ROUTES = ("chat/completions", "completions", "responses", "messages")
-
-
-class DatasetError(ValueError):
-    """A line that is not a usable request, with the file and line number."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +38,8 @@ def route_of(body: dict[str, Any], url: str | None) -> str | None:
     return "completions" if "prompt" in body else None
 
 
-def parse_line(text: str, where: str, index: int) -> DatasetItem:
-    try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise DatasetError(f"{where}: expected a JSON object")
+def dataset_item(data: dict[str, Any], where: str, index: int) -> DatasetItem:
+    """A line's object as a request, with its id (`custom_id`, else `line-N`)."""
     batch = isinstance(data.get("body"), dict)
     body = data["body"] if batch else data
     url = data.get("url") if batch else None
@@ -62,16 +53,10 @@ def parse_line(text: str, where: str, index: int) -> DatasetItem:
 
 
 def load_dataset(path: str | Path) -> list[DatasetItem]:
-    items = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DatasetError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text: {exc.reason}") from None
-    for number, line in enumerate(lines, start=1):
-        if line.strip() and not line.lstrip().startswith("#"):
-            items.append(parse_line(line, f"{path}:{number}", number))
+    items = [
+        dataset_item(data, where, number)
+        for number, where, data in jsonl_objects(path, comments=True)
+    ]
     if not items:
         raise DatasetError(f"{path}: no requests")
     return items

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.datasets import jsonl_objects
 from kvmigrate.plan.workload import (
     CHARS_PER_TOKEN,
     DEFAULT_OUTPUT_TOKENS,
@@ -188,17 +189,8 @@ def _answers_from_history(requests: Sequence[_Request]) -> None:
 
 
 def _lines(path: Path) -> Iterator[tuple[_Line, dict[str, Any]]]:
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise WorkloadError(f"{path}:{number}: not JSON ({exc})") from None
-            if not isinstance(data, dict):
-                raise WorkloadError(f"{path}:{number}: expected a JSON object")
-            yield _Line(path, number), data
+    for number, _, data in jsonl_objects(path):
+        yield _Line(path, number), data
 
 
 def _conversation(line: _Line, messages: list[Mapping[str, Any]]) -> list[Turn]:

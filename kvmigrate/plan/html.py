@@ -6,9 +6,10 @@ from __future__ import annotations
 from kvmigrate.html_text import escape
 from kvmigrate.plan.sweep import Plan
 from kvmigrate.plan.tables import focus, plan_tables, summary_lines
-from kvmigrate.report import fmt
-from kvmigrate.report.render_html import SCRIPT, STYLE, html_table
-from kvmigrate.report.svg import PALETTE, Axis, Series, line_chart
+from kvmigrate.render import fmt
+from kvmigrate.render.page import SCRIPT, STYLE
+from kvmigrate.render.svg import PALETTE, Axis, Series, line_chart
+from kvmigrate.render.table import html_table
 
 
 def _replica_axis(plan: Plan) -> Axis:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import Any
 
 from kvmigrate.plan.metrics import FleetFigures
 from kvmigrate.plan.sweep import Plan
 from kvmigrate.plan.tables import focus, plan_tables, summary_lines
-from kvmigrate.report import fmt
-from kvmigrate.report.render_text import text_table
+from kvmigrate.render import fmt
+from kvmigrate.render.json_values import finite
+from kvmigrate.render.table import text_table
 
 TITLE = "kvmigrate plan"
 
@@ -20,17 +20,6 @@ def render_text(plan: Plan) -> str:
     for table in plan_tables(plan):
         out += [table.title, "-" * len(table.title), *text_table(table), ""]
     return "\n".join(out)
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no Infinity: a TTFT no request reached (all refused) is null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -71,7 +60,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "buy_monthly_usd": costs.monthly_usd(buy),
         },
         "turn_slo": _turn_slo(plan),
-        "n_plus_one": None if plan.spare is None else _finite(asdict(plan.spare)),
+        "n_plus_one": None if plan.spare is None else finite(asdict(plan.spare)),
         "notes": list(plan.notes),
     }
 
@@ -96,8 +85,8 @@ def _size(plan: Plan, size: FleetFigures) -> dict[str, Any]:
     data = asdict(size)
     for turn in data["turns"]:
         turn["meets_slo"] = plan.meets(turn["ttft_p95_s"])
-    finite: dict[str, Any] = _finite({**data, "monthly_usd": plan.costs.monthly_usd(size.replicas)})
-    return finite
+    shown: dict[str, Any] = finite({**data, "monthly_usd": plan.costs.monthly_usd(size.replicas)})
+    return shown
 
 
 def _utilisation(size: FleetFigures) -> dict[str, Any]:
@@ -122,7 +111,5 @@ def _turn_slo(plan: Plan) -> dict[str, Any] | None:
         for t in size.turns
     ]  # fmt: skip
     failing = [t["turn"] for t in turns if not t["meets_slo"]]
-    finite: dict[str, Any] = _finite(
-        {"replicas": size.replicas, "turns": turns, "failing": failing}
-    )
-    return finite
+    shown: dict[str, Any] = finite({"replicas": size.replicas, "turns": turns, "failing": failing})
+    return shown

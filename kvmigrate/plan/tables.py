@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kvmigrate.plan.metrics import FleetFigures
 from kvmigrate.plan.sweep import UTILISATION_BAND, Plan
-from kvmigrate.report import fmt
-from kvmigrate.report.tables import Table
+from kvmigrate.render import fmt
+from kvmigrate.render.table import Table
 
 
 def _ms(seconds: float) -> str:

@@ -17,13 +17,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from kvmigrate.datasets import DatasetError
 from kvmigrate.recorder.store import RecordStore
 
 CHARS_PER_TOKEN = 4.0  # the usual BPE average for English text and code
 DEFAULT_OUTPUT_TOKENS = 256  # a turn whose answer length is unknown
 
 
-class WorkloadError(ValueError):
+class WorkloadError(DatasetError):
     """A dataset or store that holds no replayable traffic; the message names why."""
 
 

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from kvmigrate.wire.content import content_text, media_kind
+
 # A request's newest user/tool messages are new in this turn; the history before them is what
 # the previous request and its answer left.
 NEW_ROLES = frozenset({"user", "tool"})
@@ -137,22 +139,9 @@ def canonical_arguments(arguments: Any) -> str:
 
 
 def text_of(content: Any) -> str:
-    """String content as is; a list of parts as its text parts joined; anything else empty."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts = []
-    for part in content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, (dict, Mapping)):
-            text = part.get("text")
-            if isinstance(text, str):
-                texts.append(text)
-            elif part.get("type"):
-                texts.append(f"<{part.get('type')}>")  # an image or file: its kind counts
-    return "".join(texts)
+    """String content as is; a list of parts as its text parts joined, a media part as its
+    kind; anything else empty."""
+    return content_text(content, media_kind)
 
 
 # -- chat completions ---------------------------------------------------------------------

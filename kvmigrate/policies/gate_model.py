@@ -21,6 +21,8 @@ class GateConfig:
         not a regression.
     min_parity / min_parity_samples: noise-adjusted parity needed (None: gate off), and the
         scored pairs a comparator needs before its interval counts.
+    tps_p50_min: the candidate's median output tokens per second per stream, after the
+        first token, must surely reach this (None: gate off).
     window_seconds: how far back the evidence reaches (never before the last change).
     confidence: the level of the gates' always-valid intervals (`policies.sequential`).
     """
@@ -33,6 +35,7 @@ class GateConfig:
     ttft_p95_floor_ms: float = 100.0
     min_parity: float | None = None
     min_parity_samples: int = 30
+    tps_p50_min: float | None = None
     window_seconds: float = 3600.0
     confidence: float = 0.95
 

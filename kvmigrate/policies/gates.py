@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvmigrate.policies.decode_gate import NAME as DECODE_GATE
+from kvmigrate.policies.decode_gate import decode_gate
 from kvmigrate.policies.error_gate import error_gate
 from kvmigrate.policies.gate_model import GateConfig, GateResult, eta
 from kvmigrate.policies.parity_gate import parity_gate
@@ -29,6 +31,7 @@ __all__ = [
     "all_passed",
     "evaluate_gates",
     "gate_summary",
+    "gates_left_off",
     "gates_off",
     "render_gates",
     "rollback_reason",
@@ -45,6 +48,8 @@ def evaluate_gates(
     ]
     if config.min_parity is not None:
         results.append(parity_gate(candidate, config))
+    if config.tps_p50_min is not None:
+        results.append(decode_gate(candidate, config))
     return results
 
 
@@ -52,7 +57,12 @@ def evaluate_gates(
 # promotes nothing by passing: `rollout status` lists it as off, so that a missing gate is
 # seen rather than assumed (a candidate parity failed at 0.435 was promoted to 100% with
 # `min_parity` commented out and no line saying so).
-OPTIONAL_GATES = {"parity": "min_parity"}
+OPTIONAL_GATES = {"parity": "min_parity", DECODE_GATE: "tps_p50_min"}
+
+
+def gates_left_off(config: GateConfig) -> dict[str, str]:
+    """The optional gates `config` leaves off, each with the key that turns it on."""
+    return {name: key for name, key in OPTIONAL_GATES.items() if getattr(config, key) is None}
 
 
 def gates_off(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:

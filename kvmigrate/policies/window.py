@@ -40,8 +40,9 @@ class BackendWindow:
     noise floor needs (parity stays None below it). `span_s`: the seconds between the
     window's first and last record, so a waiting gate can say how long it has to go.
     `ttft_sample` / `latency_sample`: the raw values in seconds (all of them, or a uniform
-    sample of RESERVOIR), for the interval on the p95. `comparators`: per-comparator parity
-    counts, for the interval of each.
+    sample of RESERVOIR), for the interval on the p95; `tps_sample`: each stream's output
+    tokens per second after its first token (`policies.decode_speed`). `comparators`:
+    per-comparator parity counts, for the interval of each.
     """
 
     backend: str
@@ -60,6 +61,7 @@ class BackendWindow:
     span_s: float = 0.0
     ttft_sample: tuple[float, ...] = ()
     latency_sample: tuple[float, ...] = ()
+    tps_sample: tuple[float, ...] = ()  # decode tokens per second, one per stream
     comparators: tuple[ComparatorCounts, ...] = ()
 
     @property

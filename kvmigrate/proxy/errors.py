@@ -6,6 +6,7 @@ import orjson
 from aiohttp import web
 
 from kvmigrate.logtext import printable
+from kvmigrate.wire.sse_frames import data_frame
 
 JSON_CONTENT_TYPE = "application/json"
 # A client's own value named in an error (a model, a key, a path) is cut to this: a model
@@ -65,7 +66,7 @@ def sse_error_event(message: str, code: str) -> bytes:
     The OpenAI SDKs raise an APIError when a stream event carries an `error` object, so the
     client sees a failure instead of a silently truncated answer.
     """
-    return b"data: " + error_body(message, "server_error", code) + b"\n\n"
+    return data_frame(error_body(message, "server_error", code))
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ProxyError:

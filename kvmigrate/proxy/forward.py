@@ -196,8 +196,10 @@ async def relay_stream(
     # the SDK stops reading at `data: [DONE]`, and its next turn must find this one's
     # links in the store, its answer counted and its copies sent.
     held = await _begin(client, response, first)
+    clock = _DecodeClock(exchange)
     try:
         async for chunk in response.iter_any():
+            clock.tick()
             exchange.chunks.append(chunk)
             if check is not None and not check.feed(chunk):
                 await _end_malformed(client, exchange, _taken(held))
@@ -234,6 +236,7 @@ async def relay_stream(
         last = _taken(held)  # what is still held, its timer stopped
         response.close()
         exchange.finished = time.perf_counter()
+        clock.stop()
     if exchange.error == ErrorKind.CLIENT_DISCONNECTED or (exchange.error and not is_sse):
         return client
     if before_eof is not None:
@@ -314,13 +317,44 @@ async def _write_quietly(client: ClientAnswer, data: bytes) -> None:
 async def drain(response: Response, exchange: Exchange) -> None:
     """Consume a whole response with nobody to relay it to (shadow copies): measures TTFT and
     total time and keeps the bytes for comparison."""
+    clock: _DecodeClock | None = None
     try:
         while chunk := await response.readany():
-            if exchange.first_byte is None:
+            if clock is not None:
+                clock.tick()
+            elif exchange.first_byte is None:
                 exchange.first_byte = time.perf_counter()
+                clock = _DecodeClock(exchange)
             exchange.chunks.append(chunk)
     except TRANSPORT_ERRORS as exc:
         exchange.error = break_kind(exc)
     finally:
         response.close()
         exchange.finished = time.perf_counter()
+        if clock is not None:
+            clock.stop()
+
+
+class _DecodeClock:
+    """When each chunk after the first arrived, reduced as they come to what decode speed
+    needs (the last arrival, the count, the longest gap): a clock read and a comparison per
+    chunk, written to the exchange once the stream ends."""
+
+    __slots__ = ("_exchange", "_gap", "_last", "_later")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._last = exchange.first_byte
+        self._later = 0
+        self._gap = 0.0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None and now - self._last > self._gap:
+            self._gap = now - self._last
+        self._last = now
+        self._later += 1
+
+    def stop(self) -> None:
+        x = self._exchange
+        x.last_chunk, x.later_chunks, x.max_chunk_gap = self._last, self._later, self._gap

@@ -36,6 +36,12 @@ LATENCY_BUCKETS = (
     80.0,
     160.0,
 )
+# Decode speed of one stream: from a CPU build's few tokens per second to a small model's
+# thousands on an idle GPU; the playbook's target is 50.
+TPS_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0,
+               500.0, 1000.0)  # fmt: skip
+TPOT_BUCKETS = (0.001, 0.002, 0.004, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2,
+                0.5, 1.0)  # fmt: skip
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
 
 
@@ -78,6 +84,28 @@ class ProxyMetrics:
         self.latency = Histogram(
             "kvmigrate_request_duration_seconds",
             "Time from the upstream call to its last byte.",
+            ["backend", "role", "cohort"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # Streams whose answer carried usage, after the first token (policies.decode_speed).
+        self.decode_tps = Histogram(
+            "kvmigrate_decode_tokens_per_second",
+            "Output tokens per second of one stream after its first token.",
+            ["backend", "role", "cohort"],
+            buckets=TPS_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "kvmigrate_time_per_output_token_seconds",
+            "Time per output token of one stream after its first token.",
+            ["backend", "role", "cohort"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.chunk_gap = Histogram(
+            "kvmigrate_stream_max_chunk_gap_seconds",
+            "The longest wait between two relayed chunks of one stream.",
             ["backend", "role", "cohort"],
             buckets=LATENCY_BUCKETS,
             registry=r,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from kvmigrate.exchange import Exchange
+from kvmigrate.policies.decode_speed import stream_speed
 from kvmigrate.proxy.metrics import ProxyMetrics
 
 FOLD_INTERVAL_S = 1.0
@@ -29,8 +30,20 @@ class MetricsAddon:
             m.observe(m.ttft, ttft, backend, role, cohort)
         if (duration := exchange.duration) is not None:
             m.observe(m.latency, duration, backend, role, cohort)
-        for kind, count in exchange.token_counts().items():
+        counts = exchange.token_counts()
+        for kind, count in counts.items():
             m.count(m.tokens, backend, role, kind, amount=count)
+        if (decode := exchange.decode_time) is not None:
+            speed = stream_speed(
+                counts.get("completion"),
+                decode * 1000,
+                exchange.later_chunks,
+                exchange.max_chunk_gap * 1000,
+            )
+            if speed is not None:
+                m.observe(m.decode_tps, speed.tokens_per_s, backend, role, cohort)
+                m.observe(m.tpot, speed.tpot_ms / 1000, backend, role, cohort)
+                m.observe(m.chunk_gap, exchange.max_chunk_gap, backend, role, cohort)
 
     async def running(self) -> None:
         self._timer = asyncio.get_running_loop().call_later(FOLD_INTERVAL_S, self._tick)

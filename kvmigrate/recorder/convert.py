@@ -161,9 +161,22 @@ def to_record(
         content=content,
         identity=x.identity or None,
         cohort=x.cohort or None,
+        **_decode(x),
         **stored,
         **_parity(x, mirrored, response, mirrored_answer),
     )
+
+
+def _decode(x: Exchange) -> dict[str, Any]:
+    """A streamed answer's decode timing, in the record's units; {} for any other."""
+    decode = x.decode_time
+    if decode is None:
+        return {}
+    return {
+        "decode_ms": decode * 1000,
+        "decode_chunks": x.later_chunks,
+        "chunk_gap_max_ms": x.max_chunk_gap * 1000,
+    }
 
 
 def _stored_request(

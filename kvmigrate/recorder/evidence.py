@@ -21,11 +21,16 @@ def records_window_source(config: Config) -> WindowSource:
     def windows(since: float, cohort: str) -> dict[str, BackendWindow]:
         """The cohort's own traffic ("": all of it)."""
         from kvmigrate.recorder.queries import window_stats
+        from kvmigrate.recorder.sqlite_store import nothing_recorded
         from kvmigrate.recorder.store import StoreError as RecordsError
         from kvmigrate.recorder.store import database_errors
 
         db = config.record.db
         try:
+            if nothing_recorded(db):
+                # No proxy has written yet (or recording is off): no evidence, and no empty
+                # database left behind where the operator only asked for a status.
+                return {}
             return window_stats(db, since, cohort=cohort, model=config.own_model(cohort))
         except database_errors() as exc:
             # As the rollout store's own error: the CLI says it in one line and the admin

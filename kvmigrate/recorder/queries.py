@@ -11,6 +11,7 @@ from typing import Any
 
 from kvmigrate.parity.recording import NOISE_KIND, flag_aggregator
 from kvmigrate.percentile import percentile
+from kvmigrate.policies.decode_speed import stream_speed
 from kvmigrate.policies.outcome import is_backend_error, latency_counts, ttft_counts
 from kvmigrate.policies.window import RESERVOIR, BackendWindow, ComparatorCounts
 from kvmigrate.recorder.store import RecordStore, open_store
@@ -35,6 +36,7 @@ class _Tally:
     conversations: set[str] = field(default_factory=set)
     ttfts: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    speeds: list[float] = field(default_factory=list)  # tokens per second per stream
     parity_flags: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
     first_ts: float | None = None
     last_ts: float | None = None
@@ -77,6 +79,10 @@ def window_stats(
         applicable,
         disagree,
         ts,
+        completion_tokens,
+        decode_ms,
+        decode_chunks,
+        gap_ms,
     ) in rows:
         tally = tallies.setdefault(backend, _Tally())
         tally.first_ts = ts if tally.first_ts is None else min(tally.first_ts, ts)
@@ -94,6 +100,10 @@ def window_stats(
             tally.ttfts.append(ttft_ms / 1000.0)
         if latency_ms is not None and latency_counts(status, error):  # a fast 503 is no speed
             tally.latencies.append(latency_ms / 1000.0)
+        if error is None and decode_ms is not None and ttft_counts(status):
+            speed = stream_speed(completion_tokens, decode_ms, decode_chunks, gap_ms)
+            if speed is not None:
+                tally.speeds.append(speed.tokens_per_s)
     return {
         backend: _window(backend, t, noise, min_noise_samples)
         for backend, t in sorted(tallies.items())
@@ -106,7 +116,8 @@ def _window_sql(
     sql = (
         "SELECT backend, conversation, status, error, ttft_ms, latency_ms, parity_kind, "
         "parity_applicable, "
-        f"parity_disagree, ts FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC}"
+        "parity_disagree, ts, completion_tokens, decode_ms, decode_chunks, chunk_gap_max_ms "
+        f"FROM records WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC}"
     )
     params: list[Any] = [since, time.time() + 1e9 if until is None else until]
     if roles:
@@ -153,6 +164,7 @@ def _window(
         span_s=(t.last_ts or 0.0) - (t.first_ts or 0.0),
         ttft_sample=_reservoir(t.ttfts),
         latency_sample=_reservoir(t.latencies),
+        tps_sample=_reservoir(t.speeds),
         comparators=comparators,
     )
 

@@ -35,6 +35,9 @@ class Record:
     `prompt_tokens` counts every prompt token, cached or not; of them `cached_tokens` were
     read from the prompt cache and `cache_write_tokens` written to it (Anthropic reports
     writes; the other APIs leave it None).
+    `decode_ms` is a streamed answer's time from its first byte to its last chunk,
+    `decode_chunks` the chunks after the first, and `chunk_gap_max_ms` the longest wait
+    between two chunks: with `completion_tokens`, its decode speed (kvmigrate.report.decode).
     `cohort` is the rollout cohort it was routed in (None: recorded before cohorts).
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
     answer it mirrors (kvmigrate.parity.recording).
@@ -75,6 +78,9 @@ class Record:
     identity: str | None = None
     cache_write_tokens: int | None = None
     cohort: str | None = None
+    decode_ms: float | None = None
+    decode_chunks: int | None = None
+    chunk_gap_max_ms: float | None = None
     messages: tuple[MessageRow, ...] = field(default=(), compare=False, repr=False)
     touched: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

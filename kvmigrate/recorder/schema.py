@@ -143,4 +143,45 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        "m010_engine_samples",
+        (
+            # The candidates' engine and GPU figures, scraped by each proxy process
+            # (kvmigrate.engine.scraper): one row per scrape of one target, failed or not,
+            # so the report can say why a figure is missing. Counters are the engine's own
+            # running totals; histograms are JSON lists of [upper bound, cumulative count].
+            """CREATE TABLE engine_samples (
+                ts DOUBLE PRECISION NOT NULL,
+                source TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                backend TEXT NOT NULL,
+                target TEXT NOT NULL,
+                error TEXT,
+                kv_usage DOUBLE PRECISION,
+                running DOUBLE PRECISION,
+                waiting DOUBLE PRECISION,
+                prefix_queries DOUBLE PRECISION,
+                prefix_hits DOUBLE PRECISION,
+                prompt_tokens DOUBLE PRECISION,
+                generation_tokens DOUBLE PRECISION,
+                ttft TEXT,
+                itl TEXT,
+                gpu_util DOUBLE PRECISION,
+                gpus BIGINT,
+                absent TEXT,
+                bad_lines BIGINT NOT NULL
+            )""",
+            "CREATE INDEX engine_samples_ts ON engine_samples (ts)",
+        ),
+    ),
+    Migration(
+        "m011_decode",
+        (
+            # A streamed answer's decode timing (kvmigrate.exchange): with completion_tokens,
+            # its output tokens per second after the first and its time per output token.
+            "ALTER TABLE records ADD COLUMN decode_ms DOUBLE PRECISION",
+            "ALTER TABLE records ADD COLUMN decode_chunks BIGINT",
+            "ALTER TABLE records ADD COLUMN chunk_gap_max_ms DOUBLE PRECISION",
+        ),
+    ),
 )

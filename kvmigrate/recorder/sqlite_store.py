@@ -22,6 +22,15 @@ def sqlite_path(url: str) -> str:
     return path[1:]
 
 
+def nothing_recorded(url: str) -> bool:
+    """Whether `url` names a SQLite file that does not exist yet: a reader then has nothing
+    to read, and opening it would create the database as a side effect."""
+    if not url.startswith("sqlite:"):
+        return False
+    path = sqlite_path(url)
+    return path != ":memory:" and not Path(path).exists()
+
+
 class SqliteStore(RecordStore):
     dialect = "sqlite"
 

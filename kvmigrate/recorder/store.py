@@ -146,6 +146,12 @@ class RecordStore(ABC):
         with self._lock, self._transaction() as cursor:
             cursor.execute(self.sql(UNCLEAN_STOP_SQL), (source, ts, replayed))
 
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for each of `rows`, in one transaction (a table beside the
+        records: kvmigrate.engine.samples)."""
+        with self._lock, self._transaction() as cursor:
+            cursor.executemany(self.sql(sql), rows)
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock, self._transaction() as cursor:
             cursor.execute(self.sql(sql), params)
@@ -163,11 +169,13 @@ class RecordStore(ABC):
         return None
 
     def prune(self, before: float) -> int:
-        """Delete the records that started before `before` (Unix seconds), and the history
-        messages no kept record can reference any more; returns the records deleted."""
+        """Delete the records that started before `before` (Unix seconds), the engine
+        samples taken before it, and the history messages no kept record can reference any
+        more; returns the records deleted."""
         with self._lock, self._transaction() as cursor:
             cursor.execute(self.sql("DELETE FROM records WHERE ts < ?"), (before,))
             removed = int(getattr(cursor, "rowcount", 0) or 0)
+            cursor.execute(self.sql("DELETE FROM engine_samples WHERE ts < ?"), (before,))
             cursor.execute(
                 self.sql("DELETE FROM messages WHERE last_seen < ?"), (before - MESSAGE_GRACE_S,)
             )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from kvmigrate.exchange import Role
+from kvmigrate.intervals import quantile_interval, z_for
 from kvmigrate.percentile import percentile
 from kvmigrate.policies.outcome import is_backend_error, latency_counts
 from kvmigrate.report.identity import count_conversations
@@ -46,11 +48,23 @@ def _summary(backend: str, rows: list[Row]) -> BackendSummary:
     ttfts = [r.ttft_ms for r in timed if r.ttft_ms is not None]
     latencies = [r.latency_ms for r in timed if r.latency_ms is not None]
     s.ttft_p50_ms, s.ttft_p95_ms = percentile(ttfts, 50), percentile(ttfts, 95)
+    s.ttft_n = len(ttfts)
+    s.ttft_p50_low_ms, s.ttft_p50_high_ms = _quantile_bounds(ttfts, 0.5)
+    s.ttft_p95_low_ms, s.ttft_p95_high_ms = _quantile_bounds(ttfts, 0.95)
     s.latency_p50_ms, s.latency_p95_ms = percentile(latencies, 50), percentile(latencies, 95)
     s.prompt_tokens = sum(r.prompt_tokens or 0 for r in rows)
     s.cached_tokens = sum(r.cached_tokens or 0 for r in rows)
     s.completion_tokens = sum(r.completion_tokens or 0 for r in rows)
     return s
+
+
+def _quantile_bounds(values: Sequence[float], q: float) -> tuple[float | None, float | None]:
+    """The 95% distribution-free interval of the q-quantile; None for an unbounded end."""
+    if not values:
+        return None, None
+    interval = quantile_interval(sorted(values), q, z_for(0.95), len(values))
+    low = interval.low if math.isfinite(interval.low) else None
+    return low, interval.high if math.isfinite(interval.high) else None
 
 
 def shadow_coverage(rows: Sequence[Row], primary: str, candidate: str) -> Coverage:
@@ -71,7 +85,7 @@ def shadow_coverage(rows: Sequence[Row], primary: str, candidate: str) -> Covera
     )
 
 
-def _turn_buckets(rows: Iterable[Row], max_turn: int) -> dict[int, list[Row]]:
+def turn_buckets(rows: Iterable[Row], max_turn: int) -> dict[int, list[Row]]:
     buckets: dict[int, list[Row]] = defaultdict(list)
     for row in rows:
         if answered(row):
@@ -79,7 +93,7 @@ def _turn_buckets(rows: Iterable[Row], max_turn: int) -> dict[int, list[Row]]:
     return buckets
 
 
-def _label(turn: int, max_turn: int, top: int) -> str:
+def turn_label(turn: int, max_turn: int, top: int) -> str:
     return f"{turn}+" if turn == max_turn and top > max_turn else str(turn)
 
 
@@ -88,7 +102,7 @@ def ttft_by_turn(
 ) -> list[TurnRow]:
     """The seed's table for real traffic: turns beyond `max_turn` share its last row."""
     top = max((r.turn for r in rows), default=0)
-    buckets = _turn_buckets(rows, max_turn)
+    buckets = turn_buckets(rows, max_turn)
     table = []
     for turn in sorted(buckets):
         timed = [r for r in buckets[turn] if succeeded(r)]
@@ -96,7 +110,7 @@ def ttft_by_turn(
         c = [r.ttft_ms for r in timed if r.backend == candidate and r.ttft_ms is not None]
         p50, p95 = percentile(p, 50), percentile(p, 95)
         c50, c95 = percentile(c, 50), percentile(c, 95)
-        label = _label(turn, max_turn, top)
+        label = turn_label(turn, max_turn, top)
         reductions = _reduction(p50, c50), _reduction(p95, c95)
         table.append(TurnRow(label, len(p), p50, p95, len(c), c50, c95, *reductions))
     return table
@@ -112,7 +126,7 @@ def cache_by_turn(
     rows: Sequence[Row], backends: Sequence[str], max_turn: int = 10
 ) -> list[CacheRow]:
     top = max((r.turn for r in rows), default=0)
-    buckets = _turn_buckets(rows, max_turn)
+    buckets = turn_buckets(rows, max_turn)
     table = []
     for turn in sorted(buckets):
         hit: dict[str, float | None] = {}
@@ -120,7 +134,7 @@ def cache_by_turn(
             used = [r for r in buckets[turn] if r.backend == backend and r.prompt_tokens]
             prompt = sum(r.prompt_tokens or 0 for r in used)
             hit[backend] = sum(r.cached_tokens or 0 for r in used) / prompt if prompt else None
-        table.append(CacheRow(_label(turn, max_turn, top), hit))
+        table.append(CacheRow(turn_label(turn, max_turn, top), hit))
     return table
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kvmigrate.config import safe_url
 from kvmigrate.exchange import Role
@@ -26,11 +27,18 @@ from kvmigrate.report.cohorts import (
 )
 from kvmigrate.report.completeness import completeness
 from kvmigrate.report.cost import project_cost
+from kvmigrate.report.decode import decode_by_turn, decode_difference, decode_summaries
 from kvmigrate.report.divergences import divergent_pairs
+from kvmigrate.report.engine_use import engine_use
+from kvmigrate.report.flatness import flatness
+from kvmigrate.report.gpu import ScrapeSetup
 from kvmigrate.report.identity import identity_notes, identity_summary
 from kvmigrate.report.model import CacheBusters, Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
 from kvmigrate.report.rows import Row, fetch_rows
+from kvmigrate.report.scorecard import scorecard
+from kvmigrate.report.scorecard_engine import cost_input, gpu_input
+from kvmigrate.report.scorecard_inputs import ScorecardInputs
 
 TINY = 20  # fewer answered calls than this: say the figures are anecdotes
 
@@ -46,13 +54,18 @@ def build_report(
     database: str = "",
     max_turn: int = 10,
     candidates_of: Mapping[str, Sequence[str]] | None = None,
+    gpu: ScrapeSetup | None = None,
+    scorecard_inputs: ScorecardInputs | None = None,
 ) -> Report:
     """`store` None stands for a database that does not exist yet: an empty report.
     `candidates_of`: each cohort of the config and its candidates (config.candidates_of),
     the first of which its own report holds against the primary. Given, only those cohorts
     get a view: a model without a rollout (embeddings on the primary only) is no cohort,
     and its traffic counts in the fleet's figures alone. None: every recorded group does,
-    against `candidate`."""
+    against `candidate`. `gpu`: the config's scrape setup, for the GPU, KV and
+    cost-per-token figures (report.engine_use); None leaves them out.
+    `scorecard_inputs`: the figures the scorecard reads from outside the records (GPU use,
+    cost per token, users); absent ones are "not measured"."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -74,8 +87,22 @@ def build_report(
         cohort_of = {r.request_id: r.cohort for r in recorded} if len(cohorts) > 1 else {}
         busters = cache_busters(store, since, until, cohort_of)
     _fill(report, recorded, store, prices, max_turn, paired)
+    if gpu is not None:
+        served = [r for r in recorded if r.role != Role.NOISE]
+        report.gpu, report.cost_per_token = engine_use(
+            store, served, since, until, primary, candidate, prices, gpu
+        )
     report.cache_busters = busters[0]
     report.divergences, report.divergent_total = divergent_pairs(recorded, store)
+    given = scorecard_inputs or ScorecardInputs()
+    report.scorecard = scorecard(
+        report,
+        replace(
+            given,
+            gpu=given.gpu or gpu_input(report.gpu),
+            cost=given.cost or cost_input(report.cost_per_token),
+        ),
+    )
     if candidates_of is not None:
         cohorts = {name: rows for name, rows in cohorts.items() if name in candidates_of}
     if len(cohorts) < 2 or report.empty:
@@ -134,6 +161,10 @@ def _fill(
     report.ttft_by_turn = ttft_by_turn(rows, primary, candidate, max_turn)
     report.cache_by_turn = cache_by_turn(rows, names, max_turn)
     report.latency_cdf = latency_cdf(rows, names)
+    report.decode = decode_summaries(rows, names)
+    report.decode_difference = decode_difference(report.decode, primary, candidate)
+    report.decode_by_turn = decode_by_turn(rows, primary, candidate, max_turn)
+    report.flatness = flatness(rows, names)
     report.parity = parity_summary(recorded, store)
     report.parity_by_candidate = parity_by_candidate(recorded)
     report.candidate_pairs = candidate_pairs(paired)

@@ -26,7 +26,7 @@ from kvmigrate.parity.compare import compare
 from kvmigrate.percentile import percentile
 from kvmigrate.recorder.history import inflate_rows
 from kvmigrate.recorder.store import RecordStore
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
 from kvmigrate.report.aggregate import answered, succeeded
 from kvmigrate.report.model import CandidatePair
 from kvmigrate.report.rows import Row

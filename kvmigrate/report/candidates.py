@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from kvmigrate.exchange import Role
 from kvmigrate.parity.recording import NOISE_KIND
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
 from kvmigrate.report.model import ParitySummary
 from kvmigrate.report.parity import parity_summary
 from kvmigrate.report.rows import Row

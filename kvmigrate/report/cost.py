@@ -36,12 +36,7 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
     scale = MONTH_S / span
     prompt, cached, written = _prompt_split(served)
     output = sum(r.completion_tokens or 0 for r in served)
-    hosted = (
-        (prompt - cached - written) * prices.input_per_m
-        + cached * prices.cached_input_per_m
-        + written * prices.cache_write_price
-        + output * prices.output_per_m
-    ) / 1e6
+    hosted = hosted_usd(served, prices)
     demand = output / span
     capacity, source = prices.gpu_tokens_per_s, GIVEN
     if capacity is None:
@@ -65,6 +60,18 @@ def project_cost(rows: Sequence[Row], candidate: str, prices: Prices) -> CostPro
         savings_monthly_usd=None if self_hosted is None else hosted_monthly - self_hosted,
         prices=prices,
     )
+
+
+def hosted_usd(rows: Sequence[Row], prices: Prices) -> float:
+    """What the hosted API bills (or would bill) for these calls' tokens."""
+    prompt, cached, written = _prompt_split(rows)
+    output = sum(r.completion_tokens or 0 for r in rows)
+    return (
+        (prompt - cached - written) * prices.input_per_m
+        + cached * prices.cached_input_per_m
+        + written * prices.cache_write_price
+        + output * prices.output_per_m
+    ) / 1e6
 
 
 def _prompt_split(served: Sequence[Row]) -> tuple[int, int, int]:

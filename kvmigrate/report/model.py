@@ -6,9 +6,15 @@ never NaN: renderers show "—" and JSON shows null."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvmigrate.report.completeness import Completeness
 from kvmigrate.report.identity import IdentitySummary
+from kvmigrate.report.scorecard_model import ScorecardRow
+
+if TYPE_CHECKING:
+    from kvmigrate.report.cost_per_token import CostFigures
+    from kvmigrate.report.gpu import GpuFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,13 @@ class BackendSummary:
     error_rate: float | None = None
     ttft_p50_ms: float | None = None
     ttft_p95_ms: float | None = None
+    # The timed calls behind the TTFT figures, and the 95% distribution-free interval of
+    # each (None: unbounded with so few), for the scorecard.
+    ttft_n: int = 0
+    ttft_p50_low_ms: float | None = None
+    ttft_p50_high_ms: float | None = None
+    ttft_p95_low_ms: float | None = None
+    ttft_p95_high_ms: float | None = None
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
     prompt_tokens: int = 0
@@ -91,6 +104,74 @@ class TurnRow:
     candidate_p95_ms: float | None
     reduction_p50_pct: float | None  # (primary - candidate) / primary; > 0: candidate faster
     reduction_p95_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSummary:
+    """Decode speed of one backend's streamed answers (kvmigrate.report.decode): output
+    tokens per second after the first token per stream, with the 95% distribution-free
+    interval of its median; time per output token; and the gaps between relayed chunks
+    (each stream's mean gap, and its longest). `no_usage`: streamed answers that could not
+    count, having no usage (the client did not ask for `stream_options.include_usage`)."""
+
+    backend: str
+    streams: int = 0
+    no_usage: int = 0
+    tps_p50: float | None = None
+    tps_p50_low: float | None = None
+    tps_p50_high: float | None = None
+    tps_p10: float | None = None  # the slow tail: nine streams in ten decode faster
+    tpot_p50_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    gap_p50_ms: float | None = None
+    gap_max_p95_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeDifference:
+    """The candidate's median tokens per second per stream minus the primary's, with a 95%
+    interval built from the two medians' own (Newcombe's MOVER construction)."""
+
+    primary: float | None = None
+    candidate: float | None = None
+    difference: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeTurnRow:
+    """Decode speed at one turn number: median tokens per second and time per output token."""
+
+    turn: str
+    primary_n: int
+    primary_tps_p50: float | None
+    primary_tpot_p50_ms: float | None
+    candidate_n: int
+    candidate_tps_p50: float | None
+    candidate_tpot_p50_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Flatness:
+    """Whether one backend's TTFT stays flat as conversations grow (kvmigrate.report.flatness):
+    the OLS slope of TTFT on the turn number, in ms per turn, with a 95% interval whose
+    standard error is cluster-robust by conversation (turns of one conversation are not
+    independent); and TTFT from turn `late_turn` on, the playbook's "past 10 turns", with
+    the distribution-free 95% interval of its p95."""
+
+    backend: str
+    calls: int = 0
+    conversations: int = 0
+    slope_ms_per_turn: float | None = None
+    slope_low: float | None = None
+    slope_high: float | None = None
+    late_turn: int = 10
+    late_n: int = 0
+    late_p50_ms: float | None = None
+    late_p95_ms: float | None = None
+    late_p95_low: float | None = None
+    late_p95_high: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +341,18 @@ class Report:
     candidate_pairs: list[CandidatePair] = field(default_factory=list)
     # The answers the proxies counted against the records (fleet-wide only).
     completeness: Completeness = field(default_factory=Completeness)
+    # The candidates' GPU and KV use and each arm's cost per token (report.engine_use),
+    # fleet-wide only; None when the report was built without the config's scrape setup.
+    gpu: GpuFigures | None = None
+    cost_per_token: CostFigures | None = None
+    # Decode speed per backend, the candidate's against the primary's, and by turn.
+    decode: list[DecodeSummary] = field(default_factory=list)
+    decode_difference: DecodeDifference = field(default_factory=DecodeDifference)
+    decode_by_turn: list[DecodeTurnRow] = field(default_factory=list)
+    # TTFT's slope across turns per backend (the primary's and the candidate's).
+    flatness: list[Flatness] = field(default_factory=list)
+    # The playbook's checklist (kvmigrate.report.scorecard), fleet-wide only.
+    scorecard: list[ScorecardRow] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:

@@ -13,7 +13,7 @@ import re
 from difflib import SequenceMatcher
 
 from kvmigrate.html_text import escape
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
 from kvmigrate.report.model import DivergentPair, Report
 
 STYLE = """

@@ -5,13 +5,9 @@ from __future__ import annotations
 import time
 
 from kvmigrate.html_text import escape
-from kvmigrate.report import fmt
-from kvmigrate.report.model import Report
-from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
-from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
-from kvmigrate.report.render_divergences import divergences_section
-from kvmigrate.report.render_selector import SELECTOR_SCRIPT, SELECTOR_STYLE, cohort_selector
-from kvmigrate.report.svg import (
+from kvmigrate.render import fmt
+from kvmigrate.render.page import SCRIPT, STYLE
+from kvmigrate.render.svg import (
     CANDIDATE_COLOR,
     PALETTE,
     PRIMARY_COLOR,
@@ -21,33 +17,15 @@ from kvmigrate.report.svg import (
     line_chart,
     placeholder,
 )
-from kvmigrate.report.tables import NOT_SCORED, Table, cohort_lines, report_tables, summary_lines
-
-STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 1340px; color: #222; }
-h1 { margin-bottom: .2rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; }
-ul.summary { color: #444; } .note { color: #666; font-style: italic; }
-.footnote { color: #555; font-size: 13px; max-width: 900px; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(640px, 1fr)); gap: 1rem; }
-svg.chart { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; }
-svg .title { font-weight: 600; font-size: 14px; } svg .tick { font-size: 11px; fill: #555; }
-svg .label, svg .legend { font-size: 12px; fill: #333; }
-svg .grid { stroke: #eee; } svg .axis { stroke: #999; }
-svg .empty { fill: #fafafa; stroke: #ddd; stroke-dasharray: 4 4; }
-svg .placeholder { fill: #888; font-size: 14px; }
-svg circle.pt:hover { r: 5; }
-table { border-collapse: collapse; margin: .5rem 0 1rem; }
-th, td { padding: .25rem .6rem; border-bottom: 1px solid #eee; text-align: right; }
-th:first-child, td:first-child { text-align: left; } th { background: #f6f6f6; }
-"""
-
-# It marks the page as rendered, so a headless check can tell a page whose charts were
-# parsed from one that failed (no library, nothing fetched). The divergences view adds its
-# filter.
-SCRIPT = (
-    'document.body.dataset.charts = String(document.querySelectorAll("svg.chart").length);'
-    'document.body.dataset.ready = "1";'
-)
+from kvmigrate.render.table import html_table
+from kvmigrate.report.gpu_chart import gpu_charts
+from kvmigrate.report.model import Report
+from kvmigrate.report.render_divergences import SCRIPT as DIVERGENCE_SCRIPT
+from kvmigrate.report.render_divergences import STYLE as DIVERGENCE_STYLE
+from kvmigrate.report.render_divergences import divergences_section
+from kvmigrate.report.render_selector import SELECTOR_SCRIPT, SELECTOR_STYLE, cohort_selector
+from kvmigrate.report.scorecard import LATE_TARGET_MS
+from kvmigrate.report.tables import NOT_SCORED, cohort_lines, report_tables, summary_lines
 
 
 def render_html(report: Report) -> str:
@@ -104,6 +82,7 @@ def charts(report: Report) -> list[str]:
         cache_chart(report),
         parity_chart(report),
         timeline_chart(report),
+        *gpu_charts(report),
     ]
 
 
@@ -136,7 +115,9 @@ def ttft_chart(report: Report) -> str:
             series.append(Series(f"{name} {stat}", points, color[name], dashed))
     labels = [t.turn for t in turns]
     y = Axis("TTFT (ms)", lambda v: f"{v:,.0f}")
-    return line_chart("ttft-by-turn", "TTFT by turn", series, _turn_axis(labels), y)
+    # The playbook's flatness target: under 3 s even past 10 turns.
+    limit = [(LATE_TARGET_MS, "3 s: the playbook's limit past 10 turns")]
+    return line_chart("ttft-by-turn", "TTFT by turn", series, _turn_axis(labels), y, limits=limit)
 
 
 def cdf_chart(report: Report) -> str:
@@ -196,19 +177,3 @@ def timeline_chart(report: Report) -> str:
     y = Axis("candidate share (%)", lambda v: f"{v:.0f}%", top=100.0)
     series = [Series(report.candidate, points, _colors(report)[report.candidate])]
     return line_chart("rollout-timeline", title, series, x, y, step=True)
-
-
-def html_table(table: Table) -> str:
-    head = f"<h2>{escape(table.title)}</h2>"
-    if not table.rows:
-        return f'{head}<p class="note">{escape(table.note)}</p>'
-    cells = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
-    )
-    foot = (
-        f'<p class="footnote" data-footnote="{escape(table.key)}">{escape(table.footnote)}</p>'
-        if table.footnote
-        else ""
-    )
-    return f'{head}<table data-table="{escape(table.key)}"><tr>{cells}</tr>{rows}</table>{foot}'

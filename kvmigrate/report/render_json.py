@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import orjson
 
+from kvmigrate.render.json_values import finite
 from kvmigrate.report.model import Report
 
 # What a cohort's report shares with the fleet's: said once, at the top.
@@ -20,7 +20,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     data["cohorts"] = [
         {k: v for k, v in _sections(c).items() if k not in SHARED} for c in report.cohorts
     ]
-    return _finite(data)  # type: ignore[no-any-return]
+    return finite(data)  # type: ignore[no-any-return]
 
 
 def _sections(report: Report) -> dict[str, Any]:
@@ -29,16 +29,6 @@ def _sections(report: Report) -> dict[str, Any]:
         backend["requests"] = summary.requests
     data["empty"] = report.empty
     return data
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def render_json(report: Report) -> str:

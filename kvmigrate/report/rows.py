@@ -16,6 +16,8 @@ PARITY_COLUMNS = (
     "parity_disagree",
 )
 
+DECODE_COLUMNS = ("decode_ms", "decode_chunks", "chunk_gap_max_ms")
+
 
 class Row(NamedTuple):
     request_id: str
@@ -42,6 +44,9 @@ class Row(NamedTuple):
     fallback_from: str | None = None
     cache_write_tokens: int | None = None  # of prompt_tokens, written to the prompt cache
     cohort: str = ""  # queries.record_cohort: the model's own for a record from before cohorts
+    decode_ms: float | None = None  # a stream's first byte to its last chunk (m010)
+    decode_chunks: int | None = None
+    chunk_gap_max_ms: float | None = None
 
 
 def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row], bool]:
@@ -53,10 +58,11 @@ def fetch_rows(store: RecordStore, since: float, until: float) -> tuple[list[Row
     identity = "identity" if "identity" in present else "NULL"
     writes = "cache_write_tokens" if "cache_write_tokens" in present else "NULL"
     cohort = record_cohort(present)
+    decode = ", ".join(c if c in present else "NULL" for c in DECODE_COLUMNS)
     sql = (
         "SELECT request_id, ts, backend, role, conversation, turn, status, error, ttft_ms, "
         "latency_ms, prompt_tokens, cached_tokens, completion_tokens, pair_id, "
-        f"{parity}, {identity}, fallback_from, {writes}, {cohort} FROM records "
+        f"{parity}, {identity}, fallback_from, {writes}, {cohort}, {decode} FROM records "
         f"WHERE ts >= ? AND ts < ? AND {MODEL_TRAFFIC} ORDER BY ts"
     )
     return [Row(*r) for r in store.query(sql, (since, until))], has_parity

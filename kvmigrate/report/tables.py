@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-from kvmigrate.report import fmt
+from kvmigrate.render import fmt
+from kvmigrate.render.table import Table
 from kvmigrate.report.candidate_pairs import FOOTNOTE as PAIRS_FOOTNOTE
 from kvmigrate.report.candidate_pairs import HEADERS as PAIR_HEADERS
 from kvmigrate.report.candidate_pairs import pair_rows
@@ -14,18 +12,10 @@ from kvmigrate.report.candidates import candidate_rows
 from kvmigrate.report.completeness import completeness_lines
 from kvmigrate.report.cost import OBSERVED, SET_THROUGHPUT
 from kvmigrate.report.model import BackendSummary, CostProjection, Report
+from kvmigrate.report.scorecard_table import scorecard_table
+from kvmigrate.report.speed_tables import decode, decode_by_turn, flatness
 
 NOT_SCORED = "Parity: not yet scored (the parity engine has not scored any shadow pair)."
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    key: str
-    title: str
-    headers: tuple[str, ...]
-    rows: Sequence[tuple[str, ...]] = field(default_factory=list)
-    note: str = ""  # shown instead of the table when it has no rows
-    footnote: str = ""  # shown under the table: how to read it
 
 
 def summary_lines(report: Report) -> list[str]:
@@ -39,14 +29,22 @@ def summary_lines(report: Report) -> list[str]:
 
 def report_tables(report: Report) -> list[Table]:
     """The sections of one view: the fleet's (with its by-cohort table) or one cohort's."""
+    # Here, not at the top: engine_tables builds its sections from this module's Table.
+    from kvmigrate.report.engine_tables import engine_tables
+
     return [
+        *([scorecard_table(report)] if report.scorecard else []),
         headline(report),
         *by_cohort(report),
         coverage(report),
         ttft_by_turn(report),
+        flatness(report),
+        decode(report),
+        decode_by_turn(report),
         cache_by_turn(report),
         identity(report),
         cost(report),
+        *engine_tables(report),
         parity(report),
         *by_candidate(report),
         *candidates_against_each_other(report),

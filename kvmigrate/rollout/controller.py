@@ -14,7 +14,7 @@ from kvmigrate.config import Config, safe_url
 from kvmigrate.logtext import quoted
 from kvmigrate.policies import Mode
 from kvmigrate.policies.candidate_compare import PairDifference, compare_candidates
-from kvmigrate.policies.gates import GateResult, Verdict, all_passed, evaluate_gates
+from kvmigrate.policies.gates import GateResult, Verdict, all_passed, evaluate_gates, gates_left_off
 from kvmigrate.policies.window import BackendWindow
 from kvmigrate.rollout.state import Action, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import RolloutStore
@@ -110,6 +110,9 @@ class RolloutStatus:
     # gates_for_next_step), and with several, each pair against each other.
     candidates: list[CandidateGates] = field(default_factory=list)
     comparisons: list[PairDifference] = field(default_factory=list)
+    # The optional gates the config leaves off, by name, with the key that turns each on:
+    # a gate that is off never holds a step back, so a reader must see that it is off.
+    gates_off: dict[str, str] = field(default_factory=dict)
 
 
 def initial_state(config: Config) -> RolloutState:
@@ -376,6 +379,7 @@ class RolloutController:
             candidate=serving,
             candidates=candidates,
             comparisons=compare_candidates(windows, self.config.rollout.gates),
+            gates_off=gates_left_off(self.config.rollout.gates),
         )
 
 

@@ -23,6 +23,7 @@ import os
 import struct
 from pathlib import Path
 
+from kvmigrate.policies.conversation import is_derived_key
 from kvmigrate.rollout.mirror_table import MIRROR_BUCKETS, MirrorTable, create_mirror_table
 from kvmigrate.rollout.slot_table import BUCKET_SLOTS, SlotTable, SlotTableError, create_slots
 
@@ -91,5 +92,7 @@ class LinkTable:
 
 
 def fits(conversation: str) -> bool:
-    """Whether a conversation may fit a slot: a derived key's shape (`put` checks its hex)."""
-    return len(conversation) == 26 and conversation.startswith("h:")
+    """Whether a conversation fits a slot: exactly a derived key's shape, which packs into 12
+    bytes and unpacks to itself (a look-alike in upper case, or with a space `bytes.fromhex`
+    skips, would come back as another conversation)."""
+    return is_derived_key(conversation)

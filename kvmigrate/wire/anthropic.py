@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from kvmigrate.wire.errors import read_error
+from kvmigrate.wire.sse_frames import event_frame
 
 # Routes below /v1 that speak the Messages API.
 MESSAGES_ROUTES = frozenset({"messages", "messages/count_tokens"})
@@ -66,7 +67,7 @@ def error_body(status: int, message: str) -> bytes:
 def error_event(kind: str, message: str) -> bytes:
     """The SSE event that ends a Messages stream which broke after its first bytes."""
     data = orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    return b"event: error\ndata: " + data + b"\n\n"
+    return event_frame("error", data)
 
 
 def anthropic_error_body(status: int, body: bytes) -> bytes | None:

@@ -206,7 +206,8 @@ def test_datasets_in_openai_and_sharegpt_format(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [("not json", "not JSON"), ('{"prompt": "x"}', "messages"), ("[1]", "messages"),
+    [("not json", "not valid JSON"), ('{"prompt": "x"}', "messages"),
+     ("[1]", "expected a JSON object, got a list"),
      ('{"conversations": [{"value": "x"}]}', "from")],
 )  # fmt: skip
 def test_bad_dataset_lines_name_the_line(tmp_path: Path, line: str, message: str) -> None:

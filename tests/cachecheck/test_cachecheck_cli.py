@@ -143,7 +143,7 @@ def test_recorded_rows_and_bare_bodies_are_grouped_into_conversations(tmp_path: 
     ("content", "message"),
     [
         ('{"turns": []}\n{not json\n', "c.jsonl:2: not valid JSON"),
-        ("[1, 2]\n", "c.jsonl:1: expected a JSON object, got list"),
+        ("[1, 2]\n", "c.jsonl:1: expected a JSON object, got a list"),
         ('{"hello": "world"}\n', "c.jsonl:1: not a request"),
         ('{"turns": [{"prompt": "x"}]}\n', "c.jsonl:1: turns[0] has no `messages` list"),
         ("\n\n", "no chat requests found"),

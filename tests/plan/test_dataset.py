@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kvmigrate.datasets import DatasetError
 from kvmigrate.plan.dataset import from_jsonl
 from kvmigrate.plan.workload import WorkloadError
 
@@ -159,10 +160,11 @@ def test_a_malformed_field_is_named_with_its_file_and_line(
 
 
 @pytest.mark.parametrize(
-    ("raw", "message"), [("not json", "not JSON"), ("[1, 2]", "expected a JSON object")]
+    ("raw", "message"),
+    [("not json", "not valid JSON"), ("[1, 2]", "expected a JSON object, got a list")],
 )
 def test_a_line_that_is_no_object_is_named(tmp_path: Path, raw: str, message: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(OK) + "\n" + raw + "\n")
-    with pytest.raises(WorkloadError, match=rf"bad.jsonl:2: {message}"):
+    with pytest.raises(DatasetError, match=rf"bad.jsonl:2: {message}"):
         from_jsonl(path)

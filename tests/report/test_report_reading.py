@@ -21,8 +21,8 @@ from browser_page import chromium
 from recording_bed import recorded_config
 
 from kvmigrate.recorder import open_store
+from kvmigrate.render.svg import CANDIDATE_COLOR, PRIMARY_COLOR
 from kvmigrate.report import RENDERERS, Prices, TimelineEvent, build_report
-from kvmigrate.report.svg import CANDIDATE_COLOR, PRIMARY_COLOR
 
 CONFIG = """
 backends:

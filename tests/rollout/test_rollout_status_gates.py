@@ -4,6 +4,7 @@ saying so, not a missing line (a candidate parity failed was promoted to 100% wi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -50,4 +51,25 @@ def test_every_gate_has_a_line(tmp_path: Path, gates: str, parity: list[str]) ->
         ["WAIT", "error_rate"],
         ["WAIT", "ttft_p95"],
         parity,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("gates", "off"),
+    [("min_parity: 0.9", {}), ("min_requests: 100", {"parity": "min_parity"})],
+)
+def test_the_json_status_names_the_gates_left_off(
+    tmp_path: Path, gates: str, off: dict[str, str]
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.format(root=tmp_path, gates=gates))
+    result = CliRunner().invoke(main, ["rollout", "status", "--json", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.output)
+    assert status["gates_off"] == off
+    assert [g["name"] for g in status["gates_for_next_step"]] == [
+        "traffic",
+        "error_rate",
+        "ttft_p95",
+        *(["parity"] if not off else []),
     ]

@@ -20,6 +20,7 @@ WIDTH, HEIGHT = 640, 320
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 52, 48
 LEGEND_ITEM = 110  # px per legend entry, laid out in one row above the plot
 TICKS = 5
+LIMIT_SCALE = 4.0  # a target line more than this times the highest point is only named
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,17 +136,34 @@ def _auto_ticks(frame: _Frame, axis: Axis) -> list[tuple[float, str]]:
 
 
 def line_chart(
-    key: str, title: str, series: Sequence[Series], x: Axis, y: Axis, step: bool = False
+    key: str,
+    title: str,
+    series: Sequence[Series],
+    x: Axis,
+    y: Axis,
+    step: bool = False,
+    limits: Sequence[tuple[float, str]] = (),
 ) -> str:
     """Lines through each series' points; `step` draws a staircase (a level held until the
-    next point), for a rollout's percent over time."""
+    next point), for a rollout's percent over time. `limits`: horizontal target lines
+    (value, label). One far above every point (over `LIMIT_SCALE` times the highest) would
+    flatten the lines against the axis: it is named in a note instead of drawn."""
     drawn = [s for s in series if s.points]
     if not drawn:
         return placeholder(key, title, "No data in this window.")
     xs = [px for s in drawn for px, _ in s.points]
     ys = [py for s in drawn for _, py in s.points]
+    shown = [(v, label) for v, label in limits if v <= max(ys) * LIMIT_SCALE]
+    noted = [(v, label) for v, label in limits if (v, label) not in shown]
+    ys += [v for v, _ in shown]
     frame = _Frame(min(xs), max(xs), y.top or nice_ceiling(max(ys) * 1.05))
     out = _open(key, title) + _axes(frame, x, y, _auto_ticks(frame, x))
+    out += _limits(frame, shown)
+    for i, (value, label) in enumerate(noted):
+        out.append(
+            el("text", escape(f"{label}: far above every point"), x=WIDTH - RIGHT,
+               y=20 + 14 * i, text_anchor="end", data_limit=f"{value:g}", class_="tick")
+        )  # fmt: skip
     for s in drawn:
         dash = "5 3" if s.dashed else None
         points = _path(frame, s.points, step)
@@ -160,6 +178,21 @@ def line_chart(
                    data_series=s.name, data_x=f"{px:g}", data_y=f"{py:g}", class_="pt")
             )  # fmt: skip
     return "\n".join([*out, *_legend(drawn), "</svg>"])
+
+
+def _limits(frame: _Frame, limits: Sequence[tuple[float, str]]) -> list[str]:
+    out = []
+    for value, label in limits:
+        py = frame.y(value)
+        out.append(
+            el("line", x1=LEFT, x2=WIDTH - RIGHT, y1=py, y2=py, stroke="#e15759",
+               stroke_dasharray="2 4", data_limit=f"{value:g}", class_="limit")
+        )  # fmt: skip
+        out.append(
+            el("text", escape(label), x=WIDTH - RIGHT - 4, y=py - 4, text_anchor="end",
+               class_="tick")
+        )  # fmt: skip
+    return out
 
 
 def _path(frame: _Frame, points: Sequence[tuple[float, float]], step: bool) -> str:
