@@ -10,7 +10,7 @@ from aiohttp import web
 from kvmigrate.config import Config
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.proxy.admin_api import add_admin_routes
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.rollout.link_table import LinkTable
 from kvmigrate.rollout.live import LiveRollout

@@ -386,6 +386,7 @@ class BackgroundServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._socket: socket.socket | None = None
 
     @property
     def url(self) -> str:
@@ -403,7 +404,12 @@ class BackgroundServer:
 
     def start(self, timeout: float = 30.0) -> BackgroundServer:
         if self.port == 0:
-            self.port = free_port(self.host)
+            # Bound here and handed to the server, so the port is held from the moment it is
+            # named: a port found free and bound later can be taken in between by another
+            # process (test workers running side by side start servers by the thousand).
+            family = socket.getaddrinfo(self.host, 0, type=socket.SOCK_STREAM)[0][0]
+            self._socket = socket.create_server((self.host, 0), family=family, backlog=128)
+            self.port = self._socket.getsockname()[1]
         self._thread = threading.Thread(target=self._serve, name=f"server:{self.port}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -464,15 +470,25 @@ class BackgroundServer:
             loop.close()
 
     async def _open(self) -> None:
-        app = self._app_factory()
-        if not isinstance(app, web.Application):
-            app = await app
-        self._runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.host, self.port, reuse_address=True, ssl_context=self.tls
-        )
-        await site.start()
+        sock, self._socket = self._socket, None  # the server's from here: it closes it
+        try:
+            app = self._app_factory()
+            if not isinstance(app, web.Application):
+                app = await app
+            self._runner = EnvelopeAppRunner(app, access_log=None, handle_signals=False)
+            await self._runner.setup()
+            site: web.BaseSite
+            if sock is not None:
+                site = web.SockSite(self._runner, sock, ssl_context=self.tls)
+            else:
+                site = web.TCPSite(
+                    self._runner, self.host, self.port, reuse_address=True, ssl_context=self.tls
+                )
+            await site.start()
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            raise
 
     async def _close(self) -> None:
         if self._runner is not None:

@@ -19,4 +19,12 @@ fi
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
 .venv/bin/python -m kvmigrate.testbed install
-exec .venv/bin/pytest "$@"
+# Here a missing redis-server, PostgreSQL or Chromium fails the run, never skips (tests/services.py).
+export KVMIGRATE_TEST_REQUIRE_SERVICES=1
+# Several xdist workers: most tests wait on loopback servers and child processes, so more
+# workers than cores pays; each file runs whole on one worker, and the files sharing the
+# session's vLLM on one (tests/conftest.py). KVMIGRATE_TEST_WORKERS=0, or `-p no:xdist`
+# among the arguments, runs it in one process.
+workers=(-n "${KVMIGRATE_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder)
+for arg in "$@"; do [[ $arg == *no:xdist ]] && workers=(); done
+exec .venv/bin/pytest "${workers[@]}" --durations=30 "$@"

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
+from services import missing
 from websockets.sync.client import ClientConnection, connect
 
 WAIT_S = 60.0  # a generous ceiling for Chromium to start under load, never a timing check
@@ -32,7 +32,7 @@ def chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         if found := shutil.which(name):
             return found
-    pytest.fail("Chromium is not installed: apt-get install -y chromium (scripts/test.sh)")
+    missing("Chromium", "chromium")
 
 
 class Page:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -58,7 +60,10 @@ def _collect_what_the_file_left() -> Iterator[None]:
 # A config with no `record.db` or `rollout.state` keeps them under ./.kvmigrate, and the tests
 # run from the repository root: a test that starts a proxy or opens a store from such a config
 # left .kvmigrate/records.db in the checkout (reading the gates' evidence once created an empty
-# database, too). A module that makes the folder fails, and the folder is removed.
+# database, too). A module that makes the folder fails, and the folder is removed. Under xdist
+# the files of other workers run meanwhile: the folder is left in place (one of them may be
+# writing to it), and the failure says the file may be another's (`-p no:xdist` on the files
+# named finds the one).
 
 REPO_STATE = Path(__file__).resolve().parents[1] / ".kvmigrate"
 
@@ -69,11 +74,102 @@ def _no_state_in_the_repository(request: pytest.FixtureRequest) -> Iterator[None
     yield
     if not before and REPO_STATE.exists():
         left = sorted(p.name for p in REPO_STATE.iterdir())
-        shutil.rmtree(REPO_STATE, ignore_errors=True)
+        beside = os.environ.get("PYTEST_XDIST_WORKER")
+        if beside is None:
+            shutil.rmtree(REPO_STATE, ignore_errors=True)
         pytest.fail(
-            f"{request.node.nodeid} left {REPO_STATE} ({', '.join(left)}): give its config a "
-            "record.db and rollout.state under tmp_path"
+            f"{request.node.nodeid}{' (or a file on another xdist worker)' if beside else ''} "
+            f"left {REPO_STATE} ({', '.join(left)}): give its config a record.db and "
+            "rollout.state under tmp_path"
         )
 
 
 # --- end files left in the repository ---------------------------------------------------------
+
+
+# --- markers and xdist workers ----------------------------------------------------------------
+# A test is marked for what it needs from the fixtures it uses, so a new test is marked without
+# anyone remembering to: `-m "not redis and not postgres"` is a loop without those servers.
+#
+# Under `--dist loadgroup` (scripts/test.sh runs the suite on several xdist workers) the
+# scheduler below sends each file whole to one worker, so its module-scoped fixtures
+# (emulators, proxies, LiteLLM stacks) start once, and a full collection runs once per file
+# (`_collect_what_the_file_left`), not once per test. The files of the session's vLLM (those
+# under tests/vllm/ and those named *_real_vllm.py) go to one worker together, so it starts
+# once and no two engines compete for the cores; a test elsewhere that asks for `real_vllm`
+# is refused at collection. Each worker has its own Redis and PostgreSQL (they start in
+# milliseconds and a few seconds). The vLLM files, then the files holding `slow` or `litellm`
+# tests, are queued first (--no-loadscope-reorder keeps this order), so none of them starts
+# last and holds up the end of the run.
+#
+# Files, not xdist_group marks: xdist 3.8 groups by a suffix it writes into the node id,
+# which pytest 9.2 no longer reads (pytest-xdist#1386), so the marks are silently ignored.
+#
+# Each worker also runs in a session of its own. Linux shares the CPU between sessions
+# (autogroup), and the recorder's and detector's workers run at SCHED_IDLE: in one session
+# with the other xdist workers, they got no CPU while those were busy, and tests waiting for
+# records failed (docs/time-in-tests.md). In its own session, a worker's SCHED_IDLE children
+# run while that worker's test waits for them, as in a run without xdist.
+
+NEEDS: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"real_vllm"}),
+    "redis": frozenset({"redis_server", "redis_url", "fresh_redis_url", "paused"}),
+    "postgres": frozenset({"postgres", "pg_url"}),
+}
+QUEUED_FIRST = ("slow", "litellm", "playbook")
+VLLM_GROUP = "vllm"
+
+
+def worker_group(nodeid: str) -> str:
+    """The scheduling unit of a test: its file, or the vLLM files' one group."""
+    path = nodeid.split("::", 1)[0]
+    shares_vllm = path.startswith("tests/vllm/") or path.endswith("_real_vllm.py")
+    return VLLM_GROUP if shares_vllm else path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker
+        with contextlib.suppress(PermissionError):  # already a group leader: keep its own
+            os.setsid()
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown without xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, fixtures in NEEDS.items():
+            if fixtures.intersection(item.fixturenames) and not item.get_closest_marker(marker):
+                item.add_marker(marker)
+        if "real_vllm" in item.fixturenames and worker_group(item.nodeid) != VLLM_GROUP:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses real_vllm: put it under tests/vllm/ or in a file named "
+                "*_real_vllm.py, whose tests share the session's vLLM on one xdist worker"
+            )
+    # Only the workers collect: xdist sets `loadgroup` there, from the `--dist` they run under.
+    if getattr(config.option, "loadgroup", False):
+        first = {
+            worker_group(item.nodeid)
+            for item in items
+            if any(item.get_closest_marker(name) for name in QUEUED_FIRST)
+        }
+        # The vLLM group first: its engine's start is the longest wait in the suite.
+        items.sort(
+            key=lambda item: (
+                worker_group(item.nodeid) != VLLM_GROUP,
+                worker_group(item.nodeid) not in first,
+            )
+        )
+
+
+# --- end markers and xdist workers ------------------------------------------------------------

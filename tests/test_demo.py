@@ -43,6 +43,7 @@ def run_demo(
 
 # Past the subprocess's own limit, so that a slow run fails on the bound below, with its
 # figure, rather than on pytest's default 300 s.
+@pytest.mark.slow
 @pytest.mark.timeout(2 * DEMO_BOUND_S + 60)
 def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     proc, elapsed = run_demo(tmp_path, "--keep")
@@ -114,6 +115,7 @@ def test_demo_shadows_reports_and_rolls_out(tmp_path: Path) -> None:
     shutil.rmtree(kept_dir)
 
 
+@pytest.mark.slow
 def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
     proc, _ = run_demo(tmp_path, "--bad-candidate", out=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -135,6 +137,7 @@ def test_bad_candidate_is_refused_then_rolled_back(tmp_path: Path) -> None:
     shutil.rmtree(report.parent)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--conversations", "0"], ["--time-scale", "-1"]])
 def test_bad_options_are_refused(args: list[str]) -> None:
     proc = subprocess.run(

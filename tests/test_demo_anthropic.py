@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_anthropic_agents_shadow_with_cache_hits_by_turn_on_both_sides(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

@@ -80,6 +80,7 @@ def _assert_nothing_left(tmp_path: Path, output: str) -> None:
     assert list(tmp_path.glob("kvmigrate-playbook-*")) == [], "the work directory stayed"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(RUN_BOUND_S + 60)
 def test_the_playbook_runs_the_whole_table_and_leaves_nothing_running(tmp_path: Path) -> None:
     proc = subprocess.run(
@@ -101,6 +102,7 @@ def test_the_playbook_runs_the_whole_table_and_leaves_nothing_running(tmp_path: 
     _assert_nothing_left(tmp_path, output)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(RUN_BOUND_S)
 @pytest.mark.parametrize(
     ("how", "rc"), [("ctrl-c", 130), ("kill", 143)], ids=["SIGINT to the group", "SIGTERM"]

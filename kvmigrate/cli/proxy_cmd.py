@@ -23,6 +23,10 @@ from kvmigrate.rollout.store import StoreError
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import DRAIN_S, run_app_forever
 
+# Reasons the operator must act on, said in one line: LiteLLM that does not import, a store
+# that cannot be opened.
+REFUSALS: tuple[type[Exception], ...] = (LiteLLMNotInstalled, StoreError)
+
 
 @click.command("proxy")
 @config_option
@@ -123,10 +127,20 @@ def _serve(config: Config, host: str | None, port: int | None, emulated: bool, p
         raise click.ClickException(problem)
     banner = "\n".join(lines)
     if pool.workers > 1:
-        serve_pool(config, host, port, pool.workers, banner, pool.level, pool.drain_s)
+        serve_pool(
+            config,
+            host,
+            port,
+            pool.workers,
+            banner,
+            pool.level,
+            pool.drain_s,
+            build=build_app,
+            refusals=REFUSALS,
+        )
         return
     try:
         app = build_app(config)
-    except (LiteLLMNotInstalled, StoreError) as exc:  # LiteLLM that does not import; a
-        raise click.ClickException(str(exc)) from None  # store that cannot be opened
+    except REFUSALS as exc:
+        raise click.ClickException(str(exc)) from None
     run_app_forever(app, host, port, banner, pool.drain_s)

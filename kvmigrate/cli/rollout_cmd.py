@@ -19,9 +19,9 @@ from kvmigrate.logtext import printable_lines
 from kvmigrate.policies import Mode
 from kvmigrate.policies.gates import GateResult, gate_summary, gates_off, render_gates
 from kvmigrate.policies.modes import SWITCHABLE
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.rollout.auto import AutoSettings, auto_rollout
 from kvmigrate.rollout.client import EndpointMissing, LocalRollout, RemoteRollout, RolloutClient
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import (
     OBSERVE_REFUSAL,
     REASON_MAX_CHARS,

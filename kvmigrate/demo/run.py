@@ -37,11 +37,11 @@ from kvmigrate.embedded import (
 from kvmigrate.policies.gates import Verdict, render_gates
 from kvmigrate.private_files import write_private
 from kvmigrate.progress import progress
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.store import open_store as open_records
 from kvmigrate.report import RENDERERS, Report
 from kvmigrate.report.configured import configured_report
 from kvmigrate.report.render_scorecard import SCORECARD_RENDERERS
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import ChangeOutcome, GatesRefused, RolloutController
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer

@@ -13,15 +13,16 @@ import json
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
 from kvmigrate.config import safe_text, safe_url
 from kvmigrate.doctor.endpoint import Endpoint, Reply
 from kvmigrate.doctor.families import tool_flags
+from kvmigrate.doctor.responses_chain import NAME, check_responses_chain
+from kvmigrate.doctor.result import CheckResult
 
-Status = Literal["pass", "fail", "warn", "skip"]
 # Long enough to span many KV blocks (16 or 32 tokens each) and OpenAI's 1,024-token minimum
 # for prompt caching, short enough for a small --max-model-len (capped at a third of it).
 PREFIX_WORDS = 1200
@@ -39,15 +40,6 @@ _WEATHER_TOOL = {
         },
     },
 }
-
-
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    name: str
-    status: Status
-    required: bool
-    detail: str
-    fix: str = ""
 
 
 @dataclass(slots=True)
@@ -325,9 +317,6 @@ async def diagnose(endpoint: Endpoint, want: Expectations) -> Diagnosis:
         )
         result.checks.append(await _guarded("tool calling", True, check_tools(endpoint, facts)))
         result.checks.append(await _guarded("json mode", False, check_json_mode(endpoint, facts)))
-        # Imported here: that module builds on this one's CheckResult.
-        from kvmigrate.doctor.responses_chain import NAME, check_responses_chain
-
         chain = check_responses_chain(endpoint, facts.model)
         result.checks.append(await _guarded(NAME, False, chain))
     result.checks.append(check_context(want, facts))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvmigrate.doctor.checks import CheckResult
 from kvmigrate.doctor.endpoint import Endpoint
+from kvmigrate.doctor.result import CheckResult
 
 NAME = "responses chains"
 STORE_FIX = (

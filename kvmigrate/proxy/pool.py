@@ -1,13 +1,14 @@
 """`kvmigrate proxy --workers N`: N proxy processes on one port, as uvicorn's and LiteLLM's
 `--workers` run.
 
-Each worker is a whole proxy (`runtime.build_app`): it listens with SO_REUSEPORT, so the
-kernel spreads connections among the workers; it follows the rollout store on its own (a
-change reaches every worker within the store's poll interval); it writes to the shared
-records store (SQLite in WAL mode with a busy timeout, or postgres); and its metrics go to a
-folder the parent creates, where a scrape of any worker sums them (`pool_metrics`). The
-parent serves nothing: it starts the workers, starts another when one dies, and on SIGTERM
-or Ctrl-C tells them to stop accepting and finish what they are serving.
+Each worker is a whole proxy (the `build` it is given: `runtime.build_app`, passed in by the
+CLI, so the proxy package knows nothing of what is wired around it): it listens with
+SO_REUSEPORT, so the kernel spreads connections among the workers; it follows the rollout
+store on its own (a change reaches every worker within the store's poll interval); it writes
+to the shared records store (SQLite in WAL mode with a busy timeout, or postgres); and its
+metrics go to a folder the parent creates, where a scrape of any worker sums them
+(`pool_metrics`). The parent serves nothing: it starts the workers, starts another when one
+dies, and on SIGTERM or Ctrl-C tells them to stop accepting and finish what they are serving.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.config import Config
@@ -36,6 +39,15 @@ from kvmigrate.proxy.pool_metrics import (
 from kvmigrate.rollout.link_table import ENV as LINK_TABLE_ENV
 from kvmigrate.rollout.link_table import create_table
 from kvmigrate.serving import DRAIN_S, StopRequests, install_fast_event_loop, serve_until
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+# Each worker's app from the config; picklable (a module's function), as the workers are
+# spawned. An exception of one of the `Refusals` types it raises is a reason the operator
+# must act on (a store that cannot be opened): the parent says it once and stops.
+AppBuilder = Callable[[Config], "web.Application"]
+Refusals = tuple[type[Exception], ...]
 
 log = logging.getLogger("kvmigrate.proxy.pool")
 READY_TIMEOUT_S = 60.0
@@ -66,8 +78,12 @@ def serve_pool(
     banner: str,
     level: str,
     drain_s: float = DRAIN_S,
+    *,
+    build: AppBuilder,
+    refusals: Refusals = (),
 ) -> None:
-    """Run `workers` proxy processes on `host:port` until SIGINT or SIGTERM."""
+    """Run `workers` proxy processes, each serving `build(config)`, on `host:port` until
+    SIGINT or SIGTERM."""
     _check_port_free(host, port)
     directory = new_pool_directory()
     os.environ[MULTIPROC_ENV] = directory  # read by the workers, which inherit it
@@ -87,7 +103,7 @@ def serve_pool(
         WorkerProcess(
             f"kvmigrate-proxy-{index}",
             "kvmigrate.proxy.pool:serve_worker",
-            lambda: (config, host, port, level, drain_s),
+            lambda: (config, host, port, level, drain_s, build, refusals),
             duplex=True,
             background=False,
         )
@@ -174,7 +190,14 @@ def _stop_all(pool: list[WorkerProcess], drain_s: float) -> None:
 
 
 def serve_worker(
-    conn: Connection, config: Config, host: str, port: int, level: str, drain_s: float
+    conn: Connection,
+    config: Config,
+    host: str,
+    port: int,
+    level: str,
+    drain_s: float,
+    build: AppBuilder,
+    refusals: Refusals,
 ) -> None:
     """A worker's main. Ctrl-C reaches the whole process group: the parent decides when its
     workers stop, and tells them (a message, or its end of the pipe closing when it dies)."""
@@ -183,16 +206,19 @@ def serve_worker(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     install_fast_event_loop()
-    asyncio.run(_serve_worker(conn, config, host, port, drain_s))
+    asyncio.run(_serve_worker(conn, config, host, port, drain_s, build, refusals))
 
 
 async def _serve_worker(
-    conn: Connection, config: Config, host: str, port: int, drain_s: float
+    conn: Connection,
+    config: Config,
+    host: str,
+    port: int,
+    drain_s: float,
+    build: AppBuilder,
+    refusals: Refusals,
 ) -> None:
-    from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled
     from kvmigrate.proxy.app import SERVICE_KEY
-    from kvmigrate.rollout.store import StoreError
-    from kvmigrate.runtime import build_app
 
     loop = asyncio.get_running_loop()
     # The parent's stop message and a SIGTERM are both stop requests, in whichever order
@@ -206,8 +232,8 @@ async def _serve_worker(
 
     loop.add_reader(conn.fileno(), parent_spoke)
     try:
-        app = build_app(config)
-    except (StoreError, LiteLLMNotInstalled) as exc:
+        app = build(config)
+    except refusals as exc:
         # A reason the operator must act on (a store that cannot be opened): the parent
         # says it once and stops, rather than each worker dying with a traceback.
         conn.send(str(exc))

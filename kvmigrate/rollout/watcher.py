@@ -33,7 +33,7 @@ from kvmigrate.rollout.store import StoreError
 from kvmigrate.slices import run_through
 
 if TYPE_CHECKING:
-    from kvmigrate.proxy.exchange import Exchange
+    from kvmigrate.exchange import Exchange
 
 log = logging.getLogger("kvmigrate.rollout")
 

@@ -64,6 +64,7 @@ def runs(bench_model: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     return results
 
 
+@pytest.mark.slow
 def test_the_cache_serves_each_turns_prefix_and_without_it_nothing(
     runs: dict[str, object], record_property: pytest.RecordProperty
 ) -> None:

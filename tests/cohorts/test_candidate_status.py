@@ -23,7 +23,7 @@ from candidate_backends import two_candidates
 
 from kvmigrate.config import parse_config
 from kvmigrate.emulator.settings import FaultRates
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvmigrate.config import parse_config
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.store import open_store as open_records
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.rollout.controller import GatesRefused
 
 CONFIG = """

@@ -163,6 +163,7 @@ def diverging(i: int, cohort: str | None) -> list[Record]:
     return [served, copy]
 
 
+@pytest.mark.browser
 def test_divergences_from_before_cohorts_count_for_their_model(tmp_path: Path) -> None:
     """A pair recorded before migration m008 (no cohort) is its model's own cohort's, in the
     divergences view as in every table, so a cohort filter keeps it."""

@@ -201,6 +201,7 @@ def _choose(page: Any, view: str) -> None:
     )
 
 
+@pytest.mark.browser
 def test_html_cohort_selector_switches_every_section_in_chromium(
     recorded: Path, tmp_path: Path
 ) -> None:
@@ -244,6 +245,7 @@ def test_html_cohort_selector_switches_every_section_in_chromium(
         assert _shown_headline(page)["vllm-q4"] == ["0", str(_backends(o3)["vllm-q4"][1])]
 
 
+@pytest.mark.browser
 def test_divergences_name_and_filter_the_candidate_that_answered(
     recorded: Path, tmp_path: Path
 ) -> None:

@@ -109,6 +109,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_three_models_each_follow_their_own_rollout(setup: tuple[Path, str]) -> None:
     config, url = setup
     probes = itertools.count()

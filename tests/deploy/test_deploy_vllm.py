@@ -94,6 +94,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 @needs_vllm_venv
 def test_vllm_accepts_the_serve_arguments() -> None:

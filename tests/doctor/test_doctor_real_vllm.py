@@ -14,6 +14,7 @@ from kvmigrate.testbed.vllm_server import VllmServer
 pytestmark = pytest.mark.vllm
 
 
+@pytest.mark.slow
 def test_the_test_bed_vllm_passes_the_required_checks(real_vllm: VllmServer) -> None:
     result = CliRunner().invoke(main, ["doctor", "--base-url", real_vllm.base_url, "--json"])
     report = json.loads(result.stdout)

@@ -18,7 +18,7 @@ from kvmigrate.config import Config
 from kvmigrate.emulator.faults import FAULT_HEADER
 from kvmigrate.emulator.server import build_app
 from kvmigrate.emulator.settings import EmulatorSettings
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.serving import BackgroundServer
 from kvmigrate.testbed.litellm_process import LiteLLMProxy
 from kvmigrate.testbed.litellm_venv import venv_python

@@ -109,6 +109,7 @@ def _session() -> dict[str, str]:
     return {"X-Session-ID": "s-" + uuid.uuid4().hex}
 
 
+@pytest.mark.slow
 def test_chat_streamed_and_not_through_litellm(stack: Stack) -> None:
     set_shadow(stack.config)
     messages = [{"role": "user", "content": "tell me about prefix caching"}]

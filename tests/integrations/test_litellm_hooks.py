@@ -19,7 +19,7 @@ from kvmigrate.integrations.litellm_plugin import (
     GENERATION_HEADER,
     KvmigrateRouter,
 )
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 
 
 def _config(

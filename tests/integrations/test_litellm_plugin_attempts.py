@@ -151,6 +151,7 @@ def _outcomes(rows: list[sqlite3.Row]) -> list[tuple[str, str, int | None, str |
     return sorted((r["role"], r["backend"], r["status"], r["fallback_from"]) for r in rows)
 
 
+@pytest.mark.slow
 def test_a_candidate_refusal_falls_back_and_is_recorded_as_rejected(stack: Stack) -> None:
     """kvmigrate's proxy: a candidate's 4xx (here its smaller context window) falls back to
     the primary, which answers; the candidate's refusal is recorded as `rejected` (its
@@ -166,6 +167,7 @@ def test_a_candidate_refusal_falls_back_and_is_recorded_as_rejected(stack: Stack
     assert len({r["request_id"] for r in rows}) == 2
 
 
+@pytest.mark.slow
 def test_a_failing_candidate_falls_back_and_the_answer_is_recorded(stack: Stack) -> None:
     stack.apply(set_split(stack.config, 100))
     session = _session()

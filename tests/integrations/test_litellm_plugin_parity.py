@@ -28,7 +28,7 @@ from kvmigrate.config import Config, load_config
 from kvmigrate.emulator.settings import EmulatorSettings
 from kvmigrate.integrations.litellm_plugin import GENERATION_HEADER
 from kvmigrate.policies import in_candidate_share
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.testbed.litellm_process import (
     PLUGIN_CALLBACK,
     LiteLLMProxy,

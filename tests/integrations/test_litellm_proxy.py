@@ -133,6 +133,7 @@ def _session() -> str:
     return "s-" + uuid.uuid4().hex
 
 
+@pytest.mark.slow
 def test_split_at_100_percent_serves_from_the_candidate(stack: Stack) -> None:
     stack.set_split(100)
     before_h, before_v = stack.hosted.total(), stack.vllm.total()
@@ -144,6 +145,7 @@ def test_split_at_100_percent_serves_from_the_candidate(stack: Stack) -> None:
     assert stack.hosted.total() == before_h
 
 
+@pytest.mark.slow
 def test_split_at_0_percent_serves_from_the_primary(stack: Stack) -> None:
     stack.set_split(0)
     sessions = [_session() for _ in range(3)]

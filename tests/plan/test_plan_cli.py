@@ -4,7 +4,6 @@ JSONL dataset, calibrated against an emulated vLLM, and its HTML in headless Chr
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_page import chromium
 from recording_bed import recorded_config
 
 from kvmigrate.config import load_config
@@ -170,6 +170,7 @@ def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert "does not fit" in proc.stderr
 
 
+@pytest.mark.slow
 def test_calibrate_against_an_emulated_vllm_and_reuse_the_fit(tmp_path: Path) -> None:
     saved = tmp_path / "cost.json"
     # The emulated engine at 4x its H200 latencies: what the fit must see, a cold 2,048-token
@@ -199,13 +200,7 @@ def test_calibrate_against_an_emulated_vllm_and_reuse_the_fit(tmp_path: Path) ->
     assert data["cost_model"] == fitted
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        if found := shutil.which(name):
-            return found
-    pytest.fail("Chromium is not installed: apt-get install -y chromium (scripts/test.sh)")
-
-
+@pytest.mark.browser
 def test_html_renders_in_headless_chromium_with_the_plan_s_figures(
     recorded: Path, tmp_path: Path
 ) -> None:
@@ -215,7 +210,7 @@ def test_html_renders_in_headless_chromium_with_the_plan_s_figures(
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # offline
     profile = tempfile.mkdtemp(dir=tmp_path)
     proc = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
          "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=120,

@@ -97,6 +97,7 @@ def error_of(response: bytes) -> dict[str, object]:
     return error
 
 
+@pytest.mark.slow
 def test_a_bomb_without_a_key_is_refused_and_never_inflated(
     make_proxy: ProxyFactory, recording_upstream: Upstream
 ) -> None:

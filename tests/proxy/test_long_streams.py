@@ -65,6 +65,7 @@ def wait_for_shadow(proxy: RunningProxy, timeout: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_long_tool_call_is_relayed_whole_and_its_copy_judged_well_formed(
     make_proxy: ProxyFactory, long_streamer: BackgroundServer

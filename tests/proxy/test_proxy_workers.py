@@ -149,6 +149,7 @@ ROLLOUT = [sys.executable, "-m", "kvmigrate", "rollout"]
 SERVED = r'kvmigrate_requests_total\{(?=[^}]*backend="hosted")(?=[^}]*role="serve")[^}]*\}'
 
 
+@pytest.mark.slow
 def test_workers_are_processes_listening_on_one_port(pool: Pool) -> None:
     workers = pool.workers()
     assert len(workers) == 2
@@ -156,6 +157,7 @@ def test_workers_are_processes_listening_on_one_port(pool: Pool) -> None:
     assert pool.proc.pid not in _listeners(pool)  # the parent serves nothing itself
 
 
+@pytest.mark.slow
 def test_every_worker_maps_the_one_link_table(pool: Pool) -> None:
     """The workers share conversation links in memory: each maps the table file the parent
     made in the pool's private folder."""
@@ -190,6 +192,7 @@ def _mapped_tables(pool: Pool) -> dict[int, str | None]:
     return tables if len(tables) == 2 else {}
 
 
+@pytest.mark.slow
 def test_metrics_are_summed_across_workers(pool: Pool) -> None:
     # 40 requests on fresh connections: all on one worker by chance is a 2**-39 event.
     assert _backends_of(pool, 40) == ["hosted"] * 40
@@ -197,6 +200,7 @@ def test_metrics_are_summed_across_workers(pool: Pool) -> None:
     assert {_served_count(pool, 40) for _ in range(10)} == {40.0}
 
 
+@pytest.mark.slow
 def test_every_worker_records_to_the_one_records_store(pool: Pool) -> None:
     assert _backends_of(pool, 30) == ["hosted"] * 30
     db = pool.config.parent / "records.db"
@@ -243,6 +247,7 @@ def _split(pool: Pool, percent: int) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_rollout_change_reaches_every_worker(pool: Pool) -> None:
     assert set(_backends_of(pool, 4)) == {"hosted"}
     _split(pool, 100)
@@ -264,6 +269,7 @@ def test_a_killed_worker_is_replaced(pool: Pool) -> None:
     assert _served_count(pool, 20) == 20.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool", [1.0], indirect=True)  # streams at the emulator's speed
 def test_sigterm_drains_streams_then_the_pool_exits(pool: Pool) -> None:
     metrics_dir = Path(pool.workers()[0].environ()["PROMETHEUS_MULTIPROC_DIR"])

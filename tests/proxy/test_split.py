@@ -52,6 +52,7 @@ def test_session_header_and_user_are_conversation_keys(make_proxy: ProxyFactory)
         assert len(backends) == 1
 
 
+@pytest.mark.slow
 def test_raising_the_percent_never_moves_a_candidate_conversation_back(
     make_proxy: ProxyFactory,
 ) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from recorder_support import Backends, postgres_bin, postgres_server
+from services import missing
 
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.serving import BackgroundServer
@@ -24,11 +25,9 @@ def backends() -> Iterator[Backends]:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[str]:
-    """One PostgreSQL server for the session. Missing binaries fail the run, never skip it:
-    scripts/test.sh installs Debian's `postgresql`."""
-    bindir = postgres_bin()
-    if bindir is None:
-        pytest.fail("PostgreSQL is not installed (/usr/lib/postgresql/*/bin): run scripts/test.sh")
+    """One PostgreSQL server for the session (each xdist worker starts its own). Missing
+    binaries skip, or fail under scripts/test.sh."""
+    bindir = postgres_bin() or missing("PostgreSQL (/usr/lib/postgresql/*/bin)", "postgresql")
     with postgres_server(bindir) as url:
         yield url
 

@@ -14,6 +14,7 @@ import msgspec
 import openai
 import psutil
 import psycopg
+import pytest
 from recorder_support import HOSTED_MODEL, VLLM_MODEL, Backends, wait_until
 
 from kvmigrate.exchange import STATE_FIELDS
@@ -97,6 +98,7 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.stdout.close()
 
 
+@pytest.mark.slow
 def test_a_proxy_killed_after_answering_n_requests_has_n_records_after_its_restart(
     backends: Backends, tmp_path: Path
 ) -> None:

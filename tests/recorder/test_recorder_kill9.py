@@ -13,6 +13,7 @@ from pathlib import Path
 
 import openai
 import psutil
+import pytest
 from recorder_support import HOSTED_MODEL, Backends, wait_until
 
 from kvmigrate.recorder.sqlite_store import SqliteStore
@@ -26,6 +27,7 @@ LOAD_ANSWERS = 120
 LOAD_DEADLINE_S = 60
 
 
+@pytest.mark.slow
 def test_kill_9_under_load_keeps_the_database_intact(backends: Backends, tmp_path: Path) -> None:
     db = tmp_path / "records.db"
     config = tmp_path / "config.yaml"

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from services import missing
 from settling import wait_settled
 
 from kvmigrate.recorder.convert import stored_conversation
@@ -183,8 +184,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is missing: scripts/test.sh installs it"
+        binary = shutil.which("redis-server") or missing("redis-server", "redis-server")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",

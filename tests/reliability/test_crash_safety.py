@@ -35,9 +35,9 @@ from reliability_support import (
 from kvmigrate.config import load_config
 from kvmigrate.emulator import EmulatorSettings
 from kvmigrate.emulator import build_app as build_emulator
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.writer import WriterSettings
 from kvmigrate.rollout.client import LocalRollout
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.serving import BackgroundServer, free_port
 
 pytestmark = pytest.mark.timeout(400)  # a hang guard; the waits inside are bounded
@@ -62,6 +62,7 @@ def integrity(db: Path) -> str:
     return str(query(db, "PRAGMA integrity_check")[0][0])
 
 
+@pytest.mark.slow
 def test_kill_9_under_load_then_restart(emulator_urls: tuple[str, str], tmp_path: Path) -> None:
     hosted_url, vllm_url = emulator_urls
     port = free_port()

@@ -328,6 +328,7 @@ def _shadow_params() -> list[Any]:
     return [pytest.param(f, id=f.name.replace(" ", "-")) for f in FAULTS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", _shadow_params())
 def test_shadow_mode_candidate_fault_changes_nothing_for_the_client(
     fault: Fault, emulators: Emulators, start_proxy: Any, tmp_path: Path
@@ -445,6 +446,7 @@ def test_split_mode_a_candidates_refusal_falls_back_and_counts_only_if_the_prima
         ], rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name.replace(" ", "-") for f in FAULTS])
 def test_split_mode_candidate_fault_falls_back_or_ends_the_stream_cleanly(
     fault: Fault, emulators: Emulators, start_proxy: Any, tmp_path: Path
@@ -593,6 +595,7 @@ def with_master_key(config: str) -> str:
 # --- Redis down ----------------------------------------------------------------------------
 
 
+@pytest.mark.redis
 @pytest.mark.parametrize("mode", ["shadow", "split"])
 def test_redis_down_keeps_serving_on_the_last_state(
     mode: str, emulators: Emulators, start_proxy: Any, tmp_path: Path
@@ -663,6 +666,7 @@ def test_redis_down_keeps_serving_on_the_last_state(
 # --- disk full for the recorder --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["shadow", "split"])
 def test_disk_full_recorder_drops_and_counts_the_proxy_keeps_answering(
     mode: str, emulators: Emulators, tmp_path: Path
@@ -755,6 +759,7 @@ def test_disk_full_recorder_drops_and_counts_the_proxy_keeps_answering(
 # --- a real vLLM, killed -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_split_real_vllm_killed_falls_back_transparently(

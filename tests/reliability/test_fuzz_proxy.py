@@ -303,6 +303,7 @@ def check_envelope(status: int, headers: dict[str, str], body: bytes) -> None:
         assert "Traceback" not in error["message"]
 
 
+@pytest.mark.slow
 def test_fuzzed_requests_get_envelopes_and_nothing_malformed_is_forwarded(
     proxy: tuple[int, psutil.Process],
     upstream: tuple[BackgroundServer, list[bytes]],
@@ -443,6 +444,7 @@ def test_fuzzed_streamed_tool_calls_arrive_whole(proxy: tuple[int, psutil.Proces
     run()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("deltas", "piece", "repeat", "write"),
     [

@@ -36,6 +36,7 @@ def _wait_serving(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 # Drain 0: stop at once (aiohttp reads a timeout of 0 as none, and waited for the stream).
+@pytest.mark.slow
 @pytest.mark.parametrize(("workers", "drain_s"), [("1", 3.0), ("2", 3.0), ("1", 0.0)])
 def test_a_stream_longer_than_the_drain_is_cut_at_the_drain(
     tmp_path: Path, workers: str, drain_s: float
@@ -103,6 +104,7 @@ def _streaming_request(url: str) -> urllib.request.Request:
 
 # Asked twice (a second Ctrl-C, a second SIGTERM): a drain sized for long agent streams
 # (here two minutes) no longer holds the operator hostage.
+@pytest.mark.slow
 @pytest.mark.parametrize(("workers", "signum"), [("1", signal.SIGINT), ("2", signal.SIGTERM)])
 def test_a_second_stop_signal_ends_the_drain_at_once(
     tmp_path: Path, workers: str, signum: signal.Signals

@@ -110,6 +110,7 @@ class Probes:
             self._stop.wait(0.02)
 
 
+@pytest.mark.slow
 def test_health_is_answered_through_a_100000_delta_tool_call_and_gzip_bombs(
     tmp_path: Path,
 ) -> None:

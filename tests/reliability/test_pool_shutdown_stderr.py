@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import psutil  # type: ignore[import-untyped]
+import pytest
 from reliability_support import proxy_config
 
 from kvmigrate.embedded import emulated_backends
@@ -52,6 +53,7 @@ def _wait_for(check: object, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_pool_stops_without_leaked_semaphores(tmp_path: Path) -> None:
     with emulated_backends(time_scale=0.01) as backends:
         port = free_port()

@@ -122,6 +122,7 @@ def drive(base: str, client_key: str) -> list[str]:
     return bodies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pass_through", [False, True], ids=["configured-keys", "client-key"])
 def test_no_key_leaks_anywhere(
     tmp_path: Path, candidate: tuple[BackgroundServer, list[dict[str, str]]], pass_through: bool

@@ -18,6 +18,7 @@ from reliability_support import soak
 pytestmark = pytest.mark.timeout(600)
 
 
+@pytest.mark.slow
 def test_soak_30s_no_errors_no_growth_nothing_lost(tmp_path: Path) -> None:
     # Relaxed against the script's defaults: 30 s leaves allocator noise a larger share.
     thresholds = soak.Thresholds(rss_growth=0.10, rss_slack_mb=12.0, fd_slack=64)

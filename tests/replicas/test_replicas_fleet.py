@@ -20,6 +20,7 @@ def results() -> dict[str, FleetResult]:
     return {s: run_fleet(s, SETTINGS) for s in ("single", "bounded_hash", "round_robin")}
 
 
+@pytest.mark.slow
 def test_hashing_keeps_the_single_replica_hit_rate_and_round_robin_does_not(
     results: dict[str, FleetResult],
 ) -> None:

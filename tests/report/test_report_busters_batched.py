@@ -243,6 +243,7 @@ def _live_bodies() -> int:
     )
 
 
+@pytest.mark.slow
 def test_request_bodies_held_at_once_are_bounded_by_the_batch(
     recorded: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

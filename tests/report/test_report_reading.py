@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser_page import chromium
 from recording_bed import recorded_config
 
 from kvmigrate.recorder import open_store
@@ -107,6 +107,7 @@ def test_parity_section_reads_right(recorded: Path) -> None:
     assert "0% pairs and a high figure can both be true" in text
 
 
+@pytest.mark.slow
 def test_dashes_and_hidden_noise_calls_are_explained(recorded: Path) -> None:
     text = _report(recorded)
     ttft = _section(text, "TTFT by turn")
@@ -135,18 +136,11 @@ def test_cache_buster_section_names_the_cause_and_the_fix(recorded: Path) -> Non
     assert "## Cache busters" in md
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        if found := shutil.which(name):
-            return found
-    pytest.fail("Chromium is not installed: apt-get install -y chromium (scripts/test.sh)")
-
-
 def _dom(page: Path, tmp: Path, shot: Path | None = None) -> str:
     profile = tempfile.mkdtemp(dir=tmp)
     args = [f"--screenshot={shot}", "--window-size=1400,4200"] if shot else ["--dump-dom"]
     proc = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
          *args, page.as_uri()],
         capture_output=True, text=True, timeout=120,
@@ -155,6 +149,7 @@ def _dom(page: Path, tmp: Path, shot: Path | None = None) -> str:
     return proc.stdout
 
 
+@pytest.mark.browser
 def test_html_footnotes_colours_and_timeline_ticks_in_chromium(
     recorded: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser_page import chromium
 from recording_bed import recorded_config
 
 from kvmigrate.recorder import Record, open_store
@@ -178,13 +179,8 @@ def test_empty_and_missing_databases_say_so(tmp_path: Path) -> None:
     assert any("anecdotal" in note for note in tiny.notes)
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        if found := shutil.which(name):
-            return found
-    pytest.fail("Chromium is not installed: apt-get install -y chromium (scripts/test.sh)")
-
-
+@pytest.mark.slow
+@pytest.mark.browser
 def test_html_renders_in_headless_chromium_with_the_right_data(
     recorded: Path, tmp_path: Path
 ) -> None:
@@ -233,7 +229,7 @@ def test_html_renders_in_headless_chromium_with_the_right_data(
 def _headless(page: Path, tmp: Path) -> tuple[str, str]:
     profile = tempfile.mkdtemp(dir=tmp)
     proc = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
          "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=120,
@@ -267,6 +263,8 @@ def _pair_records(
     ]  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.browser
 def test_divergences_view_shows_pairs_side_by_side_and_filters_in_chromium(
     tmp_path: Path,
 ) -> None:
@@ -306,7 +304,7 @@ def test_divergences_view_shows_pairs_side_by_side_and_filters_in_chromium(
         shutil.copy(page, target)
         profile = tempfile.mkdtemp(dir=tmp_path)
         proc = subprocess.run(
-            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              f"--user-data-dir={profile}", "--dump-dom", target.as_uri() + fragment],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

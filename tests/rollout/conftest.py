@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from services import missing
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -35,10 +36,7 @@ def redis_url(redis_server: RedisServer) -> str:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A throwaway redis-server on a free loopback port (Debian's redis-server package)."""
-    binary = shutil.which("redis-server")
-    assert binary, (
-        "redis-server is missing: scripts/test.sh installs it (apt-get install redis-server)"
-    )
+    binary = shutil.which("redis-server") or missing("redis-server", "redis-server")
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen(
@@ -85,9 +83,13 @@ def paused(redis_server: RedisServer) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def fresh_redis_url(redis_url: str) -> str:
+def fresh_redis_url(redis_url: str, request: pytest.FixtureRequest) -> str:
     """The session's Redis, emptied for this test."""
     import redis
+
+    # `-m "not redis"` must leave out every test that starts one: one that reaches Redis
+    # through `getfixturevalue` is not marked from its fixtures, so it says so itself.
+    assert request.node.get_closest_marker("redis"), f"mark {request.node.nodeid} `redis`"
 
     client = redis.Redis.from_url(redis_url)
     client.flushdb()

@@ -38,7 +38,7 @@ backends:
 models:
   - {{model_name: m, hosted: m, vllm: m}}
 rollout: {{state: "sqlite:///{tmp}/state.db", gates: {{min_requests: 5}}}}
-record: {{enabled: false}}
+record: {{enabled: false, db: "sqlite:///{tmp}/records.db"}}
 """,
         env={},
     )

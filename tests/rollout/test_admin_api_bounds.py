@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from kvmigrate.cli import main
 from kvmigrate.config import parse_config
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.rollout.controller import ACTOR_MAX_CHARS, REASON_MAX_CHARS, NoteTooLong
 from kvmigrate.runtime import build_app
 from kvmigrate.serving import BackgroundServer
@@ -30,7 +30,7 @@ backends:
 models:
   - {{model_name: gpt-4o-mini, hosted: gpt-4o-mini, vllm: m}}
 rollout: {{state: "sqlite:///{root}/state.db"}}
-record: {{enabled: false}}
+record: {{enabled: false, db: "sqlite:///{root}/records.db"}}
 """
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
@@ -50,7 +50,7 @@ cohorts:
 rollout:
   state: "{state}"
   auto_rollback: {{window_seconds: 30, min_requests: 10}}
-record: {{enabled: false}}
+record: {{enabled: false, db: "sqlite:///{tmp_path}/records.db"}}
 """,
         env={},
     )

@@ -40,7 +40,7 @@ rollout: {{state: "{url}", mode: shadow, percent: 0}}
 """
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def round1_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         shutil.copy(FIXTURES / "round1_state.db", tmp_path / "state.db")

@@ -28,7 +28,7 @@ from kvmigrate.rollout.state import Link, Pin, RolloutState
 from kvmigrate.rollout.store import StoreError, open_store
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/state.db"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kvmigrate.config import parse_config
+from kvmigrate.recorder.evidence import records_window_source
 from kvmigrate.recorder.record import Record
 from kvmigrate.recorder.store import open_store
-from kvmigrate.rollout.configured import records_window_source
 from kvmigrate.rollout.store import StoreError
 
 

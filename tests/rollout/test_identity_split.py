@@ -132,6 +132,7 @@ def served_rows(config: Config) -> list[tuple[str, int, str, str | None]]:
     return [(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", [timestamped, retrieved_context], ids=["time", "context"])
 def test_conversations_with_a_changing_system_prompt_stay_on_one_backend(
     config: Config, two_proxies: list[BackgroundServer], system: Callable[[int, int], str]
@@ -224,6 +225,7 @@ def records_and_report(config: Config) -> tuple[list[tuple[str, int, str, str | 
     return served_rows(config), report
 
 
+@pytest.mark.slow
 def test_two_conversations_sharing_an_opening_share_a_key_but_count_as_two(
     config: Config, two_proxies: list[BackgroundServer]
 ) -> None:
@@ -246,6 +248,7 @@ def test_two_conversations_sharing_an_opening_share_a_key_but_count_as_two(
     assert report.identity.split == 0
 
 
+@pytest.mark.slow
 def test_an_agent_that_summarises_its_history_keeps_its_identity_by_the_masked_opening(
     config: Config, two_proxies: list[BackgroundServer]
 ) -> None:
@@ -313,6 +316,7 @@ record: {{db: "sqlite:///{tmp_path}/records.db"}}
             server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_the_next_turn_finds_the_link_as_soon_as_the_client_has_the_answer(
     instant_proxies: list[BackgroundServer], stream: bool

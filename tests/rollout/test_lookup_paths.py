@@ -13,7 +13,7 @@ path itself keeps.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,12 @@ PATHS = (
 )
 
 
+def as_params(paths: Iterable[Path_]) -> list[Any]:
+    """The paths as parameters named after them, the Redis one marked `redis`."""
+    marks = {"redis": [pytest.mark.redis]}
+    return [pytest.param(p, id=p.name, marks=marks.get(p.name, [])) for p in paths]
+
+
 @pytest.fixture(scope="module")
 def emulators() -> Iterator[tuple[BackgroundServer, BackgroundServer]]:
     hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0)))
@@ -153,9 +159,7 @@ def _chain_turn(client: openai.OpenAI, text: str, previous: str | None) -> tuple
     return _served(raw), raw.parse().id
 
 
-@pytest.mark.parametrize(
-    "proxies", [p for p in PATHS if p.chains], ids=lambda p: p.name, indirect=True
-)
+@pytest.mark.parametrize("proxies", as_params(p for p in PATHS if p.chains), indirect=True)
 def test_a_responses_chain_stays_on_the_backend_that_stored_its_first_turn(
     proxies: Callable[[], openai.OpenAI],
 ) -> None:
@@ -193,7 +197,7 @@ def _conversation_turn(
     return _served(raw)
 
 
-@pytest.mark.parametrize("proxies", PATHS, ids=lambda p: p.name, indirect=True)
+@pytest.mark.parametrize("proxies", as_params(PATHS), indirect=True)
 def test_a_conversation_whose_system_prompt_changes_stays_on_one_backend(
     proxies: Callable[[], openai.OpenAI],
 ) -> None:

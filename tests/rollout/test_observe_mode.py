@@ -28,7 +28,7 @@ from kvmigrate.report.evaluate import slow_conversations
 from kvmigrate.report.model import Prices
 from kvmigrate.report.render_text import render_text
 from kvmigrate.report.rows import Row, fetch_rows
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.rollout.controller import OBSERVE_REFUSAL, RolloutError
 from kvmigrate.serving import BackgroundServer
 

@@ -168,6 +168,7 @@ def later_turns(records: Path, backend: str) -> int:
     return int(count)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", [python_chains, node_chains], ids=["python", "node"])
 def test_a_pool_of_two_mirrors_every_later_turn_of_every_chain(
     pool: Pool, client: Callable[[str], None]

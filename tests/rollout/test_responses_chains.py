@@ -19,9 +19,9 @@ from settling import wait_settled
 
 from kvmigrate.config import Config
 from kvmigrate.emulator import EmulatorSettings, build_app
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.store import open_store as open_record_store
 from kvmigrate.report.build import build_report
-from kvmigrate.rollout.configured import open_controller
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
@@ -199,6 +199,7 @@ def test_a_rollback_mid_chain_moves_new_chains_but_not_the_candidates_chains(
     assert [turns[0][2] for turns in new] == ["hosted"]
 
 
+@pytest.mark.slow
 def test_two_proxies_sharing_redis_continue_each_others_chains(
     config_for: ConfigFor, fresh_redis_url: str
 ) -> None:
@@ -216,6 +217,7 @@ def test_two_proxies_sharing_redis_continue_each_others_chains(
     assert misses == 0
 
 
+@pytest.mark.slow
 def test_two_proxies_sharing_redis_mirror_each_others_chains(
     config_for: ConfigFor, fresh_redis_url: str
 ) -> None:

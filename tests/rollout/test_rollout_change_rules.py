@@ -71,7 +71,7 @@ def make_config(root: Path, state: str, mode: str = "shadow", percent: float = 0
     return parse_config(CONFIG.format(root=root, state=state, mode=mode, percent=percent), env={})
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "redis":
         return str(request.getfixturevalue("fresh_redis_url"))

@@ -59,7 +59,7 @@ def make_config(state: str) -> Config:
     return parse_config(CONFIG.format(state=state), env={})
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "redis":
         return str(request.getfixturevalue("fresh_redis_url"))

@@ -198,6 +198,7 @@ def conversations_on(proxy: BackgroundServer, names: list[str], turn: int = 0) -
     return {n: served_by(proxy, n, turn) for n in names}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pinning", [True, False])
 def test_pins_keep_conversations_where_they_started(
     setup: Callable[..., Setup],
@@ -331,6 +332,7 @@ def traffic() -> Iterator[Callable[[BackgroundServer], None]]:
         thread.join(10)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("candidate", "completes"), [("vllm", True), ("broken", False)])
 def test_rollout_auto_walks_the_steps_through_the_gates(

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from kvmigrate.cli import main
 from kvmigrate.config import load_config
-from kvmigrate.rollout.configured import open_controller
+from kvmigrate.recorder.evidence import open_controller
 
 RLO = "\u202e"  # right-to-left override: reverses what follows it on screen
 CONFIG = """

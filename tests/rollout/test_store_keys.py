@@ -51,7 +51,7 @@ rollout: {{state: "{url}", mode: split, percent: 0}}
 """
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def round2_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         shutil.copy(FIXTURES / "round2_state.db", tmp_path / "state.db")

@@ -68,7 +68,7 @@ def write_redis(url: str, data: object) -> None:
 
 
 @pytest.mark.parametrize("unreadable", [NEWER, "{not json"], ids=["newer-mode", "not-json"])
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def test_an_unreadable_state_is_a_store_error_and_the_proxy_follows_once_it_reads(
     kind: str, unreadable: object, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -1,8 +1,10 @@
 """The rollout controller a config describes: its store, with the recorded traffic as the
 gates' evidence.
 
-Kept apart from `kvmigrate.runtime` (the proxy's wiring) so that `kvmigrate rollout`
-loads neither the proxy nor aiohttp.
+Here, above the rollout, which knows nothing of the recorder (the controller takes its
+evidence as a `WindowSource`). Kept apart from `kvmigrate.runtime` (the proxy's wiring) so
+that `kvmigrate rollout` loads neither the proxy nor aiohttp; the queries load when a gate
+first asks.
 """
 
 from __future__ import annotations
