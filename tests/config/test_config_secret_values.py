@@ -85,7 +85,7 @@ FROM_THE_ENVIRONMENT = {
         _config(extra="rollout: {mode: os.environ/MODE}\n"),
         PASSWORD,
         "rollout.mode (from os.environ/MODE)",
-        "must be one of shadow, split; got the value of that variable",
+        "must be one of shadow, split, observe; got the value of that variable",
     ),
 }
 

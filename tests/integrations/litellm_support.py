@@ -47,13 +47,15 @@ class Emulator:
         async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
             self.counts[request.path] += 1
             self.headers.append(dict(request.headers))
+            if self.fault is not None:
+                # Cloned before the body is read: a clone does not carry the bytes its
+                # original already read, and the handler then found no body (a 500).
+                request = request.clone(headers={**request.headers, FAULT_HEADER: self.fault})
             if request.method == "POST" and request.can_read_body:
                 with contextlib.suppress(ValueError):
                     body = json.loads(await request.read())
                     if isinstance(body, dict):
                         self.bodies.append((request.path, body))
-            if self.fault is not None:
-                request = request.clone(headers={**request.headers, FAULT_HEADER: self.fault})
             response: web.StreamResponse = await handler(request)
             return response
 

@@ -22,13 +22,13 @@ from kvmigrate.exchange import Role
 from kvmigrate.policies.decision import RolloutSnapshot, decide
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.recorder.addon import RecorderAddon
+from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.recorder.store import open_store
 from kvmigrate.report import build_report
 from kvmigrate.report.evaluate import slow_conversations
 from kvmigrate.report.model import Prices
 from kvmigrate.report.render_text import render_text
 from kvmigrate.report.rows import Row, fetch_rows
-from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.rollout.controller import OBSERVE_REFUSAL, RolloutError
 from kvmigrate.serving import BackgroundServer
 

@@ -51,12 +51,17 @@ def test_every_gate_has_a_line(tmp_path: Path, gates: str, parity: list[str]) ->
         ["WAIT", "error_rate"],
         ["WAIT", "ttft_p95"],
         parity,
+        ["OFF", "decode_speed"],
     ]
 
 
 @pytest.mark.parametrize(
     ("gates", "off"),
-    [("min_parity: 0.9", {}), ("min_requests: 100", {"parity": "min_parity"})],
+    [
+        ("min_parity: 0.9", {"decode_speed": "tps_p50_min"}),
+        ("min_requests: 100", {"parity": "min_parity", "decode_speed": "tps_p50_min"}),
+        ("min_parity: 0.9, tps_p50_min: 50", {}),
+    ],
 )
 def test_the_json_status_names_the_gates_left_off(
     tmp_path: Path, gates: str, off: dict[str, str]
@@ -71,5 +76,6 @@ def test_the_json_status_names_the_gates_left_off(
         "traffic",
         "error_rate",
         "ttft_p95",
-        *(["parity"] if not off else []),
+        *(["parity"] if "parity" not in off else []),
+        *(["decode_speed"] if "decode_speed" not in off else []),
     ]
