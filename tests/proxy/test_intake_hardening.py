@@ -285,3 +285,39 @@ def test_a_chunked_body_is_read_whole_and_one_over_the_limit_is_a_413(
     response = send_chunked(proxy.url, big)
     assert status_of(response) == 413, response[:300]
     assert error_of(response)["code"] == "request_too_large"
+
+
+def _body_of(size: int) -> bytes:
+    """A chat request of exactly `size` bytes."""
+    empty = orjson.dumps({"model": HOSTED_MODEL, "messages": [{"role": "user", "content": ""}]})
+    return empty.replace(b'"content":""', b'"content":"' + b"a" * (size - len(empty)) + b'"')
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_of_exactly_the_limit_is_served_and_one_byte_more_is_a_413(
+    make_proxy: ProxyFactory, recording_upstream: Upstream, chunked: bool
+) -> None:
+    upstream, seen = recording_upstream
+    proxy = make_proxy(
+        hosted_url=upstream.url, vllm_url=upstream.url, extra="server: {max_body_bytes: 8192}"
+    )
+
+    def post(body: bytes) -> bytes:
+        if chunked:
+            return send_chunked(proxy.url, body)
+        return send(proxy.url, [b"POST /v1/chat/completions HTTP/1.1"], body)
+
+    exact = _body_of(8192)
+    assert len(exact) == 8192
+    answer = post(exact)
+    assert status_of(answer) == 200, answer[:300]
+
+    def chats() -> list[bytes]:
+        return [r.body for r in seen if r.path == "/v1/chat/completions"]
+
+    assert chats() == [exact]
+    answer = post(_body_of(8193))
+    assert status_of(answer) == 413, answer[:300]
+    assert error_of(answer)["code"] == "request_too_large"
+    assert error_of(answer)["message"] == "Request body exceeds the limit of 8192 bytes."
+    assert chats() == [exact]  # nothing more was forwarded
