@@ -142,6 +142,7 @@ def test_backend_errors_pass_through(
         "/v1/files/..%2F..%2Fetc",
         "/v1//evil.example.com/x",
         "/v1/a/%2e%2e/b",
+        "/v1/x@evil.example.com/y",
     ],
 )
 def test_path_tricks_never_leave_the_configured_base(
