@@ -178,6 +178,27 @@ def test_split_serves_a_key_the_primary_accepted_asking_once(bed_factory) -> Non
         assert "api-key" not in sent
 
 
+def test_an_acceptance_lasts_client_key_ttl_seconds_then_the_primary_is_asked_again(
+    bed_factory,
+) -> None:
+    """A key the primary revoked without a 401 reaching the proxy (it never sends one
+    there) stops reaching the candidate within the TTL: the verdict is kept that long only."""
+    bed = bed_factory("{mode: split, percent: 100}", extra="server: {client_key_ttl_seconds: 1}")
+    assert chat(bed.proxy.url, GOOD_KEY, session="s-1")[0] == 200
+    assert chat(bed.proxy.url, GOOD_KEY, session="s-2")[0] == 200
+    assert bed.primary.calls("GET", "/v1/models") == 1  # kept within the TTL
+    time.sleep(1.3)
+    assert chat(bed.proxy.url, GOOD_KEY, session="s-3")[0] == 200
+    assert bed.primary.calls("GET", "/v1/models") == 2  # asked again once it expired
+    bed.primary.models_status = 401  # revoked: the next question is refused
+    time.sleep(1.3)
+    status, data = chat(bed.proxy.url, GOOD_KEY, session="s-4")
+    assert status == 401
+    assert data["error"]["message"] == "down"
+    assert bed.primary.calls("GET", "/v1/models") == 3
+    assert len(bed.candidate_seen) == 3
+
+
 def test_concurrent_requests_with_a_new_key_ask_the_primary_once(bed_factory) -> None:
     bed = bed_factory("{mode: split, percent: 100}")
 
