@@ -21,10 +21,11 @@ python3 -m venv .venv
 .venv/bin/python -m kvmigrate.testbed install
 # Here a missing redis-server, PostgreSQL or Chromium fails the run, never skips (tests/services.py).
 export KVMIGRATE_TEST_REQUIRE_SERVICES=1
-# Several xdist workers: most tests wait on loopback servers and child processes, so more
-# workers than cores pays; each file runs whole on one worker, and the files sharing the
-# session's vLLM on one (tests/conftest.py). KVMIGRATE_TEST_WORKERS=0, or `-p no:xdist`
-# among the arguments, runs it in one process.
-workers=(-n "${KVMIGRATE_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder)
+# One xdist worker per core (at least 2): each file runs whole on one worker, and the files
+# sharing the session's vLLM on one (tests/conftest.py). More workers than cores left the
+# recorder's idle-priority workers no CPU at all in the crash tests, which wait for them.
+# KVMIGRATE_TEST_WORKERS=0, or `-p no:xdist` among the arguments, runs it in one process.
+cores=$(.venv/bin/python -c 'import os; print(max(2, len(os.sched_getaffinity(0))))')
+workers=(-n "${KVMIGRATE_TEST_WORKERS:-$cores}" --dist loadgroup --no-loadscope-reorder)
 for arg in "$@"; do [[ $arg == *no:xdist ]] && workers=(); done
 exec .venv/bin/pytest "${workers[@]}" --durations=30 "$@"
