@@ -21,11 +21,13 @@ python3 -m venv .venv
 .venv/bin/python -m kvmigrate.testbed install
 # Here a missing redis-server, PostgreSQL or Chromium fails the run, never skips (tests/services.py).
 export KVMIGRATE_TEST_REQUIRE_SERVICES=1
-# One xdist worker per core (at least 2): each file runs whole on one worker, and the files
-# sharing the session's vLLM on one (tests/conftest.py). More workers than cores left the
-# recorder's idle-priority workers no CPU at all in the crash tests, which wait for them.
-# KVMIGRATE_TEST_WORKERS=0, or `-p no:xdist` among the arguments, runs it in one process.
-cores=$(.venv/bin/python -c 'import os; print(max(2, len(os.sched_getaffinity(0))))')
-workers=(-n "${KVMIGRATE_TEST_WORKERS:-$cores}" --dist loadgroup --no-loadscope-reorder)
+# One process by default: on 2 cores, xdist workers beside each other starved the
+# recorder's idle-priority workers that the crash and plan-refinement tests wait for.
+# KVMIGRATE_TEST_WORKERS=N runs N xdist workers (each file whole on one worker, the files
+# sharing the session's vLLM on one: tests/conftest.py), for a machine with cores to spare.
+workers=()
+if [[ ${KVMIGRATE_TEST_WORKERS:-0} != 0 ]]; then
+  workers=(-n "$KVMIGRATE_TEST_WORKERS" --dist loadgroup --no-loadscope-reorder)
+fi
 for arg in "$@"; do [[ $arg == *no:xdist ]] && workers=(); done
 exec .venv/bin/pytest "${workers[@]}" --durations=30 "$@"
