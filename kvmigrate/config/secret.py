@@ -26,10 +26,11 @@ class Secret:
         aiohttp decodes header bytes that are not UTF-8 to lone surrogates; `surrogateescape`
         turns them back into those bytes, so such a key is simply wrong (a 401), not a crash.
         """
-        return hmac.compare_digest(
-            self._value.encode(errors="surrogateescape"),  # UTF-8, the default
-            candidate.encode(errors="surrogateescape"),
-        )
+        try:
+            given = candidate.encode(errors="surrogateescape")  # UTF-8, the default
+        except UnicodeEncodeError:  # a lone surrogate no bytes decode to: no key's
+            return False
+        return hmac.compare_digest(self._value.encode(errors="surrogateescape"), given)
 
     def __repr__(self) -> str:
         return "Secret('********')"
