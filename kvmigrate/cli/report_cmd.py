@@ -15,7 +15,7 @@ from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit, writ
 from kvmigrate.config import Config, safe_text
 from kvmigrate.private_files import private_output
 from kvmigrate.recorder.export import export_requests
-from kvmigrate.recorder.sqlite_store import sqlite_path
+from kvmigrate.recorder.sqlite_store import nothing_recorded
 from kvmigrate.recorder.store import RecordStore, StoreError, database_errors, open_store
 from kvmigrate.report import RENDERERS, Prices, Report
 from kvmigrate.report.configured import configured_report
@@ -52,10 +52,7 @@ def open_records(url: str) -> RecordStore | None:
     """The records store, or None for a SQLite file nobody has written yet (a report on it
     is empty, and creating the file as a side effect would only confuse)."""
     try:
-        path = sqlite_path(url) if url.startswith("sqlite:") else None
-        if path is not None and path != ":memory:" and not Path(path).exists():
-            return None
-        return open_store(url)
+        return None if nothing_recorded(url) else open_store(url)
     except StoreError as exc:
         raise click.ClickException(safe_text(str(exc))) from None
     except Exception as exc:  # a driver's error may quote the URL it was given

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from kvmigrate.config import safe_url
 from kvmigrate.exchange import Role
@@ -38,8 +37,6 @@ from kvmigrate.report.model import CacheBusters, Prices, Report, TimelineEvent
 from kvmigrate.report.parity import parity_summary
 from kvmigrate.report.rows import Row, fetch_rows
 from kvmigrate.report.scorecard import scorecard
-from kvmigrate.report.scorecard_engine import cost_input, gpu_input
-from kvmigrate.report.scorecard_inputs import ScorecardInputs, UsersInput
 from kvmigrate.report.users import (
     SLOW_TURN_MS,
     Score,
@@ -64,7 +61,6 @@ def build_report(
     candidates_of: Mapping[str, Sequence[str]] | None = None,
     slow_turn_ms: float = SLOW_TURN_MS,
     gpu: ScrapeSetup | None = None,
-    scorecard_inputs: ScorecardInputs | None = None,
 ) -> Report:
     """`store` None stands for a database that does not exist yet: an empty report.
     `candidates_of`: each cohort of the config and its candidates (config.candidates_of),
@@ -73,9 +69,8 @@ def build_report(
     and its traffic counts in the fleet's figures alone. None: every recorded group does,
     against `candidate`. `slow_turn_ms`: a turn slower than this (TTFT) is slow, for the
     users section's abandonment figure. `gpu`: the config's scrape setup, for the GPU, KV
-    and cost-per-token figures (report.engine_use); None leaves them out.
-    `scorecard_inputs`: the figures the scorecard reads from outside the records (GPU use,
-    cost per token, users); absent ones are the report's own, else "not measured"."""
+    and cost-per-token figures (report.engine_use), which the scorecard reads too; None
+    leaves them out."""
     until = time.time() if until is None else until
     report = Report(
         generated_at=time.time(),
@@ -98,7 +93,7 @@ def build_report(
         busters = cache_busters(store, since, until, cohort_of)
     _fill(report, recorded, store, prices, max_turn, paired)
     scores = fetch_scores(store, since, until) if store is not None else ([], {})
-    users = report.users = _users(report, recorded, scores, slow_turn_ms)
+    report.users = _users(report, recorded, scores, slow_turn_ms)
     if gpu is not None:
         served = [r for r in recorded if r.role != Role.NOISE]
         report.gpu, report.cost_per_token = engine_use(
@@ -106,16 +101,7 @@ def build_report(
         )
     report.cache_busters = busters[0]
     report.divergences, report.divergent_total = divergent_pairs(recorded, store)
-    given = scorecard_inputs or ScorecardInputs()
-    report.scorecard = scorecard(
-        report,
-        replace(
-            given,
-            gpu=given.gpu or gpu_input(report.gpu),
-            cost=given.cost or cost_input(report.cost_per_token),
-            users=given.users or UsersInput(**users.scorecard_fields("score")),
-        ),
-    )
+    report.scorecard = scorecard(report)
     if candidates_of is not None:
         cohorts = {name: rows for name, rows in cohorts.items() if name in candidates_of}
     if len(cohorts) < 2 or report.empty:

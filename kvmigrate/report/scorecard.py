@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from kvmigrate.intervals import Interval, log_ratio_interval
 from kvmigrate.report.model import BackendSummary, DecodeSummary, Flatness, Report
+from kvmigrate.report.scorecard_engine import report_inputs
 from kvmigrate.report.scorecard_inputs import (
     CostInput,
     GpuInput,
@@ -69,8 +70,9 @@ def within(low: float | None, high: float | None, band: tuple[float, float]) -> 
 
 
 def scorecard(report: Report, inputs: ScorecardInputs | None = None) -> list[ScorecardRow]:
-    """The checklist's rows in the playbook's order."""
-    inputs = inputs or ScorecardInputs()
+    """The checklist's rows in the playbook's order; `inputs` None: the GPU, cost and
+    users rows read the report's own figures (report.scorecard_engine)."""
+    inputs = inputs or report_inputs(report)
     backends = {b.backend: b for b in report.backends}
     p, c = backends.get(report.primary), backends.get(report.candidate)
     decode = {d.backend: d for d in report.decode}

@@ -1,13 +1,24 @@
-"""The scorecard's GPU and cost rows from the report's own engine figures (report.gpu and
-report.cost_per_token), so `kvmigrate report` fills them whenever the config scrapes."""
+"""The scorecard's inputs from the report's own figures: GPU use and cost per token
+(report.gpu, report.cost_per_token, filled when the config scrapes) and whether users stay
+(report.users, the satisfaction score's effect between the arms)."""
 
 from __future__ import annotations
 
 from kvmigrate.report.cost_per_token import CostFigures
 from kvmigrate.report.gpu import GpuFigures
-from kvmigrate.report.scorecard_inputs import CostInput, GpuInput
+from kvmigrate.report.model import Report
+from kvmigrate.report.scorecard_inputs import CostInput, GpuInput, ScorecardInputs, UsersInput
 
 UTILISATION_SERIES = "GPU utilisation"
+
+
+def report_inputs(report: Report) -> ScorecardInputs:
+    users = report.users
+    return ScorecardInputs(
+        gpu=gpu_input(report.gpu),
+        cost=cost_input(report.cost_per_token),
+        users=None if users is None else UsersInput(**users.scorecard_fields("score")),
+    )
 
 
 def gpu_input(gpu: GpuFigures | None) -> GpuInput | None:

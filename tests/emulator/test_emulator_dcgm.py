@@ -32,25 +32,24 @@ def test_utilisation_is_the_busy_share_between_scrapes() -> None:
         time.sleep(0.3)
         assert _scrape(vllm.url)[1] == 0  # nothing ran since the last scrape
 
-        client = openai.OpenAI(base_url=vllm.url + "/v1", api_key="x", max_retries=0)
+        with openai.OpenAI(base_url=vllm.url + "/v1", api_key="x", max_retries=0) as client:
 
-        def ask() -> None:
-            client.chat.completions.create(
-                model="meta-llama/Llama-3.1-8B-Instruct",
-                messages=[{"role": "user", "content": "Count slowly to forty, please."}],
-                max_tokens=40,
-            )
+            def ask() -> None:
+                client.chat.completions.create(
+                    model="meta-llama/Llama-3.1-8B-Instruct",
+                    messages=[{"role": "user", "content": "Count slowly to forty, please."}],
+                    max_tokens=40,
+                )
 
-        _scrape(vllm.url)
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda _: ask(), range(2)))
-        busy = _scrape(vllm.url)[
-            1
-        ]  # most of the time since the last scrape (a loaded client leaves gaps)
-        assert 25 <= busy <= 100, busy
-        assert float(busy).is_integer()
-        time.sleep(0.3)
-        assert _scrape(vllm.url)[1] == 0
+            _scrape(vllm.url)
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda _: ask(), range(2)))
+            # Most of the time since the last scrape (a loaded client leaves gaps).
+            busy = _scrape(vllm.url)[1]
+            assert 25 <= busy <= 100, busy
+            assert float(busy).is_integer()
+            time.sleep(0.3)
+            assert _scrape(vllm.url)[1] == 0
 
 
 def test_only_the_vllm_profile_has_one() -> None:
