@@ -21,8 +21,16 @@ MAX_ID_CHARS = 512
 MAX_NAME_CHARS = 64
 # A comment is redacted like a prompt, then cut to this.
 MAX_COMMENT_CHARS = 1000
+# Scores are ratings (1-5, 0-10, thumbs as +1/-1, a share): one far outside any of them is a
+# mistake or ballot stuffing, and a mean over values near the float limit is infinite.
+MAX_ABS_VALUE = 1_000_000.0
 DEFAULT_NAME = "satisfaction"
 FIELDS = frozenset({"conversation_id", "response_id", "name", "value", "comment"})
+
+
+class FeedbackUnavailable(Exception):
+    """The records database cannot take a score now (locked, down, full, or a backlog of
+    scores already waiting for it): the client may try again."""
 
 
 class FeedbackError(ValueError):
@@ -94,9 +102,16 @@ def _value(value: Any) -> float:
         raise FeedbackError("`value` is required: the score, a number.", "value")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise FeedbackError("`value` must be a number.", "value")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
     if not math.isfinite(number):
         raise FeedbackError("`value` must be a finite number.", "value")
+    if abs(number) > MAX_ABS_VALUE:
+        raise FeedbackError(
+            f"`value` must be from {-MAX_ABS_VALUE:,.0f} to {MAX_ABS_VALUE:,.0f}.", "value"
+        )
     return number
 
 
@@ -105,4 +120,10 @@ def _comment(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         raise FeedbackError("`comment` must be a string.", "comment")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, from a `\ud800` escape
+        raise FeedbackError(
+            "`comment` must be text: it holds a lone surrogate.", "comment"
+        ) from None
     return value

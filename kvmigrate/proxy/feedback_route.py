@@ -19,7 +19,13 @@ import msgspec
 import orjson
 from aiohttp import web
 
-from kvmigrate.feedback.request import MAX_BODY_BYTES, Feedback, FeedbackError, parse_feedback
+from kvmigrate.feedback.request import (
+    MAX_BODY_BYTES,
+    Feedback,
+    FeedbackError,
+    FeedbackUnavailable,
+    parse_feedback,
+)
 from kvmigrate.proxy.errors import JSON_CONTENT_TYPE, ProxyError, bad_request
 from kvmigrate.proxy.intake import authorize, read_body
 
@@ -64,7 +70,16 @@ async def handle_feedback(
             "invalid_request_error",
             "feedback_not_recorded",
         )
-    ident = await sink.write_async(_as_recorded(service, feedback))
+    try:
+        ident = await sink.write_async(_as_recorded(service, feedback))
+    except FeedbackUnavailable:
+        # Why is in the proxy's log (recorder.feedback_sink), not in an answer to a client.
+        raise ProxyError(
+            503,
+            "The records database cannot take feedback now; try again shortly.",
+            "server_error",
+            "feedback_unavailable",
+        ) from None
     body = {"id": ident, "object": "feedback", "name": feedback.name, "value": feedback.value}
     return web.Response(status=202, body=orjson.dumps(body), content_type=JSON_CONTENT_TYPE)
 

@@ -4,10 +4,13 @@ comment) beside the records it scores."""
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -185,12 +188,18 @@ def test_an_unknown_id_is_accepted_for_the_report_to_count(pass_through: Bed) ->
     assert len(pass_through.rows("feedback")) == 1
 
 
-def _raw_post(url: str, body: bytes, key: str = GOOD_KEY) -> tuple[int, dict[str, Any]]:
+def _raw_post(
+    url: str,
+    body: bytes,
+    key: str = GOOD_KEY,
+    path: str = "/v1/feedback",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
     host, port = url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
     try:
-        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        connection.request("POST", "/v1/feedback", body=body, headers=headers)
+        sent = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        connection.request("POST", path, body=body, headers={**sent, **(headers or {})})
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -210,6 +219,14 @@ BAD_BODIES = [
     (b'{"response_id": "r", "value": 1e999}', 400, "`value` must be a finite number.", "value"),
     (b'{"response_id": "r", "value": -Infinity}', 400, "`value` must be a finite number.",
      "value"),
+    (b'{"response_id": "r", "value": 1' + b"0" * 400 + b'}', 400,
+     "`value` must be a finite number.", "value"),
+    (b'{"response_id": "r", "value": 1e300}', 400,
+     "`value` must be from -1,000,000 to 1,000,000.", "value"),
+    (b'{"response_id": "r", "value": -1000001}', 400,
+     "`value` must be from -1,000,000 to 1,000,000.", "value"),
+    (b'{"response_id": "r", "value": 1, "comment": "a\\ud800"}', 400,
+     "`comment` must be text: it holds a lone surrogate.", "comment"),
     (b'{"response_id": 7, "value": 1}', 400, "`response_id` must be a string.", "response_id"),
     (b'{"conversation_id": "", "value": 1}', 400,
      "`conversation_id` must be 1 to 512 printable characters.", "conversation_id"),
@@ -351,3 +368,48 @@ def test_a_conversation_score_joins_through_the_rollout_stores_key(
     served = {r["conversation"] for r in bed.rows("records") if r["role"] == "serve"}
     (score,) = bed.rows("feedback")
     assert score["conversation"] in served
+
+
+@pytest.mark.slow
+def test_a_locked_database_is_a_503_and_holds_no_other_client(pass_through: Bed) -> None:
+    """Scores wait for the database on a thread of their own: while it is locked they get a
+    503 after its busy timeout, and a chat whose gzipped body the proxy inflates on the
+    loop's shared threads is answered before any of them."""
+    client = pass_through.client(GOOD_KEY)
+    assert post_feedback(client, {"response_id": "before", "value": 1}).status_code == 202
+    chat = json.dumps(
+        {"model": HOSTED_MODEL, "messages": [{"role": "user", "content": "x" * 400_000}]}
+    ).encode()
+    lock = sqlite3.connect(pass_through.db, isolation_level=None, timeout=10)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        with ThreadPoolExecutor(11) as pool:
+            scores = [
+                pool.submit(_raw_post, pass_through.url, b'{"response_id": "r", "value": 1}')
+                for _ in range(10)
+            ]
+            time.sleep(0.5)  # the scores are waiting for the lock
+            status, answer = _raw_post(
+                pass_through.url,
+                gzip.compress(chat),
+                path="/v1/chat/completions",
+                headers={"Content-Encoding": "gzip"},
+            )
+            answered_first = not any(f.done() for f in scores)
+            results = [f.result() for f in scores]
+    finally:
+        lock.rollback()
+        lock.close()
+    assert status == 200, answer
+    assert answered_first
+    unavailable = {
+        "message": "The records database cannot take feedback now; try again shortly.",
+        "type": "server_error",
+        "param": None,
+        "code": "feedback_unavailable",
+    }
+    assert {got for got, _ in results} == {503}
+    assert all(envelope["error"] == unavailable for _, envelope in results)
+    assert post_feedback(client, {"response_id": "after", "value": 2}).status_code == 202
+    pass_through.recorder.close()
+    assert sorted(row["value"] for row in pass_through.rows("feedback")) == [1.0, 2.0]
