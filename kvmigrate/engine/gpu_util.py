@@ -3,7 +3,6 @@ Prometheus server's answer to an instant query. vLLM itself does not export it."
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import orjson
@@ -32,7 +31,7 @@ def read_dcgm(text: str) -> GpuSample:
     for series in parsed.named(DCGM_UTIL):
         labels = series.labels
         key = (labels.get("UUID", ""), labels.get("Hostname", ""), labels.get("gpu", ""))
-        if math.isfinite(series.value):
+        if 0.0 <= series.value <= 100.0:  # a percent; NaN and 1e308 are no reading
             per_gpu[key] = series.value
     if not per_gpu:
         raise UnreadableAnswer(f"no {DCGM_UTIL} series in the answer")
@@ -56,6 +55,6 @@ def read_prometheus(body: bytes) -> GpuSample:
         raise
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
         raise UnreadableAnswer(f"not a Prometheus query answer ({type(exc).__name__})") from None
-    if not math.isfinite(value):
-        raise UnreadableAnswer("the query returned a value that is not a number")
+    if not 0.0 <= value <= 100.0:
+        raise UnreadableAnswer("the query returned a value that is not a percent (0 to 100)")
     return GpuSample(value, None)

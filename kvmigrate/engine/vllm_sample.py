@@ -11,7 +11,6 @@ showing an empty cell with no reason.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -35,6 +34,11 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 }
 # Averaged over the engines of a data-parallel server; every other figure is summed.
 MEAN_OVER_ENGINES = frozenset({"kv_usage"})
+# The values a figure can take: a series outside them (a broken or hostile exporter's
+# 1e308) is no reading, as a non-finite one is, rather than a mean that overflows.
+SHARE = (0.0, 1.0)
+COUNT = (0.0, 1e15)
+RANGES = {"kv_usage": SHARE}
 FIGURES = (*GAUGES, *COUNTERS, *HISTOGRAMS)
 PREFIXES = tuple(n for names in (*GAUGES.values(), *COUNTERS.values()) for n in names) + tuple(
     n for names in HISTOGRAMS.values() for n in names
@@ -76,7 +80,8 @@ def read_vllm(text: str) -> EngineSample:
     values: dict[str, float | None] = {}
     absent: list[str] = []
     for figure, names in (*GAUGES.items(), *COUNTERS.items()):
-        values[figure] = _scalar(parsed, names, figure in MEAN_OVER_ENGINES)
+        span = RANGES.get(figure, COUNT)
+        values[figure] = _scalar(parsed, names, figure in MEAN_OVER_ENGINES, span)
         if values[figure] is None:
             absent.append(figure)
     ttft = _histogram(parsed, HISTOGRAMS["ttft"])
@@ -91,9 +96,12 @@ def read_vllm(text: str) -> EngineSample:
     )
 
 
-def _scalar(parsed: Parsed, names: tuple[str, ...], mean: bool) -> float | None:
+def _scalar(
+    parsed: Parsed, names: tuple[str, ...], mean: bool, span: tuple[float, float]
+) -> float | None:
+    low, high = span
     for name in names:
-        found = [s.value for s in parsed.named(name) if math.isfinite(s.value)]
+        found = [s.value for s in parsed.named(name) if low <= s.value <= high]
         if found:
             return sum(found) / len(found) if mean else sum(found)
     return None

@@ -135,7 +135,11 @@ def test_a_prometheus_answer_gives_its_first_value(answer: object, value: float)
         (b'{"status": "error", "data": {"result": []}, "error": "parse error"}',
          "the query failed: parse error"),
         (b'{"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "NaN"]}]}}',
-         "the query returned a value that is not a number"),
+         "the query returned a value that is not a percent (0 to 100)"),
+        (b'{"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "1e308"]}]}}',
+         "the query returned a value that is not a percent (0 to 100)"),
+        (b'{"status": "success", "data": {"resultType": "scalar", "result": [1, "-3"]}}',
+         "the query returned a value that is not a percent (0 to 100)"),
         (b'{"data": 3}', "not a Prometheus query answer (TypeError)"),
     ],
 )  # fmt: skip
@@ -143,3 +147,23 @@ def test_an_unusable_prometheus_answer_says_why(body: bytes, reason: str) -> Non
     with pytest.raises(UnreadableAnswer) as raised:
         read_prometheus(body)
     assert str(raised.value) == reason
+
+
+def test_readings_outside_what_a_figure_can_be_are_no_readings() -> None:
+    """A broken or hostile exporter's 1e308 would make every mean over it infinite: a share
+    above 1, a percent above 100 or a count beyond any engine's is dropped like a NaN."""
+    sample = read_vllm(
+        'vllm:kv_cache_usage_perc{engine="0"} 1e308\n'
+        'vllm:kv_cache_usage_perc{engine="1"} 0.5\n'
+        "vllm:num_requests_running 1e308\n"
+        "vllm:num_requests_waiting 3\n"
+    )
+    assert (sample.kv_usage, sample.running, sample.waiting) == (0.5, None, 3.0)
+    assert "running" in sample.absent
+    gpus = read_dcgm(
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 1e308\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 60\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="2"} -1\n'
+    )
+    assert (gpus.util_pct, gpus.gpus) == (60.0, 1)
+    with pytest.raises(UnreadableAnswer, match="no DCGM_FI_DEV_GPU_UTIL series"):
+        read_dcgm('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 1e308\n')
