@@ -153,10 +153,10 @@ def test_bad_options_are_refused(args: list[str]) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([], {"conversations": 18, "turns": 4, "time_scale": 0.3, "bake_factor": 1}),
+        ([], {"conversations": 18, "turns": 4, "time_scale": 0.15, "bake_factor": 1}),
         (["--full"], FULL),
         (["--full", "--turns", "3"], {**FULL, "turns": 3}),
-        (["--conversations", "5"], {"conversations": 5, "turns": 4, "time_scale": 0.3}),
+        (["--conversations", "5"], {"conversations": 5, "turns": 4, "time_scale": 0.15}),
     ],
 )
 def test_full_chooses_the_longer_story_and_options_still_win(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,13 +70,14 @@ class DemoSettings:
     """The defaults are the short story, under a minute on a quiet 2-core machine: a
     newcomer waits for it before anything else. Most of its time is the traffic the gates
     need (a few hundred requests a step; the CPU it takes is the floor), the rest the
-    emulators' latencies, so it runs them at 0.3x and leaves a smaller bake after each step.
+    emulators' latencies, so it runs them at 0.15x, in a process of their own, and leaves a
+    smaller bake after each step.
     FULL is the longer story at real latencies (`--full`, about two minutes and a half)."""
 
     conversations: int = 18
     turns: int = 4
     concurrency: int = 8
-    time_scale: float = 0.3
+    time_scale: float = 0.15
     bad_candidate: bool = False
     real_vllm: bool = False
     out: Path | None = None  # None: report.html in a new temporary directory, kept
@@ -118,7 +119,7 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
             "turns, mirrored to the candidate",
             echo,
         )
-        _traffic(base_url, settings, settings.conversations, 0, echo)
+        _traffic(base_url, settings, [Agents(settings.conversations, 0)], echo)
         echo(_report(config, "text", started))
         _phase("2. Rollout 10% -> 50% -> 100%, checked by the gates", echo)
         ok = _walk(controller, base_url, settings, echo)
@@ -135,7 +136,9 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
 def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> Iterator[Config]:
     broken = 1.0 if settings.bad_candidate else 0.0
     api = settings.api
-    with emulated_backends(settings.time_scale, broken_tool_calls=broken, api=api) as emulated:
+    with emulated_backends(
+        settings.time_scale, broken_tool_calls=broken, api=api, own_process=True
+    ) as emulated:
         if not settings.real_vllm:
             yield embedded_config(
                 emulated,
@@ -167,30 +170,44 @@ def _backends_and_config(settings: DemoSettings, workdir: Path, echo: Echo) -> I
             )
 
 
-def _traffic(
-    base_url: str,
-    settings: DemoSettings,
-    conversations: int,
-    first: int,
-    echo: Echo,
-    model: str | None = None,
-    turns: int | None = None,
-) -> None:
+@dataclass(frozen=True)
+class Agents:
+    """A group of agent conversations: `count` of them, numbered from `first` (each number
+    is one conversation's identity), on `model` (None: the demo's chat model) for `turns`
+    (None: the settings')."""
+
+    count: int
+    first: int
+    model: str | None = None
+    turns: int | None = None
+
+
+def _traffic(base_url: str, settings: DemoSettings, groups: Sequence[Agents], echo: Echo) -> None:
+    """Drive the groups at once, each `settings.concurrency` at a time: the second model's
+    long conversations run beside the first's, not after them."""
     anthropic = settings.api == "anthropic"
     drive = anthropic_agent.drive if anthropic else agent.drive
-    label = "  conversations" if model is None else f"  {model} conversations"
-    with progress(conversations, label) as bar:
-        failed = asyncio.run(
+    total = sum(group.count for group in groups)
+    others = [f"{g.count} on {g.model}" for g in groups if g.model is not None]
+    label = "  conversations" + (f" ({', '.join(others)})" if others else "")
+
+    async def together(update: Callable[[int], None]) -> int:
+        runs = [
             drive(
                 base_url,
-                model or _chat(settings),
-                conversations,
-                turns or settings.turns,
+                group.model or _chat(settings),
+                group.count,
+                group.turns or settings.turns,
                 settings.concurrency,
-                bar.update,
-                first,
+                update,
+                group.first,
             )
-        )
+            for group in groups
+        ]
+        return sum(await asyncio.gather(*runs))
+
+    with progress(total, label) as bar:
+        failed = asyncio.run(together(bar.update))
     if failed:
         echo(f"  {failed} calls failed (as the client saw them)")
     # The shadow copies finish and the recorder writes them: the report and the gates read
@@ -218,12 +235,12 @@ def _walk(controller: RolloutController, base_url: str, settings: DemoSettings, 
             )
         echo(f"promoted to {step:g}% (version {outcome.state.version}):")
         echo(render_gates([g.to_dict() for g in outcome.gates]))
-        _traffic(base_url, settings, bake, 1000 * (number + 1), echo)
         # The second model's agents: a third as many, so its evidence comes later, and they
         # run long, past the turn the playbook's flatness row is read from.
         long = max(settings.turns, SECOND_MODEL_TURNS)
-        first = 1000 * (number + 1) + 500
-        _traffic(base_url, settings, -(-bake // 3), first, echo, SECOND_MODEL, long)
+        first = 1000 * (number + 1)
+        second = Agents(-(-bake // 3), first + 500, SECOND_MODEL, long)
+        _traffic(base_url, settings, [Agents(bake, first), second], echo)
         follow(controller, echo)
     echo("rollout complete: the candidate serves every conversation")
     show_cohorts(controller, echo)
@@ -252,7 +269,7 @@ def _promote(
             echo(f"gates before {step:g}% still waiting; {more} more conversations:")
             echo(render_gates([g.to_dict() for g in waiting]))
             first = 100_000 + 10_000 * int(step) + 8 * settings.conversations - budget
-            _traffic(base_url, settings, more, first, echo)
+            _traffic(base_url, settings, [Agents(more, first)], echo)
             budget -= more
 
 
@@ -265,7 +282,7 @@ def _show_auto_rollback(
         10, reason="demo: override to show auto-rollback", actor="demo", force=True, cohort=chat
     )
     time.sleep(0.3)
-    _traffic(base_url, settings, settings.conversations, 5000, echo)
+    _traffic(base_url, settings, [Agents(settings.conversations, 5000)], echo)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and controller.read(chat).percent > 0:
         time.sleep(0.2)
