@@ -9,7 +9,7 @@ child's main the same way, when that main imports the parent's module.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -29,3 +29,18 @@ def implementation(url: str, by_scheme: Mapping[str, str]) -> Any:
     not name."""
     target = by_scheme.get(url_scheme(url))
     return None if target is None else load(target)
+
+
+def package_exports(package: str, by_name: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's module-level `__getattr__` for the names it re-exports, each `by_name`
+    to the submodule that defines it, imported on first use. Importing one light submodule
+    (`kvmigrate.emulator.tokens`) then no longer loads the heavy ones beside it (the
+    emulator's aiohttp server), which a command that never serves paid for at every start."""
+
+    def attribute(name: str) -> Any:
+        module = by_name.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(module), name)
+
+    return attribute

@@ -95,3 +95,36 @@ def test_an_unknown_command_is_still_refused() -> None:
     )
     assert proc.returncode == 2
     assert "No such command 'nosuch'" in proc.stderr
+
+
+def test_report_on_a_sqlite_store_loads_no_server_nor_http_client(tmp_path: Path) -> None:
+    """A report reads records: the proxy's recorder, the emulator's server and aiohttp
+    were a third of its start-up (importing `emulator.tokens` loaded the whole package)."""
+    from kvmigrate.recorder.store import open_store
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""
+backends:
+  hosted: {{api_base: http://127.0.0.1:9/v1}}
+  vllm: {{api_base: http://127.0.0.1:9/v1}}
+models:
+  - {{model_name: m, hosted: m, vllm: m}}
+rollout:
+  state: sqlite:///{tmp_path}/state.db
+record:
+  db: sqlite:///{tmp_path}/records.db
+"""
+    )
+    with open_store(f"sqlite:///{tmp_path}/records.db"):
+        pass
+    modules = modules_after("report", "--since", "all", "--config", str(config))
+    assert "kvmigrate.report.build" in modules
+    heavy = ("aiohttp", "openai", "kvmigrate.proxy", "kvmigrate.emulator.server")
+    assert loaded(modules, heavy) == set()
+    assert "kvmigrate.recorder.addon" not in modules
+    # The cache-buster check counts tokens with the emulator's tokenizer, once records hold
+    # requests: that module alone.
+    probe = "import json, sys, kvmigrate.emulator.tokens; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert loaded(set(json.loads(proc.stdout)), heavy) == set(), proc.stderr
