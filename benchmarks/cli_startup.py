@@ -1,6 +1,12 @@
-"""How long the CLI takes to start: `kvmigrate --help` and `kvmigrate rollout status`.
+"""How long the CLI takes to start: `kvmigrate --help`, `kvmigrate rollout status`, a
+`kvmigrate proxy` until it answers `/health`, and `kvmigrate report`.
 
-    .venv/bin/python benchmarks/cli_startup.py [--runs 15] [--top 8]
+    .venv/bin/python benchmarks/cli_startup.py [--runs 15] [--top 8] [--records CONFIG]
+
+`--records CONFIG` times `report --since all` over that config's records (the demo's, kept
+with `kvmigrate demo --workdir DIR`, say); without it the report reads an empty database.
+A proxy's time is from its spawn to the first 200 from `/health` (polled every 10 ms), its
+CPU what it used until then; it is stopped with SIGTERM after each run.
 
 Each command runs `--runs` times as a fresh subprocess (`python -m kvmigrate ...`, as the
 console script does) after one warm-up; the median, min and max wall time are printed, with
@@ -16,12 +22,16 @@ Targets (issue 24): `--help` <= 0.3 s, `rollout status` <= 0.6 s.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 CONFIG = """
@@ -46,6 +56,52 @@ def _run(argv: list[str]) -> tuple[float, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     return wall, cpu
+
+
+def _serving(argv: list[str], port: int) -> tuple[float, float]:
+    """Wall seconds from spawning a server to its first `/health` 200, and the CPU seconds
+    it used by then."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{argv} exited with {proc.returncode}") from None
+                time.sleep(0.01)
+        wall = time.perf_counter() - start
+        with open(f"/proc/{proc.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return wall, cpu
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _proxy(cli: list[str], config: Path, runs: int) -> None:
+    def once() -> tuple[float, float]:
+        port = _free_port()
+        return _serving([*cli, "proxy", "--config", str(config), "--port", str(port)], port)
+
+    once()
+    walls, cpus = zip(*(once() for _ in range(runs)), strict=True)
+    print(
+        f"{'kvmigrate proxy: /health':<26} median {statistics.median(walls):.3f} s "
+        f"(min {min(walls):.3f}, max {max(walls):.3f}, {runs} runs), "
+        f"CPU {statistics.median(cpus):.3f} s"
+    )
 
 
 def _imports(argv: list[str], top: int) -> tuple[int, list[tuple[int, str]]]:
@@ -82,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--top", type=int, default=8, help="costliest imports to list")
+    parser.add_argument("--records", type=Path, help="a config whose records `report` reads")
     args = parser.parse_args()
     cli = [sys.executable, "-m", "kvmigrate"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,6 +150,13 @@ def main() -> None:
             "kvmigrate rollout status",
             [*cli, "rollout", "status", "--config", str(config)],
             args.runs,
+            args.top,
+        )
+        _proxy(cli, config, max(3, args.runs // 3))
+        _report(
+            "kvmigrate report",
+            [*cli, "report", "--since", "all", "--config", str(args.records or config)],
+            max(3, args.runs // 3),
             args.top,
         )
 
