@@ -249,22 +249,33 @@ OPENER = textwrap.dedent(
 def test_two_processes_opening_a_new_store_at_once_apply_each_migration_once(
     tmp_path: Path,
 ) -> None:
-    url = f"sqlite:///{tmp_path}/state.db"
+    """The test holds the new file's write lock until both processes are opening it, so
+    both find no migration applied and then race for the lock the moment it is let go."""
+    path = tmp_path / "state.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("BEGIN IMMEDIATE")
     barrier = tmp_path / "ready"
     barrier.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", OPENER, url, str(barrier), name],
+            [sys.executable, "-c", OPENER, f"sqlite:///{path}", str(barrier), name],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for name in "ab"
     ]
+    deadline = time.monotonic() + 60
+    while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # both are past their first read and waiting on the lock
+    holder.execute("COMMIT")
+    holder.close()
     outputs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
     results = [json.loads(out) for out, _ in outputs]
     applied = sorted((r["applied"] for r in results), key=len)
     assert applied == [[], NAMES]  # one applied them all, the other found them applied
     assert results[0]["key"] == results[1]["key"]  # one secret: made once
-    assert [r[0] for r in stored_rows(tmp_path / "state.db", "rollout_migrations")] == NAMES
+    assert [r[0] for r in stored_rows(path, "rollout_migrations")] == NAMES
