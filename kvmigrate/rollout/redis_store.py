@@ -71,6 +71,7 @@ class RedisRolloutStore:
             raise StoreError(f"bad Redis URL {safe_url(url)!r}: {safe_text(str(exc))}") from None
         self._where = f"Redis rollout store {safe_url(url)}"
         self._keys: StoreKeys | None = None
+        self.migrated: list[str] = []  # the migrations this store ran as it opened
         # Read (and keys in the clear hashed) at open; a store opened while Redis is down
         # still opens, reads them at first use, and its first call raises StoreError.
         with contextlib.suppress(StoreError):
@@ -83,7 +84,7 @@ class RedisRolloutStore:
         return self._keys
 
     def _open_keys(self) -> StoreKeys:
-        self.migrate()
+        self.migrated = self.migrate()
         return StoreKeys(str(self._call(self._redis.get, self._key("secret"))))
 
     def _migrations(self) -> tuple[tuple[str, Callable[[], None]], ...]:
