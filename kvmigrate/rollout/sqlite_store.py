@@ -248,10 +248,10 @@ class SqliteRolloutStore:
         """The links' connection, at WAL's synchronous=NORMAL for good: links are written
         many times a second and are soft state (a lost one costs a conversation its
         continuity, never a decision), so their commits skip the fsync, as the records
-        store's do (26 us of CPU per batch instead of 270). A crash of the process still
-        loses nothing committed; only a power loss can drop the last links. Rollout state,
-        on the other connection, keeps FULL; switching one connection between the two cost
-        two statements per batch."""
+        store's do (a fraction of the CPU per batch: benchmarks/link_flush_cost.py). A crash
+        of the process still loses nothing committed; only a power loss can drop the last
+        links. Rollout state, on the other connection, keeps FULL; switching one connection
+        between the two cost two statements per batch."""
         if self._links_closed:  # as the closed main connection would answer
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         if self._links_db is None:
