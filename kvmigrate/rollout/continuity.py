@@ -59,10 +59,10 @@ LINK_BATCH_S = 0.005
 # Where no other process reads the store (one proxy, not `--workers`), its links serve only
 # the proxy's next start: a batch every quarter second, not every 5 ms. Each batch is a
 # thread hop and a transaction whose thread contends for the loop's core and GIL, and at
-# thousands of answers a second the 5 ms batches cost a visible share of the default
-# deployment's throughput (benchmarks/proxy_overhead.py). A
-# SIGKILL loses at most this much of the links (soft state: a lost link costs a
-# conversation its continuity across the restart, never a decision).
+# thousands of answers a second batches every LINK_BATCH_S cost a visible share of the
+# default deployment's throughput (benchmarks/proxy_overhead.py). A SIGKILL loses at most
+# this much of the links (soft state: a lost link costs a conversation its continuity
+# across the restart, never a decision).
 LOCAL_LINK_BATCH_S = 0.25
 # A batch this large goes at once, whatever the window: it bounds what one write holds.
 LINK_BATCH_MAX = 2_000
