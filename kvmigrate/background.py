@@ -61,7 +61,8 @@ class _Starter:
     A child takes two things from the thread that starts it. Its priority (on Linux nice
     and the scheduling policy are a thread's own): started from a thread at the lowest
     priority, or at RAISED_NICE for a raisable worker, its interpreter start-up and imports
-    (about 0.1 s of CPU per start) no longer take a pinned proxy's own core. And its
+    (a fresh interpreter's whole CPU cost: benchmarks/cpu_ab.py measures the proxy's CPU)
+    no longer take a pinned proxy's own core. And its
     parent-death signal (`_die_with_parent`), which Linux sends when that *thread* ends,
     not the process: so the thread waits here until its worker has ended, and a proxy that
     is killed takes its workers with it. Elsewhere than Linux `nice` is the whole process's,

@@ -201,7 +201,8 @@ def outlive_client(request: BaseRequest) -> None:
     """From here on, the request's handler runs to its end even if its client leaves: the
     handler notices at its next write. aiohttp, serving with `handler_cancellation`, would
     cancel it at the disconnect (what a proxy wants before the first byte: the upstream call
-    stops). The alternative, a task per request to shield, cost 20 us of CPU per request."""
+    stops). The alternative, a task per request to shield, cost CPU on every request
+    (benchmarks/cpu_ab.py compares the two)."""
     request[_OUTLIVES_CLIENT] = True
 
 
@@ -310,8 +311,8 @@ async def serve_until(
     up to `drain_s` seconds, or until `hurry` is set (then it ends at once: see `_hurried`).
     `reuse_port`: several processes listen on one port (SO_REUSEPORT) and the kernel spreads
     the connections among them. Once listening, the process serves until it is stopped: its
-    collector is settled for that (a worker of `proxy --workers` that was not spent 27 us
-    more CPU per request in collections)."""
+    collector is settled for that (a worker of `proxy --workers` that was not spent more CPU
+    per request in collections: benchmarks/proxy_overhead.py)."""
     app[DRAIN_KEY] = drain_s
     runner = EnvelopeAppRunner(
         app, access_log=None, handle_signals=False, shutdown_timeout=_phase_timeout(drain_s)

@@ -8,7 +8,8 @@ then cancels the rest, so shutdown never hangs (as uvicorn's graceful-shutdown t
 
 With a `deadline`, a task still running that long after its start is cancelled and counted.
 One sweep a fraction of the deadline apart does that for all of them: an `asyncio.timeout`
-per task cost the proxy about 4 us of CPU per shadow copy, for a bound that rarely fires.
+per task cost the proxy CPU on every shadow copy, for a bound that rarely fires
+(benchmarks/proxy_overhead.py measures the shadow cost).
 
 What `make` starts may also be a `Flight`: work already running without a task (an upstream
 call whose answer ends it from the protocol's callbacks), bounded, timed and cancelled alike.

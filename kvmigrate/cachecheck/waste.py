@@ -11,7 +11,8 @@ from kvmigrate.cachecheck.classes import DESCRIPTIONS, BreakClass
 from kvmigrate.cachecheck.classify import Break
 from kvmigrate.cachecheck.compare import TurnCheck
 
-# Prefill throughput of an 8B model on one H200, measured: 10K tokens in ~0.32 s.
+# Prefill throughput of an 8B model on one H200: the planner's reference engine
+# (kvmigrate.plan.cost_model), a default, not a figure of this machine.
 DEFAULT_PREFILL_TOKENS_PER_S = 31_000.0
 
 

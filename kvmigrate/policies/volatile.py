@@ -59,8 +59,8 @@ ID_PATTERNS = (
 # Ids first: a uuid or a hex id is full of digits that would also pass for a date or a time.
 # Masking takes the prefixed id's run whole, digit or not, and keeps a run without one as it
 # is (`_masked`): ID_PATTERNS' lookahead for that digit rescans the rest of the run from
-# every prefix inside it, so "id-id-id-..." cost time in the square of its length (24 KB of
-# it held the loop 2.6 s). Whole runs make one pass; what changes is only that a weekday
+# every prefix inside it, so "id-id-id-..." cost time in the square of its length (a few
+# KB of it held the loop for seconds). Whole runs make one pass; what changes is only that a weekday
 # inside a digitless run (`id-Monday-x`) is no longer masked on its own.
 VOLATILE_PATTERN = re.compile(
     "|".join(
@@ -89,8 +89,9 @@ def _masked(match: re.Match[str]) -> str:
     return MASK
 
 
-# Searching costs about 0.3 us a character, on the proxy's loop, and an agent resends its
-# opening every turn (a 57 KB system prompt: 15-19 ms a turn). So an opening met again is
+# Searching costs time in proportion to the text, on the proxy's loop, and an agent resends
+# its opening every turn (benchmarks/opening_mask.py measures a large system prompt's cost
+# a turn). So an opening met again is
 # masked from a cache: whole (a pasted document, a prompt without a timestamp), else line
 # by line (a prompt whose timestamp line changes every turn). The caches memoise a pure
 # function, so they change no result; their bounds keep them under 16 MB of ASCII text
@@ -100,7 +101,8 @@ CACHED_TEXT_CHARS = 256 * 1024
 LINE_CACHE_SIZE = 1024
 CACHED_LINE_CHARS = 4096
 # The most characters searched in one text, so that no request can hold the loop for long
-# (32 MiB of digits would take 10 s or more; this bound, 60 ms). Lines past it are left as
+# (the cost grows with the characters searched: benchmarks/opening_mask.py measures it at
+# this bound). Lines past it are left as
 # they are: an opening that long with values changing past it splits its conversation.
 SEARCH_BUDGET = 128 * 1024
 

@@ -106,7 +106,8 @@ def _refuse_duplicate_keys(raw: bytes, chained: bool) -> int:
 def _escapes_a_letter(raw: bytes) -> bool:
     """Whether the body writes a letter as `\\u00XX`. The first few `\\u00` are found at
     memory speed and the letter checked where each is; most bodies have none or a few (a
-    regular expression over a whole 100 KB body cost 80 us). Past `_ESCAPES_LOOKED_AT` of
+    regular expression over a whole agent body costs far more: benchmarks/duplicate_key_scan.py
+    measures it). Past `_ESCAPES_LOOKED_AT` of
     them (a tool's coloured output holds many `\\u001b`), the expression takes the rest,
     as a loop over each would cost more."""
     at = bytescan.find(raw, _ESCAPE)
@@ -170,7 +171,8 @@ def with_model(body: RequestBody, served_model: str) -> bytes:
 
 
 def _splice(raw: bytes, match: re.Match[bytes], replacement: bytes) -> bytes:
-    # One copy of the body: slicing and adding bytes made two (8 us of a 118 KB body).
+    # One copy of the body: slicing and adding bytes made two (benchmarks/agent_body.py
+    # measures what a large body costs a request).
     view = memoryview(raw)
     return b"".join((view[: match.start(1)], replacement, view[match.end(1) :]))
 

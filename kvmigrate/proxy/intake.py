@@ -69,7 +69,8 @@ async def _read_raw(request: web.Request, server: ServerConfig) -> bytes:
 async def _read(payload: StreamReader, limit: int) -> bytes:
     """The body as the payload's chunks joined: a body that came in one chunk is that
     chunk. `request.read()` copied every body twice (into a bytearray, then out of it),
-    15 us of a 118 KB agent turn. A body without a Content-Length is cut off at `limit`."""
+    which an agent's large turns pay every time (benchmarks/agent_body.py). A body without
+    a Content-Length is cut off at `limit`."""
     raise_limits = getattr(payload, "set_read_chunk_size", None)  # aiohttp 3.14
     if raise_limits is not None:
         raise_limits(limit)  # read on without pausing the transport every 64 KB

@@ -174,9 +174,10 @@ class ProxyMetrics:
 
     def count(self, counter: Counter, *labels: str, amount: float = 1.0) -> None:
         """`counter.labels(*labels).inc(amount)`, at the next fold. Per exchange the metrics
-        took 5.8 us of the event loop's time (a labelled child found, a lock per value, a
-        histogram's buckets scanned; with `--workers`, a memory-mapped file written per
-        value); a tally takes a dict update."""
+        were a visible step of the event loop's time (a labelled child found, a lock per
+        value, a histogram's buckets scanned; with `--workers`, a memory-mapped file written
+        per value: benchmarks/critical_path.py times the steps); a tally takes a dict
+        update."""
         self._counts[(counter, *labels)] += amount
 
     def observe(self, histogram: Histogram, value: float, *labels: str) -> None:

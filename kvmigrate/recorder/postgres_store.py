@@ -11,7 +11,8 @@ from urllib.parse import unquote, urlsplit
 import psycopg
 
 from kvmigrate.config import safe_url
-from kvmigrate.recorder.store import Cursor, RecordStore, StoreError
+from kvmigrate.recorder.store import RecordStore, StoreError
+from kvmigrate.sql_migrations import Cursor
 
 # An arbitrary constant: the advisory lock key that serialises migrations across replicas.
 _MIGRATION_LOCK = 0x6B766D6967726174

@@ -1,26 +1,18 @@
 """The records schema, changed only by named, append-only migrations.
 
 Each migration runs once per database, in order, and its name goes into the `migrations`
-table in the same transaction (as simonw/llm does). Never edit or reorder a migration that
-has shipped: append a new one. The SQL is written once for SQLite and PostgreSQL alike
-(`DOUBLE PRECISION`, `BIGINT`, `BOOLEAN` and `TEXT` mean the same to both).
+table in the same transaction (kvmigrate.sql_migrations runs them). Never edit or reorder a
+migration that has shipped: append a new one. The SQL is written once for SQLite and
+PostgreSQL alike (`DOUBLE PRECISION`, `BIGINT`, `BOOLEAN` and `TEXT` mean the same to both).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from kvmigrate.sql_migrations import Migration
 
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    name: str
-    statements: tuple[str, ...]
-
-
-MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS migrations (
-    name TEXT PRIMARY KEY,
-    applied_at DOUBLE PRECISION NOT NULL
-)"""
+# The records' migrations table: the rollout store keeps its own (`rollout_migrations`), so
+# both stores can share one SQLite file.
+MIGRATIONS_TABLE = "migrations"
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kvmigrate.config.secret import safe_url
 from kvmigrate.private_files import create_private
-from kvmigrate.recorder.store import Cursor, RecordStore, StoreError
+from kvmigrate.recorder.store import RecordStore, StoreError
+from kvmigrate.sql_migrations import Cursor
 
 
 def sqlite_path(url: str) -> str:

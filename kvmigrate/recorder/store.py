@@ -11,12 +11,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
 from kvmigrate.config.secret import safe_url
 from kvmigrate.lazy import implementation
 from kvmigrate.recorder.record import COLUMNS, Record
 from kvmigrate.recorder.schema import MIGRATIONS, MIGRATIONS_TABLE
+from kvmigrate.sql_migrations import Cursor, apply_migrations
 
 log = logging.getLogger("kvmigrate.recorder")
 
@@ -34,12 +35,6 @@ def database_errors() -> tuple[type[Exception], ...]:
     if psycopg is not None:
         errors.append(psycopg.Error)
     return tuple(errors)
-
-
-class Cursor(Protocol):
-    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
-    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any: ...
-    def fetchall(self) -> list[Any]: ...
 
 
 INSERT_SQL = (
@@ -108,23 +103,9 @@ class RecordStore(ABC):
 
     def migrate(self) -> list[str]:
         """Apply the migrations this database lacks; returns their names."""
-        applied: list[str] = []
         with self._lock, self._transaction() as cursor:
             self._lock_schema(cursor)
-            cursor.execute(MIGRATIONS_TABLE)
-            cursor.execute("SELECT name FROM migrations")
-            done = {row[0] for row in cursor.fetchall()}
-            for migration in MIGRATIONS:
-                if migration.name in done:
-                    continue
-                for statement in migration.statements:
-                    cursor.execute(statement)
-                cursor.execute(
-                    self.sql("INSERT INTO migrations (name, applied_at) VALUES (?, ?)"),
-                    (migration.name, time.time()),
-                )
-                applied.append(migration.name)
-        return applied
+            return apply_migrations(cursor, MIGRATIONS, MIGRATIONS_TABLE, self.sql)
 
     def insert(self, records: Sequence[Record], answered: Sequence[AnsweredRow] = ()) -> None:
         """Write a batch in one transaction: all of it lands, or none (a crash mid-batch
@@ -168,7 +149,7 @@ class RecordStore(ABC):
             return [tuple(row) for row in cursor.fetchall()]
 
     def applied_migrations(self) -> list[str]:
-        return [row[0] for row in self.query("SELECT name FROM migrations ORDER BY name")]
+        return [row[0] for row in self.query(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY name")]
 
     @abstractmethod
     def columns(self, table: str) -> set[str]: ...

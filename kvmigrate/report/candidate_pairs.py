@@ -31,8 +31,8 @@ from kvmigrate.report.aggregate import answered, succeeded
 from kvmigrate.report.model import CandidatePair
 from kvmigrate.report.rows import Row
 
-# Pairs of answers compared (the latest), so a report stays quick: ~0.5 ms a pair, both
-# ways (benchmarks/report_cohorts.py).
+# Pairs of answers compared (the latest), so a report stays quick: each pair is compared
+# both ways (benchmarks/report_cohorts.py measures the cost a pair).
 MOST = 2_000
 CONFIDENCE = 0.95
 _CHUNK = 500  # ids per IN (...) query, under SQLite's variable limit

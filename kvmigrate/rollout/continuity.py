@@ -46,20 +46,23 @@ log = logging.getLogger("kvmigrate.identity")
 MAX_LOCAL_LINKS = 200_000
 MAX_UNSAVED = 10_000
 # A link read that does not answer in time reads as a miss, and the conversation starts
-# again (maybe on the other backend): beside a CPU hog a Redis read took over 50 ms. A hung
+# again (maybe on the other backend): beside a CPU hog a Redis read can be slow, so the
+# bound is generous. A hung
 # store delays a later turn this long, once (a store that refuses fails at once).
 REMOTE_LINK_TIMEOUT = 0.5
 # Under load the links go to the store in one transaction per LINK_BATCH_S: one per answer
-# (a thread hop, a transaction and the WAL's sync) took as much CPU as the proxy's own
-# work on the answer. A link after a quiet spell still goes at once. Well under
-# REMOTE_RETRY_DELAY: another proxy's second read must find a link this one just made.
+# (a thread hop, a transaction and the WAL's sync) cost about as much CPU as the proxy's
+# own work on the answer (benchmarks/link_flush_cost.py). A link after a quiet spell still
+# goes at once. Well under REMOTE_RETRY_DELAY: another proxy's second read must find a link
+# this one just made.
 LINK_BATCH_S = 0.005
 # Where no other process reads the store (one proxy, not `--workers`), its links serve only
 # the proxy's next start: a batch every quarter second, not every 5 ms. Each batch is a
-# thread hop and a transaction whose thread contends for the loop's core and GIL; at 3,000
-# answers a second the 5 ms batches cost 8-12% of the default deployment's throughput. A
-# SIGKILL loses at most this much of the links (soft state: a lost link costs a
-# conversation its continuity across the restart, never a decision).
+# thread hop and a transaction whose thread contends for the loop's core and GIL, and at
+# thousands of answers a second batches every LINK_BATCH_S cost a visible share of the
+# default deployment's throughput (benchmarks/proxy_overhead.py). A SIGKILL loses at most
+# this much of the links (soft state: a lost link costs a conversation its continuity
+# across the restart, never a decision).
 LOCAL_LINK_BATCH_S = 0.25
 # A batch this large goes at once, whatever the window: it bounds what one write holds.
 LINK_BATCH_MAX = 2_000
@@ -69,7 +72,7 @@ REMOTE_RETRY_DELAY = 0.01
 # The longest an answer's last byte waits for its link's batch to reach the store: a store
 # that hangs delays answers this much, then the link is saved later (a failing one: not at
 # all, from its first failed batch until one is written again). Quiet, the wait is one
-# batch write (~1 ms on Redis).
+# batch write (benchmarks/link_flush_cost.py measures one on SQLite).
 LINK_SAVE_WAIT = 1.0
 
 # How a request's conversation was known. `guess`: a later turn (it resends answers) that
@@ -134,7 +137,8 @@ class ContinuityResolver:
         # its link is written (`settle`)? A Redis store is shared by design; the workers of
         # `proxy --workers N` share one SQLite file (prometheus-client's multiprocess
         # directory is set for them only). A single proxy knows its links in process, and
-        # the wait (a thread hop and a transaction, ~0.5 ms at c=1) would be pure cost.
+        # the wait (a thread hop and a transaction, on every answer at concurrency 1:
+        # benchmarks/link_flush_cost.py) would be pure cost.
         self.others_read = self.shared or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         # The workers of one pool share their links in memory (kvmigrate.rollout.link_table):
         # a link there needs no early write, and an answer waits for none. A Redis store is

@@ -3,7 +3,7 @@
 A worker's next turn may reach any worker, so a link must be where the others can read it
 before the client has the answer's last byte. Through the SQLite store that cost a thread
 hop and a transaction per batch, a batch as soon as a request arrived, and an answer at
-concurrency 1 waited for the write (two workers added 0.70 ms there, one 0.42). Here a link
+concurrency 1 waited for the write (benchmarks/link_flush_cost.py measures it). Here a link
 is 40 bytes written into a file that every worker maps (kvmigrate.rollout.slot_table): a
 few microseconds, on the loop, with nothing to wait for. The store still gets every link,
 in slow batches, for the pool's next start. Beside it, the pool's chains share the

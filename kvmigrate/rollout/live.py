@@ -32,7 +32,7 @@ MAX_LOCAL_PINS = 200_000
 # Read only for a later turn this proxy has no pin for (another replica's conversation, or
 # one from before a restart); the answer is then remembered here. A read that does not answer
 # in time is routed by the split and held here only, briefly (UNANSWERED_PIN_S). Beside a
-# CPU hog a Redis read took over 50 ms (the old bound); the same bound as a link read's.
+# CPU hog a Redis read can outlast a tight bound; the same bound as a link read's.
 REMOTE_PIN_TIMEOUT = 0.5
 # A turn routed while the store did not answer is held where it went, here only, this long:
 # each such conversation waits for a hung store at most once in this span, then follows the

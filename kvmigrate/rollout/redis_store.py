@@ -11,8 +11,11 @@ of the `cohorts` hash, its changes go to the `events` list, and `generation` cou
 `version` + `generation` grows with every change, which is what proxies poll.
 
 Pins and links are keyed by keyed hashes (kvmigrate.rollout.keys) under the `secret` key's
-secret. The proxy that creates it (SET NX) hashes the pins and links written in the clear
-by an older version, keeping their TTLs.
+secret. Changes to what is stored are named migrations, as the SQL stores' are
+(kvmigrate.sql_migrations): each name goes into the `migrations` set once it has run, and a
+store opened by a later release runs the ones it lacks under the `migrating` lock, so two
+replicas starting at once do not both run one. The first, `r001_hashed_keys`, makes the
+secret and hashes the pins and links an older version wrote in the clear, keeping their TTLs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +37,17 @@ from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_sta
 
 PREFIX = "kvmigrate:rollout"
 MAX_RETRIES = 50
+# The migration lock's lease: a process killed while it holds the lock lets the next one in
+# after this long. Each migration can be run again from the start (it skips what is done),
+# so one that outlasts the lease is at worst repeated, never half-applied.
+MIGRATION_LEASE_S = 60
+MIGRATION_WAIT_S = 30.0
+MIGRATION_POLL_S = 0.05
+# Deletes the lock only if it is still ours (its lease may have passed to another process).
+RELEASE_SCRIPT = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
 
 
 class RedisRolloutStore:
@@ -56,6 +71,7 @@ class RedisRolloutStore:
             raise StoreError(f"bad Redis URL {safe_url(url)!r}: {safe_text(str(exc))}") from None
         self._where = f"Redis rollout store {safe_url(url)}"
         self._keys: StoreKeys | None = None
+        self.migrated: list[str] = []  # the migrations this store ran as it opened
         # Read (and keys in the clear hashed) at open; a store opened while Redis is down
         # still opens, reads them at first use, and its first call raises StoreError.
         with contextlib.suppress(StoreError):
@@ -68,15 +84,44 @@ class RedisRolloutStore:
         return self._keys
 
     def _open_keys(self) -> StoreKeys:
-        secret, name = new_secret(), self._key("secret")
-        if self._call(lambda: self._redis.set(name, secret, nx=True)):
-            keys = StoreKeys(secret)
-            self._hash_clear_keys(keys)
-            return keys
-        return StoreKeys(str(self._call(self._redis.get, name)))
+        self.migrated = self.migrate()
+        return StoreKeys(str(self._call(self._redis.get, self._key("secret"))))
 
-    def _hash_clear_keys(self, keys: StoreKeys) -> None:
-        """Each pin and link in the clear moves to its hashed key, with the TTL it had."""
+    def _migrations(self) -> tuple[tuple[str, Callable[[], None]], ...]:
+        """Append only: never rename, edit or reorder one that has shipped."""
+        return (("r001_hashed_keys", self._hash_clear_keys),)
+
+    def migrate(self) -> list[str]:
+        """Run the migrations the `migrations` set lacks, in order, under the lock; returns
+        their names."""
+        done_key = self._key("migrations")
+        names = [name for name, _ in self._migrations()]
+        if set(self._call(self._redis.smembers, done_key)) >= set(names):
+            return []
+        lock, token = self._key("migrating"), uuid.uuid4().hex
+        deadline = time.monotonic() + MIGRATION_WAIT_S
+        while not self._call(lambda: self._redis.set(lock, token, nx=True, ex=MIGRATION_LEASE_S)):
+            if time.monotonic() > deadline:
+                raise StoreError(f"{self._where}: another process holds {lock} (migrating)")
+            time.sleep(MIGRATION_POLL_S)
+        applied: list[str] = []
+        try:
+            done = set(self._call(self._redis.smembers, done_key))  # read under the lock
+            for name, run in self._migrations():
+                if name not in done:
+                    run()
+                    self._call(self._redis.sadd, done_key, name)
+                    applied.append(name)
+        finally:
+            self._call(self._redis.eval, RELEASE_SCRIPT, 1, lock, token)
+        return applied
+
+    def _hash_clear_keys(self) -> None:
+        """Make the secret unless there is one, then move each pin and link in the clear to
+        its hashed key, with the TTL it had. A store whose release hashed keys already has
+        its secret and no clear keys: nothing moves."""
+        self._call(lambda: self._redis.set(self._key("secret"), new_secret(), nx=True))
+        keys = StoreKeys(str(self._call(self._redis.get, self._key("secret"))))
         for kind in ("pin", "link"):
             start = self._key(f"{kind}:")
             for name in list(self._call(self._redis.scan_iter, start + "*", 1000)):

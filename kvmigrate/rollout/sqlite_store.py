@@ -18,39 +18,17 @@ from typing import Any
 
 from kvmigrate.config.secret import safe_url
 from kvmigrate.private_files import create_private
-from kvmigrate.rollout.keys import StoreKeys, new_secret
+from kvmigrate.rollout.keys import StoreKeys
+from kvmigrate.rollout.schema import KEY_SECRET, MIGRATIONS, MIGRATIONS_TABLE
 from kvmigrate.rollout.state import CohortStates, Link, Pin, RolloutEvent, RolloutState
 from kvmigrate.rollout.store import Change, StoreError, decode_event, decode_state
+from kvmigrate.sql_migrations import apply_migrations
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS rollout_state (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL,
-                                          version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS rollout_history (version INTEGER PRIMARY KEY, at REAL NOT NULL,
-                                            data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rollout_pins (conversation TEXT PRIMARY KEY, backend TEXT NOT NULL,
-                                         epoch INTEGER NOT NULL, expires_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS rollout_links (key TEXT PRIMARY KEY, conversation TEXT NOT NULL,
-                                          turn INTEGER NOT NULL, expires_at REAL NOT NULL,
-                                          detail TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS rollout_cohort_state (cohort TEXT PRIMARY KEY, data TEXT NOT NULL,
-                                                 version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS rollout_cohort_history (seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                                                   cohort TEXT NOT NULL, version INTEGER NOT NULL,
-                                                   at REAL NOT NULL, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rollout_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS rollout_links_expiry ON rollout_links (expires_at);
-CREATE INDEX IF NOT EXISTS rollout_pins_expiry ON rollout_pins (expires_at);
-"""
-# The expiry indexes: each batch of links (and each pin) first deletes what expired, which
-# without them scanned the whole table, one row per conversation turn of the last TTL.
-# Every table is created if missing, so a store written by an older version gains the new
-# ones in place the first time a newer proxy opens it. The migration only appends: the
-# round-1 tables keep the fleet-wide default (cohort "") and its history, untouched, and
-# each cohort's own state and history go to the rollout_cohort_* tables. rollout_meta holds
-# the secret of the keyed hashes that key pins and links (kvmigrate.rollout.keys); a store
-# without one was written with keys in the clear, and they are hashed in the same
-# transaction that creates it.
-KEY_SECRET = "key_secret"
+__all__ = ["KEY_SECRET", "SqliteRolloutStore", "sqlite_path"]
+
+# What the store's migrations (kvmigrate.rollout.schema) made: a store that names them all
+# is opened without the write lock.
+ALL_MIGRATIONS = frozenset(m.name for m in MIGRATIONS)
 # Expired links are never read (every read asks for unexpired ones); deleting them at every
 # batch was a statement per batch, and `--workers` writes a batch per few answers.
 LINK_SWEEP_S = 60.0
@@ -93,7 +71,6 @@ class SqliteRolloutStore:
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open rollout store {self.path}: {exc}") from None
         # Links have a connection of their own, opened at the first batch (see _links).
@@ -101,38 +78,34 @@ class SqliteRolloutStore:
         self._links_db: sqlite3.Connection | None = None
         self._links_closed = False
         self._next_link_sweep = 0.0
-        self.keys = self._open_keys()
+        try:
+            self.migrated = self.migrate()
+            self.keys = self._read_keys()
+        except BaseException:
+            self.close()
+            raise
 
-    def _open_keys(self) -> StoreKeys:
-        """The store's secret; made, and every key written in the clear hashed, at the
-        first open by a version that hashes keys (one transaction: no half-hashed store)."""
-        read = "SELECT value FROM rollout_meta WHERE name = ?"
-        row = self._query_one(read, (KEY_SECRET,))
-        if row is not None:  # every open but the first: no write lock taken
-            return StoreKeys(str(row[0]))
-        with self._transaction():
-            row = self._db.execute(read, (KEY_SECRET,)).fetchone()
-            if row is not None:  # another process made it between our two reads
-                return StoreKeys(str(row[0]))
-            secret = new_secret()
-            keys = StoreKeys(secret)
-            self._hash_clear_keys(keys)
-            self._db.execute("INSERT INTO rollout_meta VALUES (?, ?)", (KEY_SECRET, secret))
-        return keys
+    def migrate(self) -> list[str]:
+        """Apply the migrations this store lacks, under the write lock (so two processes
+        opening a new store at once apply each once); returns their names. A store that
+        has them all is only read."""
+        if self._applied() >= ALL_MIGRATIONS:
+            return []
+        with self._transaction() as db:
+            return apply_migrations(db.cursor(), MIGRATIONS, MIGRATIONS_TABLE)
 
-    def _hash_clear_keys(self, keys: StoreKeys) -> None:
-        pins = self._db.execute("SELECT * FROM rollout_pins").fetchall()
-        links = self._db.execute("SELECT * FROM rollout_links").fetchall()
-        self._db.execute("DELETE FROM rollout_pins")
-        self._db.execute("DELETE FROM rollout_links")
-        self._db.executemany(
-            "INSERT OR IGNORE INTO rollout_pins VALUES (?, ?, ?, ?)",
-            [(keys.key(c), b, e, x) for c, b, e, x in pins],
-        )
-        self._db.executemany(
-            "INSERT OR REPLACE INTO rollout_links VALUES (?, ?, ?, ?, ?)",
-            [(keys.key(k), keys.conversation(c), t, x, d) for k, c, t, x, d in links],
-        )
+    def _applied(self) -> set[str]:
+        table = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+        if self._query_one(table, (MIGRATIONS_TABLE,)) is None:
+            return set()
+        return {str(row[0]) for row in self._query_all(f"SELECT name FROM {MIGRATIONS_TABLE}")}
+
+    def _read_keys(self) -> StoreKeys:
+        """The store's secret, made by the migration that hashes keys."""
+        row = self._query_one("SELECT value FROM rollout_meta WHERE name = ?", (KEY_SECRET,))
+        if row is None:
+            raise StoreError(f"rollout store {self.path}: no key secret in rollout_meta")
+        return StoreKeys(str(row[0]))
 
     def read(self, cohort: str = "") -> RolloutState:
         with self._lock:
@@ -275,10 +248,10 @@ class SqliteRolloutStore:
         """The links' connection, at WAL's synchronous=NORMAL for good: links are written
         many times a second and are soft state (a lost one costs a conversation its
         continuity, never a decision), so their commits skip the fsync, as the records
-        store's do (26 us of CPU per batch instead of 270). A crash of the process still
-        loses nothing committed; only a power loss can drop the last links. Rollout state,
-        on the other connection, keeps FULL; switching one connection between the two cost
-        two statements per batch."""
+        store's do (a fraction of the CPU per batch: benchmarks/link_flush_cost.py). A crash
+        of the process still loses nothing committed; only a power loss can drop the last
+        links. Rollout state, on the other connection, keeps FULL; switching one connection
+        between the two cost two statements per batch."""
         if self._links_closed:  # as the closed main connection would answer
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         if self._links_db is None:

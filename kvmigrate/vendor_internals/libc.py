@@ -1,9 +1,10 @@
 """The C library, called through ctypes: what kvmigrate needs of it that Python does not offer.
 
   - `memmem`, to find a short byte string in a long request body at memory speed
-    (kvmigrate.bytescan): CPython 3.11's `bytes.find` reads 0.5-2 GB/s there, memmem 8 or
-    more: the duplicate-key check of a 234 KB agent body took 0.28 ms with it and 0.89
-    without (docs/performance-history.md, with the noisier end-to-end figures).
+    (kvmigrate.bytescan): CPython 3.11's `bytes.find` is several times slower there than
+    the vectorised memmem, on the duplicate-key check of every agent body
+    (benchmarks/duplicate_key_scan.py measures both; docs/performance-history.md keeps the
+    figures).
   - `prctl(PR_SET_PDEATHSIG)`, so the kernel kills a worker whose parent died
     (kvmigrate.background): Python has no binding for it.
 Both are looked up among the process's own symbols (`CDLL(None)`: no search for a library
