@@ -1,5 +1,5 @@
 """How long `kvmigrate demo` takes, wall and CPU (the demo's processes, children included):
-the README's first command, which tests/test_demo.py runs too (asserting what the demo does;
+the README's first command, which tests/demo/test_demo.py runs too (asserting what the demo does;
 its bound only catches a demo grown several times longer), and `--full`, the longer story.
 On a shared machine the wall time follows the load: compare runs side by side (--repeat
 alternates them) and read the CPU time too.

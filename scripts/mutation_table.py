@@ -19,12 +19,12 @@ import tempfile
 from pathlib import Path
 
 PY = os.environ.get("PYTHON", sys.executable)
-T = "tests/test_gate_boundaries.py::"
+T = "tests/policies/test_gate_boundaries.py::"
 CRED = (
     "tests/proxy/test_credential_tables.py"
     "::test_primary_behind_a_master_key_gets_no_client_credential_header"
 )
-SHAPE = "tests/test_security_tables.py::test_each_rule_catches_its_shape"
+SHAPE = "tests/security/test_security_tables.py::test_each_rule_catches_its_shape"
 HASHES = "tests/migrate/test_migrate_backup_hashes.py::"
 # (the bug, the file, the text replaced, its replacement, the tests that must catch it)
 ROWS: list[tuple[str, str, str, str, list[str]]] = [
@@ -127,7 +127,7 @@ ROWS: list[tuple[str, str, str, str, list[str]]] = [
         "kvmigrate/policies/split.py",
         "return bucket(salt, key) < round(percent * 100)",
         "return bucket(salt + str(percent), key) < round(percent * 100)",
-        ["tests/test_policies.py::test_split_is_monotone_in_percent"],
+        ["tests/policies/test_policies.py::test_split_is_monotone_in_percent"],
     ),
     (
         "error gate <= -> < (judge)",
@@ -152,8 +152,8 @@ UP = "tests/proxy/test_upstream_contract.py"
 UPK = "tests/proxy/test_upstream_contract_kinds.py"
 ERR = "tests/proxy/test_error_contract.py"
 KEYS = "tests/proxy/test_exact_keys.py"
-EXACT = "tests/test_exact_matching.py"
-DEFAULTS = "tests/test_config_defaults.py"
+EXACT = "tests/security/test_exact_matching.py"
+DEFAULTS = "tests/config/test_config_defaults.py"
 RECORD = "tests/proxy/test_record_contract.py"
 _PATHS = "tests/rollout/test_lookup_paths.py::"
 CHAIN = _PATHS + "test_a_responses_chain_stays_on_the_backend_that_stored_its_first_turn"
@@ -314,13 +314,13 @@ OLD_FILES: dict[str, list[str]] = {
     "i54 headers named in Connection forwarded": _PROXY,
     "i54 502 carries the exception text": ["tests/proxy/test_errors.py"],
     "i54 key compared with == instead of compare_digest": [
-        "tests/test_secret.py",
-        "tests/test_config.py",
+        "tests/config/test_secret.py",
+        "tests/config/test_config.py",
         "tests/proxy/test_errors.py",
     ],
     "i54 key matched by prefix": [
-        "tests/test_secret.py",
-        "tests/test_config.py",
+        "tests/config/test_secret.py",
+        "tests/config/test_config.py",
         "tests/proxy/test_errors.py",
     ],
     "i54 metrics key matched by prefix": [
@@ -333,12 +333,12 @@ OLD_FILES: dict[str, list[str]] = {
     "i54 hashed conversation recovered by a prefix": ["tests/rollout/test_store_keys.py"],
     "i54 records' key not derived from the store": ["tests/rollout/test_store_keys.py"],
     "i54 read_timeout default grows tenfold": [
-        "tests/test_config.py",
-        "tests/test_config_reference.py",
+        "tests/config/test_config.py",
+        "tests/config/test_config_reference.py",
     ],
     "i54 client_key_ttl_seconds default moves": [
-        "tests/test_config.py",
-        "tests/test_config_reference.py",
+        "tests/config/test_config.py",
+        "tests/config/test_config_reference.py",
     ],
 }
 

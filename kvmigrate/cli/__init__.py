@@ -8,7 +8,7 @@ from kvmigrate import __version__
 from kvmigrate.cli.lazy import LazyCommand, LazyGroup
 
 # Each command's module is imported only when that command runs; the summary is what
-# `kvmigrate --help` lists, and tests/test_cli_lazy.py checks it against the docstring.
+# `kvmigrate --help` lists, and tests/cli/test_cli_lazy.py checks it against the docstring.
 COMMANDS = {
     "bench": LazyCommand(
         "kvmigrate.cli.bench_cmd:bench",

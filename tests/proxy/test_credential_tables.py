@@ -200,7 +200,7 @@ def test_a_backends_candidate_headers_extend_the_allowlist(
 
 # Named in `candidate_headers` by a config the loader did not read (built in code): the
 # proxy still keeps every one from the candidate. The loader refuses them all
-# (tests/test_config.py), the last line of defence is tested here.
+# (tests/config/test_config.py), the last line of defence is tested here.
 CONFIGURED_CREDENTIALS = (
     "x-goog-api-key",
     "x-amz-security-token",

@@ -71,7 +71,7 @@ rollout:
   # a few ms quiet and up to 92 ms p95 beside a CPU hog, which the default 100 ms floor
   # left the latency gate inconclusive on for good. The floor is 10x that: these tests walk
   # the steps, and the broken candidate fails on its errors; the latency gate's ratio is
-  # tested at its boundaries in tests/test_gate_boundaries.py.
+  # tested at its boundaries in tests/policies/test_gate_boundaries.py.
   gates: {{min_conversations: 2, min_requests: 4, error_rate_margin: 0.1,
            ttft_p95_floor_ms: 1000}}
   auto_rollback: {{window_seconds: 20, min_requests: 10}}

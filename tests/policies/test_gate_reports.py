@@ -1,7 +1,7 @@
 """What each gate reports, exactly: the detail line an operator reads, the figures and the
 interval that `kvmigrate rollout status` and the report print. Rows computed once and
 checked by hand against the counts (the rates, their rounding, the signed points); the
-intervals are the sequential Wilson / Newcombe ones (tests/test_sequential.py)."""
+intervals are the sequential Wilson / Newcombe ones (tests/policies/test_sequential.py)."""
 
 from __future__ import annotations
 

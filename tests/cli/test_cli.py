@@ -17,7 +17,7 @@ import pytest
 
 from kvmigrate.serving import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_commands() -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 
 from kvmigrate.config import ConfigError, Secret, load_config, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 MINIMAL = """
 backends:

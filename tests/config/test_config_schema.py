@@ -21,7 +21,7 @@ from kvmigrate.config import (
 )
 from kvmigrate.config.model import CacheCheckConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = """
 backends:
   hosted: {api_base: "https://api.openai.com/v1"}

@@ -21,7 +21,7 @@ from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.recorder import build_recorder
 from kvmigrate.rollout.keys import HASHED_PREFIX, StoreKeys, is_hashed, random_keys
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BILLING_KEY = "sk-billing-Key-0123"
 CONFIG = f"""
 backends:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from kvmigrate.cachecheck.addon import CacheBusterAddon
 from kvmigrate.cli import main
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 HOME = (DOCS / "index.md").read_text()
 METRICS_PAGE = (DOCS / "deployment.md").read_text()
 

@@ -22,7 +22,7 @@ import yaml
 from kvmigrate.config import parse_config
 from kvmigrate.proxy.client_keys import MAX_VERDICTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.yaml"
 ENV = {"OPENAI_API_KEY": "sk-x", "VLLM_API_KEY": "v", "KVMIGRATE_MASTER_KEY": "m",
        "KVMIGRATE_ADMIN_KEY": "a"}  # fmt: skip

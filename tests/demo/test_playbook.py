@@ -3,7 +3,7 @@ and nothing it started left running or listening afterwards, whether it ends or 
 interrupted (it once left 12 processes behind, two emulators and the proxy with its
 workers, still listening).
 
-The runs here skip the two demos (tests/test_demo.py runs them) and take looser gates and a
+The runs here skip the two demos (tests/demo/test_demo.py runs them) and take looser gates and a
 smaller pilot (PLAYBOOK_GATES, PLAYBOOK_CONVERSATIONS) so that they fit the suite: about
 80 s on a quiet 2-core machine. `bash scripts/playbook.sh` with no variables runs the
 demos and config.yaml's gates, and sends the traffic they ask for."""
@@ -24,7 +24,7 @@ import pytest
 
 pytestmark = pytest.mark.playbook
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUICK = {
     "PLAYBOOK_PYTHON": sys.executable,
     "PLAYBOOK_SKIP_DEMOS": "1",
