@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "kvmigrate"
+ROOT = Path(__file__).resolve().parents[2] / "kvmigrate"
 
 TIMING = re.compile(r"(?<![\w.])~?\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)? ?(?:ms|µs|us|s)\b")
 MEASURING = re.compile(
