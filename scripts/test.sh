@@ -21,13 +21,21 @@ python3 -m venv .venv
 .venv/bin/python -m kvmigrate.testbed install
 # Here a missing redis-server, PostgreSQL or Chromium fails the run, never skips (tests/services.py).
 export KVMIGRATE_TEST_REQUIRE_SERVICES=1
-# One process by default: on 2 cores, xdist workers beside each other starved the
-# recorder's idle-priority workers that the crash and plan-refinement tests wait for.
 # KVMIGRATE_TEST_WORKERS=N runs N xdist workers (each file whole on one worker, the files
-# sharing the session's vLLM on one: tests/conftest.py), for a machine with cores to spare.
-workers=()
-if [[ ${KVMIGRATE_TEST_WORKERS:-0} != 0 ]]; then
-  workers=(-n "$KVMIGRATE_TEST_WORKERS" --dist loadgroup --no-loadscope-reorder)
+# sharing the session's vLLM on one: tests/conftest.py), then the `solo` tests in one
+# process: they kill a proxy or fault its disk and wait for its recorder's lowest-priority
+# workers, which a core busy with another worker's tests starves. 0 runs everything in one
+# process.
+workers=${KVMIGRATE_TEST_WORKERS:-2}
+for arg in "$@"; do [[ $arg == *no:xdist ]] && workers=0; done
+if [[ $workers == 0 ]]; then
+  exec .venv/bin/pytest --durations=30 "$@"
 fi
-for arg in "$@"; do [[ $arg == *no:xdist ]] && workers=(); done
-exec .venv/bin/pytest "${workers[@]}" --durations=30 "$@"
+# Exit status 5 is "no test selected": a selection with no solo test in it, or only those.
+status=0
+.venv/bin/pytest -n "$workers" --dist loadgroup --no-loadscope-reorder -m "not solo" \
+  --durations=30 "$@" || status=$?
+solo=0
+.venv/bin/pytest -m solo --durations=10 "$@" || solo=$?
+if [[ $status == 5 ]]; then status=$solo; elif [[ $solo != 0 && $solo != 5 ]]; then status=$solo; fi
+exit $status

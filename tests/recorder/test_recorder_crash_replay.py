@@ -23,6 +23,9 @@ from kvmigrate.recorder.sqlite_store import SqliteStore
 from kvmigrate.recorder.store import open_store
 from kvmigrate.serving import free_port
 
+# Solo (scripts/test.sh): it waits on a killed proxy's lowest-priority recorder.
+pytestmark = pytest.mark.solo
+
 HERE = Path(__file__).parent
 ANSWERS = 40
 DEADLINE_S = 120  # generous: a loaded machine is slow; these are not timings

@@ -20,6 +20,9 @@ from kvmigrate.recorder.sqlite_store import SqliteStore
 from kvmigrate.recorder.store import open_store
 from kvmigrate.serving import free_port
 
+# Solo (scripts/test.sh): it waits on a killed proxy's lowest-priority recorder.
+pytestmark = pytest.mark.solo
+
 HERE = Path(__file__).parent
 # The load runs until this many answers (a count, not a window of time: a busy machine only
 # makes it longer), within a generous deadline.

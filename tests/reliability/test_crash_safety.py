@@ -40,7 +40,8 @@ from kvmigrate.recorder.writer import WriterSettings
 from kvmigrate.rollout.client import LocalRollout
 from kvmigrate.serving import BackgroundServer, free_port
 
-pytestmark = pytest.mark.timeout(400)  # a hang guard; the waits inside are bounded
+# A hang guard (the waits inside are bounded); solo: it waits on a killed proxy's recorder.
+pytestmark = [pytest.mark.timeout(400), pytest.mark.solo]
 
 CLIENTS = 8
 # The load runs until this many answers and rollout changes have landed (a count, not a
