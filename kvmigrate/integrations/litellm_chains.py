@@ -4,7 +4,7 @@ it, whatever the split says, and its shadow copy continues the candidate's own c
 LiteLLM pins a `previous_response_id` to its deployment only within the model group the
 request names (kvmigrate.integrations.litellm_ids), and the plugin names the group: at a
 split, a chain whose first turn the candidate stored would otherwise continue on the
-primary, which has never seen the id. The map (kvmigrate.rollout.chains.ChainMap), the
+primary, which has never seen the id. The map (kvmigrate.continuity.chains.ChainMap), the
 routing rules (`policies.chain`) and what exchanges carry (`ChainTurn`) are the proxy's;
 this is the glue for LiteLLM's ids and its router.
 """
@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvmigrate.continuity.chains import ChainMap, ChainTurn
+from kvmigrate.continuity.resolver import ContinuityResolver, Identity
 from kvmigrate.integrations.litellm_ids import ResponseIds
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import (
@@ -25,8 +27,6 @@ from kvmigrate.policies.chain import (
     stick,
     unknown_chain,
 )
-from kvmigrate.rollout.chains import ChainMap, ChainTurn
-from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 
 RouteFor = Callable[[str, int], Awaitable[Route]]
 GroupOf = Callable[[str], str | None]  # a deployment's id (`model_info.id`) -> its model group

@@ -44,6 +44,7 @@ import orjson
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from kvmigrate.config import Config, load_config
+from kvmigrate.continuity.resolver import ContinuityResolver, Identity
 from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, perf_time
 from kvmigrate.integrations.litellm_chains import Chained, PluginChains, router_group_of
 from kvmigrate.integrations.litellm_copies import PluginCopies
@@ -67,7 +68,6 @@ from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.exchange import SERVE, Exchange
 from kvmigrate.proxy.unserved import UnservedRoutes, blame
 from kvmigrate.recorder.addon import RecorderAddon, build_recorder
-from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import open_store, store_keys

@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmigrate.continuity.chains import ChainTurn
+from kvmigrate.continuity.resolver import Identity
 from kvmigrate.integrations.litellm_chains import Chained
 from kvmigrate.policies import Route
 from kvmigrate.proxy.exchange import SERVE, Exchange, Role
-from kvmigrate.rollout.chains import ChainTurn
-from kvmigrate.rollout.continuity import Identity
 
 
 @dataclass(slots=True)

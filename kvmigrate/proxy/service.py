@@ -11,6 +11,8 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.config import Config
+from kvmigrate.continuity.chains import ChainMap
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies import serve_without_conversation
 from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.conversation import declared_key
@@ -55,8 +57,6 @@ from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.stream_check import SseCheck, framing_error, json_ok
 from kvmigrate.proxy.unserved import REFUSALS, UnservedRoutes, blame, is_refusal_status
 from kvmigrate.proxy.upstream import Upstreams
-from kvmigrate.rollout.chains import ChainMap
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import outlive_client
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.integrations.litellm_chains import PluginChains
 from kvmigrate.integrations.litellm_ids import (
     ManagedId,
@@ -20,7 +21,6 @@ from kvmigrate.integrations.litellm_ids import (
 from kvmigrate.policies import Route, route
 from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainEntry
 from kvmigrate.policies.decision import RolloutSnapshot
-from kvmigrate.rollout.continuity import ContinuityResolver
 
 
 def _b64(text: str) -> str:

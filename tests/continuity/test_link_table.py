@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmigrate.rollout.link_table import (
+from kvmigrate.continuity.link_table import (
     BUCKET_SLOTS,
     ENV,
     LinkTable,

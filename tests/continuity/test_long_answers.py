@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.continuity.link_table import LinkTable, create_table
+from kvmigrate.continuity.resolver import ContinuityResolver, Pending
 from kvmigrate.exchange import SERVE, Exchange
 from kvmigrate.policies.continuity import answer_digest, iter_answer
-from kvmigrate.rollout.continuity import ContinuityResolver, Pending
-from kvmigrate.rollout.link_table import LinkTable, create_table
 from kvmigrate.wire.assemble import SLICE_BYTES, assemble
 from kvmigrate.wire.chunk_log import MAX_RECORDED_BYTES
 from kvmigrate.wire.sse import event_slices

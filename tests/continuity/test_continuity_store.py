@@ -12,18 +12,18 @@ from typing import Any
 import orjson
 import pytest
 
-from kvmigrate.exchange import SERVE, Exchange
-from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainEntry
-from kvmigrate.policies.continuity import answer_digest, encode
-from kvmigrate.rollout.chains import ChainMap
-from kvmigrate.rollout.continuity import (
+from kvmigrate.continuity.chains import ChainMap
+from kvmigrate.continuity.link_table import LinkTable, create_table
+from kvmigrate.continuity.resolver import (
     LINK_BATCH_MAX,
     LINK_BATCH_S,
     LOCAL_LINK_BATCH_S,
     ContinuityResolver,
     Identity,
 )
-from kvmigrate.rollout.link_table import LinkTable, create_table
+from kvmigrate.exchange import SERVE, Exchange
+from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainEntry
+from kvmigrate.policies.continuity import answer_digest, encode
 from kvmigrate.rollout.state import Link, Pin, RolloutState
 from kvmigrate.rollout.store import StoreError, open_store
 

@@ -1,10 +1,11 @@
 """Pins and links keyed by the store's keyed hash, not by the conversation key in the clear
 (a session id is often an email), and a store written before that upgraded in place.
 
-The fixtures were made by `fixtures/make_round2_store.py` run with main's code at commit
-d2185f9 (keys in the clear): a SQLite file, and the Redis keys as JSON. They hold a split at
-10%, pins per cohort (a session, a `user`), a pin made before cohorts, and links: a Responses
-chain started under a session id, a Conversations API id and a history digest.
+The fixtures (the rollout store's, under tests/rollout/fixtures/) were made by
+`make_round2_store.py` run with main's code at commit d2185f9 (keys in the clear): a SQLite
+file, and the Redis keys as JSON. They hold a split at 10%, pins per cohort (a session, a
+`user`), a pin made before cohorts, and links: a Responses chain started under a session id,
+a Conversations API id and a history digest.
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ from test_responses_chains import (
 )
 
 from kvmigrate.config import Config, parse_config
+from kvmigrate.continuity.chains import ChainMap
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies.chain import ChainEntry, ChainRef
 from kvmigrate.policies.split import in_candidate_share
-from kvmigrate.rollout.chains import ChainMap
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.keys import is_hashed
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import RolloutStore, open_store
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "rollout" / "fixtures"  # the rollout store's
 PERSONAL = ("alice", "bob", "carol", "example.com")
 DIGEST_LINK = "c:" + "ab" * 16
 

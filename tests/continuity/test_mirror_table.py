@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from kvmigrate.continuity.chains import MIRROR_WAIT, ChainMap
+from kvmigrate.continuity.link_table import LinkTable, create_table
+from kvmigrate.continuity.mirror_table import ENDED, FILE_NAME, IN_STORE, RUNNING
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainEntry
-from kvmigrate.rollout.chains import MIRROR_WAIT, ChainMap
-from kvmigrate.rollout.continuity import ContinuityResolver
-from kvmigrate.rollout.link_table import LinkTable, create_table
-from kvmigrate.rollout.mirror_table import ENDED, FILE_NAME, IN_STORE, RUNNING
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.rollout.store import open_store
 

@@ -10,7 +10,7 @@ every proxy sharing the store (Redis) continues a chain another one started.
 Mirrored chains: the shadow copy of turn N must name the candidate's own id of turn N-1.
 While that copy runs, a future stands for its id in this process; once it is known it goes
 into the map as the primary entry's `mirror`. The workers of one pool also write each
-copy's end into the table they share (kvmigrate.rollout.mirror_table), where another
+copy's end into the table they share (kvmigrate.continuity.mirror_table), where another
 worker's copy of the next turn waits for it; proxies sharing a Redis store wait for the
 store. A model with several candidates mirrors each on its own chain: their ids are kept
 by candidate (the "owner" below; "" where the model has only one, which keeps such entries
@@ -32,12 +32,12 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from kvmigrate.continuity.mirror_table import ENDED, IN_STORE, MirrorTable
+from kvmigrate.continuity.resolver import ContinuityResolver, Identity
 from kvmigrate.exchange import Role
 from kvmigrate.logtext import printable
 from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
-from kvmigrate.rollout.continuity import ContinuityResolver, Identity
 from kvmigrate.rollout.keys import is_hashed
-from kvmigrate.rollout.mirror_table import ENDED, IN_STORE, MirrorTable
 from kvmigrate.rollout.state import Link
 from kvmigrate.wire.response_id import response_id
 

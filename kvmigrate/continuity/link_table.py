@@ -4,10 +4,10 @@ A worker's next turn may reach any worker, so a link must be where the others ca
 before the client has the answer's last byte. Through the SQLite store that cost a thread
 hop and a transaction per batch, a batch as soon as a request arrived, and an answer at
 concurrency 1 waited for the write (benchmarks/link_flush_cost.py measures it). Here a link
-is 40 bytes written into a file that every worker maps (kvmigrate.rollout.slot_table): a
+is 40 bytes written into a file that every worker maps (kvmigrate.continuity.slot_table): a
 few microseconds, on the loop, with nothing to wait for. The store still gets every link,
 in slow batches, for the pool's next start. Beside it, the pool's chains share the
-candidate's ids of their shadow copies (kvmigrate.rollout.mirror_table).
+candidate's ids of their shadow copies (kvmigrate.continuity.mirror_table).
 
 The table is a cache with no lock: a torn slot reads as empty, and a link that is not found
 here is looked up in the store, as one evicted by a newer link (the oldest in its bucket
@@ -23,9 +23,9 @@ import os
 import struct
 from pathlib import Path
 
+from kvmigrate.continuity.mirror_table import MIRROR_BUCKETS, MirrorTable, create_mirror_table
+from kvmigrate.continuity.slot_table import BUCKET_SLOTS, SlotTable, SlotTableError, create_slots
 from kvmigrate.policies.conversation import is_derived_key
-from kvmigrate.rollout.mirror_table import MIRROR_BUCKETS, MirrorTable, create_mirror_table
-from kvmigrate.rollout.slot_table import BUCKET_SLOTS, SlotTable, SlotTableError, create_slots
 
 log = logging.getLogger("kvmigrate.identity")
 
@@ -44,7 +44,8 @@ def create_table(
     directory: str, buckets: int = DEFAULT_BUCKETS, mirror_buckets: int = MIRROR_BUCKETS
 ) -> Path:
     """A zeroed table file (sparse: it takes memory as it fills) in the pool's private
-    folder, and beside it the table of the chains' mirrored ids (kvmigrate.rollout.mirror_table)."""
+    folder, and beside it the table of the chains' mirrored ids
+    (kvmigrate.continuity.mirror_table)."""
     create_mirror_table(directory, mirror_buckets)
     return create_slots(Path(directory) / FILE_NAME, buckets, _LINK.size)
 

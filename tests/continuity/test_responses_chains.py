@@ -26,7 +26,7 @@ from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 
 MODEL = "gpt-4o-mini"
-ConfigFor = Callable[..., Config]  # tests/rollout/conftest.py's config_for
+ConfigFor = Callable[..., Config]  # tests/continuity/conftest.py's config_for
 CHAINS = 8
 TURNS = 4
 INSTRUCTIONS = "You are a concise travel assistant."

@@ -18,10 +18,10 @@ import pytest
 from candidate_backends import two_candidates
 
 from kvmigrate.config import Config, parse_config
+from kvmigrate.continuity.chains import ChainMap
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies.chain import RESPONSE_PREFIX
 from kvmigrate.recorder.store import open_store as open_record_store
-from kvmigrate.rollout.chains import ChainMap
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.rollout.state import Link, RolloutState
 from kvmigrate.rollout.store import open_store
 from kvmigrate.runtime import build_app as build_runtime_app
@@ -138,7 +138,7 @@ def test_links_written_by_the_previous_release_still_read(
     store = open_store(url, RolloutState())
     expires = time.time() + 600
     # As an upgraded store holds it: key and conversation under the store's keyed hash
-    # (kvmigrate.rollout.keys; tests/rollout/test_store_keys.py upgrades one in the clear).
+    # (kvmigrate.rollout.keys; tests/continuity/test_store_keys.py upgrades one in the clear).
     keys = store.keys
     conversation = keys.conversation("conv-1")
     old_key = keys.key(RESPONSE_PREFIX + "resp_old")

@@ -6,7 +6,7 @@ turn learns when it ends, on the worker that sent it; turn N may reach another w
 before then (a client on a new connection, an SDK that opens a second one). The worker
 that sends the copy says so here, and then how it ended: the id, or none (the copy failed,
 or was never sent). Another worker's copy of the next turn reads it, and waits for a copy
-that runs as long as a copy on the same worker waits for its own (kvmigrate.rollout.chains):
+that runs as long as a copy on the same worker waits for its own (kvmigrate.continuity.chains):
 the shadow copies' deadline bounds both. The store gets the id too, for turns that come
 later than this table keeps ids and for the pool's next start.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvmigrate.rollout.slot_table import SlotTable, SlotTableError, create_slots
+from kvmigrate.continuity.slot_table import SlotTable, SlotTableError, create_slots
 
 FILE_NAME = "chain-mirrors.table"
 # A state byte, then an id up to 255 bytes (a LiteLLM-wrapped id is long).

@@ -23,10 +23,10 @@ import pytest
 from aiohttp import web
 
 from kvmigrate.config import Config, parse_config
+from kvmigrate.continuity.link_table import LinkTable, create_table
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.emulator import EmulatorSettings, build_app
 from kvmigrate.proxy import build_proxy_app
-from kvmigrate.rollout.continuity import ContinuityResolver
-from kvmigrate.rollout.link_table import LinkTable, create_table
 from kvmigrate.runtime import build_app as build_runtime_app
 from kvmigrate.serving import BackgroundServer
 

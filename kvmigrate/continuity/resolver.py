@@ -5,7 +5,7 @@ The links (history digest -> conversation, turn) live in an in-process LRU in fr
 rollout store, so every proxy sharing the store (Redis) continues a conversation another
 one started. A request reads the LRU and, on a miss after turn 1, the store with a short
 timeout. The workers of `--workers N` also share a table in memory
-(kvmigrate.rollout.link_table), read before the store and written as a link is made: for
+(kvmigrate.continuity.link_table), read before the store and written as a link is made: for
 them the store keeps links for the next start, and nothing waits for it (a response id
 still goes at once: `save`). Where another process must read the store (Redis, a pool
 without its table), a request's own link is written as it arrives, while the upstream
@@ -32,11 +32,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from kvmigrate.continuity.link_table import LinkTable, fits
+from kvmigrate.continuity.long_answers import LongAnswers
 from kvmigrate.policies.continuity import History, answer_digest, iter_answer, request_history
 from kvmigrate.policies.conversation import declared_key, derived_key, turn_index
 from kvmigrate.rollout.keys import StoreKeys
-from kvmigrate.rollout.link_table import LinkTable, fits
-from kvmigrate.rollout.long_answers import LongAnswers
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, StoreError
 from kvmigrate.supervisor import Supervisor
@@ -77,7 +77,7 @@ LINK_SAVE_WAIT = 1.0
 
 # How a request's conversation was known. `guess`: a later turn (it resends answers) that
 # matched no remembered answer, keyed by its masked opening; `body`: no messages at all.
-# `chain`: a Responses API request continuing a stored response (kvmigrate.rollout.chains).
+# `chain`: a Responses API request continuing a stored response (kvmigrate.continuity.chains).
 SOURCES = ("header", "user", "continuity", "opening", "guess", "body", "chain")
 
 
@@ -140,7 +140,7 @@ class ContinuityResolver:
         # the wait (a thread hop and a transaction, on every answer at concurrency 1:
         # benchmarks/link_flush_cost.py) would be pure cost.
         self.others_read = self.shared or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-        # The workers of one pool share their links in memory (kvmigrate.rollout.link_table):
+        # The workers of one pool share their links in memory (kvmigrate.continuity.link_table):
         # a link there needs no early write, and an answer waits for none. A Redis store is
         # read by other machines too, which only the store reaches in time.
         self.table = None if self.shared else table
