@@ -60,7 +60,7 @@ from kvmigrate.proxy.upstream import Upstreams
 from kvmigrate.serving import outlive_client
 
 if TYPE_CHECKING:
-    from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
+    from kvmigrate.litellm_bridge.gateway import LiteLLMGateway
 
 # How long before the drain's end the proxy ends its own streams (ProxyService.stopping).
 CUT_BEFORE_DRAIN_END_S = 0.2
@@ -89,8 +89,8 @@ class ProxyService:
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
         if any(kind_of(b).via_gateway for b in config.backends.values()):
-            # Each is reached through a loopback gateway (kvmigrate.adapters.litellm_gateway).
-            from kvmigrate.adapters.litellm_gateway import open_gateways, through_gateways
+            # Each is reached through a loopback gateway (kvmigrate.litellm_bridge.gateway).
+            from kvmigrate.litellm_bridge.gateway import open_gateways, through_gateways
 
             self.gateways = open_gateways(config)
             upstreams = through_gateways(config, self.gateways)

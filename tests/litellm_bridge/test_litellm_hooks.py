@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvmigrate.config import Config, parse_config
-from kvmigrate.integrations.litellm_plugin import (
+from kvmigrate.litellm_bridge.plugin import (
     BACKEND_HEADER,
     GENERATION_HEADER,
     KvmigrateRouter,

@@ -1,6 +1,6 @@
 """A `type: litellm` backend without litellm: a fake module stands in for it, so what the
 gateway passes to litellm and makes of its answers and exceptions is checked exactly. The
-real litellm runs in tests/integrations/test_litellm_backend.py."""
+real litellm runs in tests/litellm_bridge/test_litellm_backend.py."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any
 import openai
 import pytest
 
-from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled
 from kvmigrate.config import Config, parse_config
+from kvmigrate.litellm_bridge.gateway import LiteLLMNotInstalled
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.proxy.app import SERVICE_KEY
 from kvmigrate.serving import BackgroundServer

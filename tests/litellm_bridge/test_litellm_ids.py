@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from kvmigrate.continuity.resolver import ContinuityResolver
-from kvmigrate.integrations.litellm_chains import PluginChains
-from kvmigrate.integrations.litellm_ids import (
+from kvmigrate.litellm_bridge.chains import PluginChains
+from kvmigrate.litellm_bridge.ids import (
     ManagedId,
     ResponseIds,
     advertised_id,

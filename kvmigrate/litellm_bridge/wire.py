@@ -19,7 +19,7 @@ import orjson
 from kvmigrate.config import BackendConfig, Secret
 from kvmigrate.proxy.errors import ProxyError
 
-log = logging.getLogger("kvmigrate.adapters.litellm")
+log = logging.getLogger("kvmigrate.litellm_bridge.gateway")
 
 # OpenAI's request fields, by route (as of 2025). A field not listed here is dropped.
 _SAMPLING = frozenset(

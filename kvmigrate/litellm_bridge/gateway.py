@@ -31,7 +31,8 @@ import orjson
 from aiohttp import web
 from msgspec.structs import replace
 
-from kvmigrate.adapters.litellm_wire import (
+from kvmigrate.config import BackendConfig, Config, Secret
+from kvmigrate.litellm_bridge.wire import (
     ROUTES,
     LiteLLMError,
     Route,
@@ -43,7 +44,6 @@ from kvmigrate.adapters.litellm_wire import (
     openai_dict,
     to_json,
 )
-from kvmigrate.config import BackendConfig, Config, Secret
 from kvmigrate.proxy.body import parse_body
 from kvmigrate.proxy.errors import (
     JSON_CONTENT_TYPE,
@@ -56,7 +56,7 @@ from kvmigrate.proxy.errors import (
 )
 from kvmigrate.wire.sse_frames import DONE, data_frame, event_frame
 
-log = logging.getLogger("kvmigrate.adapters.litellm")
+log = logging.getLogger("kvmigrate.litellm_bridge.gateway")
 LITELLM_EXTRA = "pip install 'kvmigrate[litellm]'"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

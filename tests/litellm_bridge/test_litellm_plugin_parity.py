@@ -26,7 +26,7 @@ from openai import OpenAI
 
 from kvmigrate.config import Config, load_config
 from kvmigrate.emulator.settings import EmulatorSettings
-from kvmigrate.integrations.litellm_plugin import GENERATION_HEADER
+from kvmigrate.litellm_bridge.plugin import GENERATION_HEADER
 from kvmigrate.policies import in_candidate_share
 from kvmigrate.recorder.evidence import open_controller
 from kvmigrate.testbed.litellm_process import (

@@ -2,7 +2,7 @@
 it, whatever the split says, and its shadow copy continues the candidate's own chain.
 
 LiteLLM pins a `previous_response_id` to its deployment only within the model group the
-request names (kvmigrate.integrations.litellm_ids), and the plugin names the group: at a
+request names (kvmigrate.litellm_bridge.ids), and the plugin names the group: at a
 split, a chain whose first turn the candidate stored would otherwise continue on the
 primary, which has never seen the id. The map (kvmigrate.continuity.chains.ChainMap), the
 routing rules (`policies.chain`) and what exchanges carry (`ChainTurn`) are the proxy's;
@@ -17,7 +17,7 @@ from typing import Any
 
 from kvmigrate.continuity.chains import ChainMap, ChainTurn
 from kvmigrate.continuity.resolver import ContinuityResolver, Identity
-from kvmigrate.integrations.litellm_ids import ResponseIds
+from kvmigrate.litellm_bridge.ids import ResponseIds
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import (
     RESPONSE_PREFIX,

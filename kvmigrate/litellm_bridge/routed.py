@@ -12,7 +12,7 @@ from typing import Any
 
 from kvmigrate.continuity.chains import ChainTurn
 from kvmigrate.continuity.resolver import Identity
-from kvmigrate.integrations.litellm_chains import Chained
+from kvmigrate.litellm_bridge.chains import Chained
 from kvmigrate.policies import Route
 from kvmigrate.proxy.exchange import SERVE, Exchange, Role
 

@@ -2,8 +2,8 @@
 candidate serving the model (a shadow copy) and, for the noise sample, one more to the
 primary; a Responses turn's copy continues that candidate's own chain.
 
-The copies go through LiteLLM's router (kvmigrate.integrations.litellm_shadow); the chain
-map's side is kvmigrate.integrations.litellm_chains.
+The copies go through LiteLLM's router (kvmigrate.litellm_bridge.shadow); the chain
+map's side is kvmigrate.litellm_bridge.chains.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from functools import partial
 
 from kvmigrate.config import Config
 from kvmigrate.exchange import Exchange
-from kvmigrate.integrations.litellm_chains import PluginChains
-from kvmigrate.integrations.litellm_ids import advertised_id
-from kvmigrate.integrations.litellm_request import answered_group
-from kvmigrate.integrations.litellm_routed import Routed, exchange_of
-from kvmigrate.integrations.litellm_shadow import RouterSource, ShadowCopies, copy_id
+from kvmigrate.litellm_bridge.chains import PluginChains
+from kvmigrate.litellm_bridge.ids import advertised_id
+from kvmigrate.litellm_bridge.request import answered_group
+from kvmigrate.litellm_bridge.routed import Routed, exchange_of
+from kvmigrate.litellm_bridge.shadow import RouterSource, ShadowCopies, copy_id
 from kvmigrate.proxy.exchange import NOISE, SHADOW, Role
 from kvmigrate.proxy.shadow import RateBudget
 from kvmigrate.proxy.unserved import UnservedRoutes, blame

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvmigrate.exchange import Exchange
-from kvmigrate.integrations.litellm_answer import answer_bytes, error_kind, error_status, sse_event
+from kvmigrate.litellm_bridge.answer import answer_bytes, error_kind, error_status, sse_event
 from kvmigrate.policies.outcome import ErrorKind
 from kvmigrate.tasks import BoundedTasks, Work
 
-log = logging.getLogger("kvmigrate.integrations.litellm")
+log = logging.getLogger("kvmigrate.litellm_bridge.plugin")
 
 
 class RouterLike(Protocol):

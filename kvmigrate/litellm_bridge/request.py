@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvmigrate.adapters.litellm_wire import CHAT_PARAMS, RESPONSES_PARAMS
+from kvmigrate.litellm_bridge.wire import CHAT_PARAMS, RESPONSES_PARAMS
 
 # LiteLLM call types (`CallTypes` in litellm.types.utils) -> kvmigrate's route names.
 ROUTES: dict[str, str] = {

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from kvmigrate.integrations.litellm_messages import from_chat, messages_answer
-from kvmigrate.integrations.litellm_request import (
+from kvmigrate.litellm_bridge.messages import from_chat, messages_answer
+from kvmigrate.litellm_bridge.request import (
     client_body,
     client_metadata,
     forwarded_body,

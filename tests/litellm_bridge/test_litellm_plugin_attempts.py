@@ -25,9 +25,9 @@ from kvmigrate.config import Config, load_config
 from kvmigrate.emulator.faults import FAULT_HEADER
 from kvmigrate.emulator.server import build_app
 from kvmigrate.emulator.settings import EmulatorSettings
-from kvmigrate.integrations.litellm_plugin import GENERATION_HEADER
+from kvmigrate.litellm_bridge.plugin import GENERATION_HEADER
 from kvmigrate.testbed.litellm_process import (
-    PLUGIN_CALLBACK,
+    FIRST_PLUGIN_CALLBACK,
     LiteLLMProxy,
     model_entry,
     write_config,
@@ -130,7 +130,9 @@ models:
             model_entry(MODEL, MODEL, hosted.server.url + "/v1", api_key=HOSTED_KEY),
             model_entry(CANDIDATE_GROUP, VLLM_MODEL, vllm.server.url + "/v1"),
         ],
-        callbacks=[PLUGIN_CALLBACK],
+        # The plugin's first path, as LiteLLM configs written before it moved name it: it
+        # loads the same plugin (the other files load it by its own path).
+        callbacks=[FIRST_PLUGIN_CALLBACK],
     )
     proxy = LiteLLMProxy(litellm_config, kvmigrate_config=kv_config)
     try:
