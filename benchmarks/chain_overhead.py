@@ -32,11 +32,11 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.continuity.chains import ChainMap
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies import RolloutSnapshot, route
 from kvmigrate.policies.chain import ChainEntry, chain_ref, stick
 from kvmigrate.proxy.answer_model import answer_model_rewrite
-from kvmigrate.rollout.chains import ChainMap
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.rollout.sqlite_store import SqliteRolloutStore
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.wire.response_id import response_id

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies.conversation import conversation_key, turn_index
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.wire.assemble import assemble
 
 ROUTE = "chat/completions"

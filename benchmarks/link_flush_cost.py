@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from kvmigrate.config import parse_config
-from kvmigrate.rollout.continuity import _save_links
+from kvmigrate.continuity.resolver import _save_links
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.state import Link
 from kvmigrate.rollout.store import RolloutStore, open_store

@@ -43,6 +43,10 @@ from kvmigrate.testbed.litellm_process import (
     write_config,
 )
 
+# The plugin's first import path, which every git ref has (this tree keeps it as an alias of
+# PLUGIN_CALLBACK): the path a `--before` ref's plugin is loaded by.
+FIRST_PLUGIN_CALLBACK = "kvmigrate.integrations.litellm_plugin.proxy_handler_instance"
+
 MODEL = "gpt-4o-mini"
 CANDIDATE = "vllm-llama"
 VLLM_MODEL = "llama-3.1-8b"
@@ -119,6 +123,8 @@ def hook_cost(root: Path, hosted: str, vllm: str, n: int = 20_000) -> dict[str, 
     from datetime import datetime
 
     from kvmigrate.config import load_config
+
+    # The plugin's first path: the tree measured may be a git ref from before it moved.
     from kvmigrate.integrations.litellm_plugin import KvmigrateRouter
 
     config = load_config(_kv_config(root, "inproc", "split", hosted, vllm))
@@ -233,7 +239,9 @@ def main() -> None:
         targets: dict[str, LiteLLMProxy] = {}
         for name, mode, tree in kinds:
             slug = name.strip("+").replace("@", "-").replace("/", "-")
-            callbacks = [PLUGIN_CALLBACK] if mode else None
+            callbacks = (
+                [PLUGIN_CALLBACK if tree is None else FIRST_PLUGIN_CALLBACK] if mode else None
+            )
             config = write_config(root / f"{slug}.litellm.yaml", models, callbacks)
             kv = _kv_config(root, slug, mode, hosted.url, vllm.url) if mode else None
             env = {"PYTHONPATH": str(tree)} if tree is not None else None

@@ -57,7 +57,7 @@ class Exchange:
     fallback_from: str | None = None
     pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
     mirrored: bool = False  # an answer a shadow copy will be compared with
-    identity: str = ""  # how the conversation was known (kvmigrate.rollout.continuity.SOURCES)
+    identity: str = ""  # how the conversation was known (kvmigrate.continuity.resolver.SOURCES)
     cohort: str = ""  # the rollout cohort it was routed in (a name from the config)
     # The conversation as the rollout store keys it (a declared key's keyed hash), when
     # that differs: a later turn that does not declare it again, served by another proxy, is
@@ -72,7 +72,7 @@ class Exchange:
     later_chunks: int = 0
     max_chunk_gap: float = 0.0
     continuity: Any = None  # what conversation identity remembers once the answer is whole
-    chain: Any = None  # a Responses request's place in its chain (kvmigrate.rollout.chains)
+    chain: Any = None  # a Responses request's place in its chain (kvmigrate.continuity.chains)
     chunks: list[bytes] = field(default_factory=ChunkLog)
     _usage: dict[str, Any] | None = None
     _usage_parsed: bool = False

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from kvmigrate.config import Config
+from kvmigrate.continuity.link_table import LinkTable
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.proxy.admin_api import add_admin_routes
 from kvmigrate.recorder.evidence import open_controller
-from kvmigrate.rollout.continuity import ContinuityResolver
-from kvmigrate.rollout.link_table import LinkTable
 from kvmigrate.rollout.live import LiveRollout
 from kvmigrate.rollout.store import RolloutStore, store_keys
 from kvmigrate.rollout.watcher import RollbackWatcher

@@ -155,7 +155,7 @@ KEYS = "tests/proxy/test_exact_keys.py"
 EXACT = "tests/security/test_exact_matching.py"
 DEFAULTS = "tests/config/test_config_defaults.py"
 RECORD = "tests/proxy/test_record_contract.py"
-_PATHS = "tests/rollout/test_lookup_paths.py::"
+_PATHS = "tests/continuity/test_lookup_paths.py::"
 CHAIN = _PATHS + "test_a_responses_chain_stays_on_the_backend_that_stored_its_first_turn"
 TALK = _PATHS + "test_a_conversation_whose_system_prompt_changes_stays_on_one_backend"
 ROWS += [
@@ -259,28 +259,28 @@ ROWS += [
     ),
     (
         "i54 store-less chain lookup forgets",
-        "kvmigrate/rollout/chains.py",
+        "kvmigrate/continuity/chains.py",
         "        entry = self._local.get(key)\n",
         "        entry = None\n",
         [CHAIN + "[memory]"],
     ),
     (
         "i54 chain ids not read from the store",
-        "kvmigrate/rollout/chains.py",
+        "kvmigrate/continuity/chains.py",
         "        if self.links.store is None:\n            return None\n        links = await",
         "        if True:\n            return None\n        links = await",
         [CHAIN + "[sqlite]", CHAIN + "[redis]"],
     ),
     (
         "i54 workers' link table not read",
-        "kvmigrate/rollout/continuity.py",
+        "kvmigrate/continuity/resolver.py",
         "found = self._table_link(history)",
         "found = None",
         [TALK + "[table]"],
     ),
     (
         "i54 store's conversation links not read",
-        "kvmigrate/rollout/continuity.py",
+        "kvmigrate/continuity/resolver.py",
         "found = await self._remote(history)",
         "found = None",
         [TALK + "[sqlite]", TALK + "[redis]"],
@@ -329,9 +329,9 @@ OLD_FILES: dict[str, list[str]] = {
     ],
     "i54 header selector matched by substring": ["tests/cohorts/test_cohort_resolution.py"],
     "i54 metadata selector matched without case": ["tests/cohorts/test_cohort_resolution.py"],
-    "i54 hashed id taken by its prefix": ["tests/rollout/test_store_keys.py"],
-    "i54 hashed conversation recovered by a prefix": ["tests/rollout/test_store_keys.py"],
-    "i54 records' key not derived from the store": ["tests/rollout/test_store_keys.py"],
+    "i54 hashed id taken by its prefix": ["tests/continuity/test_store_keys.py"],
+    "i54 hashed conversation recovered by a prefix": ["tests/continuity/test_store_keys.py"],
+    "i54 records' key not derived from the store": ["tests/continuity/test_store_keys.py"],
     "i54 read_timeout default grows tenfold": [
         "tests/config/test_config.py",
         "tests/config/test_config_reference.py",

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from stores import RedisServer
+
     from kvmigrate.testbed.vllm_server import VllmServer
 
 
@@ -173,3 +176,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # --- end markers and xdist workers ------------------------------------------------------------
+
+
+# --- real stores ------------------------------------------------------------------------------
+# SQLite files in tmp dirs, and one real redis-server per session (per xdist worker), for the
+# tests of the rollout store and of the conversation links and chains kept in it
+# (tests/rollout/, tests/continuity/; the server itself is tests/stores.py). A test that
+# reaches Redis is marked `redis` from these fixtures (above).
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    from stores import running_redis
+
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def paused(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """The session's Redis for a test that pauses it (SIGSTOP, a hung store): resumed
+    after the test whatever happens."""
+    try:
+        yield redis_server
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def fresh_redis_url(redis_url: str, request: pytest.FixtureRequest) -> str:
+    """The session's Redis, emptied for this test."""
+    import redis
+
+    # `-m "not redis"` must leave out every test that starts one: one that reaches Redis
+    # through `getfixturevalue` is not marked from its fixtures, so it says so itself.
+    assert request.node.get_closest_marker("redis"), f"mark {request.node.nodeid} `redis`"
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    return redis_url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/state.db"
+
+
+# --- end real stores --------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class CheckItem(NamedTuple):
     request_body: bytes
     response_body: bytes
     route: str = CHAT_ROUTE
-    identity: str = ""  # how the proxy knew the conversation (rollout.continuity.SOURCES)
+    identity: str = ""  # how the proxy knew the conversation (continuity.resolver.SOURCES)
 
 
 @dataclass(frozen=True, slots=True)

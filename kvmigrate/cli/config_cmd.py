@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from kvmigrate.adapters.litellm_gateway import litellm_problem
 from kvmigrate.cli.options import config_option, load_or_exit
 from kvmigrate.config import BackendConfig, Config, ConfigError, safe_url
 from kvmigrate.config.access import describe_auth
 from kvmigrate.config.strict_yaml import read_yaml
+from kvmigrate.litellm_bridge.gateway import litellm_problem
 from kvmigrate.logtext import printable_lines
 
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import click
 
-from kvmigrate.adapters.litellm_gateway import LiteLLMNotInstalled, litellm_problem
 from kvmigrate.cli.options import FiniteRange, config_option, load_or_exit
 from kvmigrate.config import Config, safe_url
 from kvmigrate.config.access import describe_auth
@@ -18,6 +17,7 @@ from kvmigrate.embedded import (
     embedded_config,
     emulated_backends,
 )
+from kvmigrate.litellm_bridge.gateway import LiteLLMNotInstalled, litellm_problem
 from kvmigrate.proxy.pool import default_workers, serve_pool
 from kvmigrate.rollout.store import StoreError
 from kvmigrate.runtime import build_app

@@ -18,7 +18,7 @@ from kvmigrate.policies.gates import GateConfig, RollbackConfig
 from kvmigrate.policies.modes import Mode
 
 # "openai": any OpenAI-compatible API; "azure": Azure OpenAI; "litellm": called through
-# litellm (kvmigrate.adapters.litellm_gateway), the model strings being litellm's;
+# litellm (kvmigrate.litellm_bridge.gateway), the model strings being litellm's;
 # "anthropic": Anthropic's Messages API (only /v1/messages, key in `x-api-key`).
 BackendType = Literal["openai", "azure", "litellm", "anthropic"]
 # Types whose API has no Messages routes: a model served on an `anthropic` backend cannot

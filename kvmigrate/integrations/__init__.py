@@ -1,6 +1,3 @@
-"""Integrations with other LLM gateways: the LiteLLM proxy plugin (the `litellm` extra).
-
-Nothing here imports litellm at package import time: kvmigrate installs and type-checks
-without it, and only `kvmigrate.integrations.litellm_plugin`, loaded by LiteLLM's proxy,
-needs it.
-"""
+"""Import paths kept for configs written before the LiteLLM code moved to
+kvmigrate.litellm_bridge: `litellm_plugin.proxy_handler_instance`, which users' LiteLLM
+configs name. Nothing else lives here."""

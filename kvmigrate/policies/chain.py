@@ -1,7 +1,7 @@
 """Responses API chains: a request that names a stored response (`previous_response_id`) or a
 stored conversation (`conversation`) continues state that lives on one backend only.
 
-Its conversation and turn come from the response-id map (kvmigrate.rollout.chains), not from
+Its conversation and turn come from the response-id map (kvmigrate.continuity.chains), not from
 its body, and its backend is the one holding that state, whatever the split or a pin says:
 the other backend has never seen the id and would answer 404, or worse, a fresh answer
 without the history. Pure functions over plain data, like the rest of `policies`.

@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from kvmigrate.config import Config
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.logtext import printable
 from kvmigrate.proxy.client import UpstreamError
 from kvmigrate.proxy.envelopes import envelope_for_path
@@ -25,7 +26,6 @@ from kvmigrate.proxy.intake import authorize, expect_handler
 from kvmigrate.proxy.paths import MODEL_ROUTES
 from kvmigrate.proxy.rollout_source import RolloutSource
 from kvmigrate.proxy.service import ProxyService
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import (
     CONNECTION_LIMITS,
     DIRECT_POSTS,

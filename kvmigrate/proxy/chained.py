@@ -1,7 +1,7 @@
 """Responses API chains in the proxy: where a continued chain goes, what its exchanges carry
 for the response-id map, and the candidate's own id a shadow copy continues.
 
-The map is `kvmigrate.rollout.chains.ChainMap`; the routing rules are `policies.chain`. This
+The map is `kvmigrate.continuity.chains.ChainMap`; the routing rules are `policies.chain`. This
 is the glue `ProxyService` calls, kept apart so the service stays about serving.
 """
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection
 
+from kvmigrate.continuity.chains import ChainMap, ChainTurn
+from kvmigrate.continuity.resolver import Identity
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainRef, stick, unknown_chain
 from kvmigrate.proxy.body import RequestBody, with_previous_response
 from kvmigrate.proxy.chain_context import ChainContext, ContextUnavailable
 from kvmigrate.proxy.errors import chain_not_served
 from kvmigrate.proxy.metrics import ProxyMetrics
-from kvmigrate.rollout.chains import ChainMap, ChainTurn
-from kvmigrate.rollout.continuity import Identity
 
 log = logging.getLogger("kvmigrate.proxy.shadow")
 

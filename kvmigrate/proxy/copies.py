@@ -9,6 +9,7 @@ import time
 from aiohttp import web
 
 from kvmigrate.config import Config
+from kvmigrate.continuity.chains import ChainMap, ChainTurn
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.calls import Calls
 from kvmigrate.proxy.chain_context import ChainContext
@@ -31,7 +32,6 @@ from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.shadow import RateBudget, ShadowDispatcher, candidate_dispatchers
 from kvmigrate.proxy.unserved import UnservedRoutes
 from kvmigrate.proxy.upstream import Upstreams
-from kvmigrate.rollout.chains import ChainMap, ChainTurn
 from kvmigrate.slices import run_on_loop
 from kvmigrate.tasks import BoundedTasks, Flight, Work
 from kvmigrate.wire.anthropic import MESSAGES_ROUTES

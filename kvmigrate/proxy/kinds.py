@@ -19,7 +19,7 @@ class BackendKind:
     """An OpenAI-compatible API (OpenAI itself, vLLM, most gateways): the base of the others.
 
     `via_gateway`: the proxy cannot call it over HTTP itself and reaches it through a
-    loopback gateway that speaks OpenAI's wire format (kvmigrate.adapters).
+    loopback gateway that speaks OpenAI's wire format (kvmigrate.litellm_bridge.gateway).
     """
 
     via_gateway = False
@@ -74,7 +74,7 @@ class AzureKind(BackendKind):
 
 class LiteLLMKind(BackendKind):
     """A provider called through litellm: served to the proxy by a loopback gateway in
-    OpenAI's wire format (kvmigrate.adapters.litellm_gateway)."""
+    OpenAI's wire format (kvmigrate.litellm_bridge.gateway)."""
 
     via_gateway = True
     key_env = None  # the gateway holds the provider's credentials

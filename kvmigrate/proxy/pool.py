@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING
 
 from kvmigrate.background import WorkerGone, WorkerProcess
 from kvmigrate.config import Config
+from kvmigrate.continuity.link_table import ENV as LINK_TABLE_ENV
+from kvmigrate.continuity.link_table import create_table
 from kvmigrate.proxy.pool_metrics import (
     MULTIPROC_ENV,
     forget_worker,
     keep_snapshot,
     new_pool_directory,
 )
-from kvmigrate.rollout.link_table import ENV as LINK_TABLE_ENV
-from kvmigrate.rollout.link_table import create_table
 from kvmigrate.serving import DRAIN_S, StopRequests, install_fast_event_loop, serve_until
 
 if TYPE_CHECKING:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvmigrate.continuity.resolver import Identity
 from kvmigrate.policies import Route
 from kvmigrate.policies.chain import ChainRef
 from kvmigrate.proxy.body import RequestBody
-from kvmigrate.rollout.continuity import Identity
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ import aiohttp
 from aiohttp import web
 
 from kvmigrate.config import Config
+from kvmigrate.continuity.chains import ChainMap
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies import serve_without_conversation
 from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.conversation import declared_key
@@ -55,12 +57,10 @@ from kvmigrate.proxy.routed import Routed
 from kvmigrate.proxy.stream_check import SseCheck, framing_error, json_ok
 from kvmigrate.proxy.unserved import REFUSALS, UnservedRoutes, blame, is_refusal_status
 from kvmigrate.proxy.upstream import Upstreams
-from kvmigrate.rollout.chains import ChainMap
-from kvmigrate.rollout.continuity import ContinuityResolver
 from kvmigrate.serving import outlive_client
 
 if TYPE_CHECKING:
-    from kvmigrate.adapters.litellm_gateway import LiteLLMGateway
+    from kvmigrate.litellm_bridge.gateway import LiteLLMGateway
 
 # How long before the drain's end the proxy ends its own streams (ProxyService.stopping).
 CUT_BEFORE_DRAIN_END_S = 0.2
@@ -89,8 +89,8 @@ class ProxyService:
         self.gateways: dict[str, LiteLLMGateway] = {}
         upstreams = config
         if any(kind_of(b).via_gateway for b in config.backends.values()):
-            # Each is reached through a loopback gateway (kvmigrate.adapters.litellm_gateway).
-            from kvmigrate.adapters.litellm_gateway import open_gateways, through_gateways
+            # Each is reached through a loopback gateway (kvmigrate.litellm_bridge.gateway).
+            from kvmigrate.litellm_bridge.gateway import open_gateways, through_gateways
 
             self.gateways = open_gateways(config)
             upstreams = through_gateways(config, self.gateways)

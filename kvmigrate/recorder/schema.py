@@ -96,7 +96,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         "m006_identity",
-        # How the proxy knew the conversation (kvmigrate.rollout.continuity.SOURCES), so the
+        # How the proxy knew the conversation (kvmigrate.continuity.resolver.SOURCES), so the
         # report can say how much traffic was keyed by a guess.
         ("ALTER TABLE records ADD COLUMN identity TEXT",),
     ),

@@ -1,2 +1,4 @@
-"""The gated rollout (its state, store, controller and gates' wiring) and conversation
-continuity (which backend a conversation is on, across turns and proxies)."""
+"""The gated rollout: its state, the stores that keep it (and the keyed hash they keep
+conversation keys under), the controller, the gates' wiring, the watcher and the commands'
+client. Conversation continuity, which writes its links to the same store, is
+kvmigrate.continuity."""

@@ -64,7 +64,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "r002_links",
         (
-            # Conversation continuity (kvmigrate.rollout.link_table).
+            # Conversation continuity (kvmigrate.continuity.link_table).
             """CREATE TABLE IF NOT EXISTS rollout_links (key TEXT PRIMARY KEY,
                 conversation TEXT NOT NULL, turn INTEGER NOT NULL, expires_at REAL NOT NULL,
                 detail TEXT NOT NULL DEFAULT '')""",

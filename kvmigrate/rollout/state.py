@@ -177,7 +177,7 @@ class Link:
 
     `key` is namespaced by kind: `c:<digest>` for a history and its answer (continuity);
     `r:<response id>` and `v:<conversation id>` for Responses API chains
-    (kvmigrate.rollout.chains). `detail` is free text for what a kind needs besides (a chain's
+    (kvmigrate.continuity.chains). `detail` is free text for what a kind needs besides (a chain's
     backend and the candidate's own response id, as a JSON pair; with several candidates a
     third item maps each to its own id).
     """

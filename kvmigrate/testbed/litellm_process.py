@@ -22,7 +22,10 @@ import yaml
 from kvmigrate.serving import free_port
 from kvmigrate.testbed.litellm_venv import ensure_litellm_venv, proxy_env, venv_litellm
 
-PLUGIN_CALLBACK = "kvmigrate.integrations.litellm_plugin.proxy_handler_instance"
+PLUGIN_CALLBACK = "kvmigrate.litellm_bridge.plugin.proxy_handler_instance"
+# The path LiteLLM configs written before the plugin moved name; it still loads the same
+# plugin (kvmigrate/integrations/litellm_plugin.py), and every git ref has it.
+FIRST_PLUGIN_CALLBACK = "kvmigrate.integrations.litellm_plugin.proxy_handler_instance"
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "HF_HUB_OFFLINE": "1",

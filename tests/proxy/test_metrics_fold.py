@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import Histogram
 from prometheus_client.samples import Sample
 
+from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.exchange import Exchange, Role
 from kvmigrate.proxy.metrics import (
     LATENCY_BUCKETS,
@@ -17,7 +18,6 @@ from kvmigrate.proxy.metrics import (
     add_observations,
 )
 from kvmigrate.proxy.metrics_addon import FOLD_INTERVAL_S, MetricsAddon
-from kvmigrate.rollout.continuity import ContinuityResolver
 
 COMPLETION = (
     b'{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":'

@@ -23,8 +23,8 @@ import openai
 import psutil
 import pytest
 
+from kvmigrate.continuity.link_table import ENV as LINK_TABLE_ENV
 from kvmigrate.embedded import emulated_backends
-from kvmigrate.rollout.link_table import ENV as LINK_TABLE_ENV
 from kvmigrate.serving import free_port
 
 MODEL = "gpt-4o-mini"

@@ -172,7 +172,7 @@ def describe(rows: list[Row]) -> str:
 
 class RedisServer:
     """A private redis-server on a free port, stoppable mid-test (the session fixture in
-    tests/rollout is shared and must not be stopped)."""
+    tests/conftest.py is shared and must not be stopped)."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir

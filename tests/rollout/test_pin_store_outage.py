@@ -11,7 +11,7 @@ import asyncio
 import signal
 import time
 
-from conftest import RedisServer
+from stores import RedisServer
 
 from kvmigrate.config import parse_config
 from kvmigrate.policies.split import in_candidate_share

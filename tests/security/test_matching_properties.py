@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from kvmigrate.config import Secret, parse_config
+from kvmigrate.continuity.link_table import LinkTable, create_table
 from kvmigrate.policies.chain import chain_ref, id_key
 from kvmigrate.policies.cohorts import CohortTable, Selector, resolve_cohort
 from kvmigrate.policies.conversation import declared_key, derived_key, is_derived_key
 from kvmigrate.proxy.cohorts import CohortResolver
-from kvmigrate.rollout.link_table import LinkTable, create_table
 
 LOOK_ALIKES = {
     "a": "\u0430",  # Cyrillic a
