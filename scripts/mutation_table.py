@@ -12,6 +12,7 @@ is restored. Exits non-zero when a bug goes unnoticed or a named test fails on t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,21 +31,21 @@ HASHES = "tests/migrate/test_migrate_backup_hashes.py::"
 ROWS: list[tuple[str, str, str, str, list[str]]] = [
     (
         "drop cookie",
-        "kvmigrate/proxy/headers.py",
+        "kvmigrate/credential_names.py",
         '"x-api-key", "cookie", "openai-organization"',
         '"x-api-key", "openai-organization"',
         [CRED + "[cookie]"],
     ),
     (
         "drop x-api-key and openai-project",
-        "kvmigrate/proxy/headers.py",
+        "kvmigrate/credential_names.py",
         '"x-api-key", "cookie", "openai-organization", "openai-project"}',
         '"cookie", "openai-organization"}',
         [CRED + "[x-api-key]", CRED + "[openai-project]"],
     ),
     (
         "drop api-key",
-        "kvmigrate/proxy/headers.py",
+        "kvmigrate/credential_names.py",
         '{"authorization", "api-key", "x-api-key", "cookie"',
         '{"authorization", "x-api-key", "cookie"',
         [CRED + "[api-key]"],
@@ -52,7 +53,7 @@ ROWS: list[tuple[str, str, str, str, list[str]]] = [
     (
         "remove JWT pattern",
         "kvmigrate/redaction.py",
-        '    re.compile(r"\\beyJ[A-Za-z0-9_-]{8,}\\.[A-Za-z0-9_-]{4,}\\.[A-Za-z0-9_-]*"),\n',
+        '    re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\\.[A-Za-z0-9_-]{4,}\\.[A-Za-z0-9_-]*"),\n',
         "",
         [SHAPE + "[jwt]", SHAPE + "[unsigned jwt]"],
     ),
@@ -66,14 +67,14 @@ ROWS: list[tuple[str, str, str, str, list[str]]] = [
     (
         "remove sk- pattern",
         "kvmigrate/redaction.py",
-        '    re.compile(r"\\b(?:sk|rk|pk)[-_](?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]{16,}"),\n',
-        "",
+        'VENDOR_KEY = re.compile(_START + r"(?:sk|rk|pk)[-_][A-Za-z0-9_-]*+")',
+        'VENDOR_KEY = re.compile(r"(?!)")',
         [SHAPE + "[openai key]"],
     ),
     (
         "skip backup-hash check in _classify",
         "kvmigrate/migrate/apply.py",
-        'if not backup.is_file() or sha256(_read(backup)) != entry["sha256_before"]:',
+        'if not backup.is_file() or sha256(_read(backup)) != entry.get("sha256_before"):',
         "if not backup.is_file():",
         [
             HASHES + "test_tampered_backup_is_refused_and_nothing_is_written[appended]",
@@ -345,7 +346,10 @@ OLD_FILES: dict[str, list[str]] = {
 
 def run(root: Path, test: str) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=str(root))
-    argv = [PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *test.split()]
+    # Paths are separated by spaces; a node id's parameters may hold spaces of their own
+    # (`...[unsigned jwt]`), so a space inside brackets does not split.
+    paths = re.findall(r"(?:[^\s\[]+|\[[^\]]*\])+", test)
+    argv = [PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *paths]
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, check=False)
     return done.returncode, (done.stdout.strip().splitlines() or ["?"])[-1]
 
