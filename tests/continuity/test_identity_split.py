@@ -18,6 +18,7 @@ from typing import Any
 
 import openai
 import pytest
+from settling import wait_settled
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.emulator import EmulatorSettings, build_app
@@ -142,7 +143,7 @@ def test_conversations_with_a_changing_system_prompt_stay_on_one_backend(
     for client in clients:
         client.close()
     for proxy in two_proxies:
-        proxy.stop()  # flushes the recorders
+        stop_settled(proxy)
     split = {n: b for n, b in seen.items() if len(set(b)) > 1}
     assert not split, f"conversations bounced between backends: {split}"
     assert {b[0] for b in seen.values()} == {"hosted", "vllm"}  # the 50% split did split
@@ -218,6 +219,14 @@ def test_tool_calling_turns_stay_on_one_backend(
     assert not split, f"conversations bounced between backends: {split}"
 
 
+def stop_settled(proxy: BackgroundServer) -> None:
+    """Stop `proxy` once its recorder has written every exchange: a stop flushes for a
+    bounded time and leaves the rest in the spool for the next start, which these tests,
+    reading the records at once, do not make (a loaded machine left two of five there)."""
+    wait_settled(proxy.url, timeout=60.0)
+    proxy.stop()
+
+
 def records_and_report(config: Config) -> tuple[list[tuple[str, int, str, str | None]], Any]:
     store = open_record_store(config.record.db)
     report = build_report(store, since=0)
@@ -240,7 +249,7 @@ def test_two_conversations_sharing_an_opening_share_a_key_but_count_as_two(
     for client in clients:
         client.close()
     for proxy in two_proxies:
-        proxy.stop()
+        stop_settled(proxy)
     rows, report = records_and_report(config)
     assert len({conversation for conversation, _, _, _ in rows}) == 1  # one key, one backend
     assert sorted(turn for _, turn, _, _ in rows) == [1, 1, 2, 2, 3, 3]
@@ -273,7 +282,7 @@ def test_an_agent_that_summarises_its_history_keeps_its_identity_by_the_masked_o
     for client in clients:
         client.close()
     for proxy in two_proxies:
-        proxy.stop()
+        stop_settled(proxy)
     assert len(set(backends)) == 1
     rows, report = records_and_report(config)
     assert len({conversation for conversation, _, _, _ in rows}) == 1
