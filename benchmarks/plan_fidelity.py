@@ -16,6 +16,8 @@
     python benchmarks/plan_fidelity.py --emulator   # the emulator's vLLM profile instead
     python benchmarks/plan_fidelity.py --save DIR   # keep the raw measurements ...
     python benchmarks/plan_fidelity.py --from DIR   # ... and compare them again, no engine
+    python benchmarks/plan_fidelity.py --from DIR --against proxy   # ... with the TTFTs the
+                                                    # proxy recorded, not the clients'
 
 The measurements (the probe's turns, each workload's client-side turns and its records
 store) are kept apart from the comparison, so a run on a quiet machine can be analysed,
@@ -304,6 +306,19 @@ def measure(emulated: bool, engine_cpus: int | None, root: Path) -> Measurements
     return measured
 
 
+def as_recorded(measured: Measurements, root: Path) -> Measurements:
+    """The workloads' turns with the TTFT the proxy recorded for each (the engine's, as a
+    pilot's records hold it) in place of the clients' (which add the proxy's and the
+    clients' own time on a host core they share)."""
+    runs = {}
+    for name, turns in measured.runs.items():
+        with open_store(f"sqlite:///{root / name}.db") as store:
+            rows = store.query("SELECT turn, ttft_ms FROM records WHERE role = 'serve'")
+            runs[name] = [replace(turns[0], turn=int(t), ttft_s=ms / 1000) for t, ms in rows
+                          if ms is not None]  # fmt: skip
+    return Measurements(measured.engine, measured.probe, measured.batch_itls, runs)
+
+
 def analyse(measured: Measurements, root: Path) -> None:
     probed = fit_probe(measured.probe, measured.batch_itls, measured.engine)
     print(f"engine: {measured.engine}\ncost model: "
@@ -337,9 +352,14 @@ def main() -> int:
     parser.add_argument("--save", type=Path, help="keep the raw measurements in this directory")
     parser.add_argument("--from", dest="source", type=Path,
                         help="compare measurements kept by --save; starts no engine")  # fmt: skip
+    parser.add_argument("--against", choices=("clients", "proxy"), default="clients",
+                        help="with --from: the TTFTs to compare with")  # fmt: skip
     args = parser.parse_args()
     if args.source:
-        analyse(Measurements.load(args.source), args.source)
+        measured = Measurements.load(args.source)
+        if args.against == "proxy":
+            measured = as_recorded(measured, args.source)
+        analyse(measured, args.source)
         return 0
     root = args.save or Path(tempfile.mkdtemp(prefix="kvmigrate-fidelity-"))
     root.mkdir(parents=True, exist_ok=True)
