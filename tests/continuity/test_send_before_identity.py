@@ -16,11 +16,12 @@ from typing import Any
 import openai
 import orjson
 from aiohttp import web
-from conftest import MODEL, SERVED
 from stores import RedisServer
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.continuity.resolver import ContinuityResolver
+from kvmigrate.embedded import HOSTED_MODEL as MODEL
+from kvmigrate.embedded import VLLM_MODEL as SERVED
 from kvmigrate.proxy import build_proxy_app
 from kvmigrate.rollout.controller import initial_state
 from kvmigrate.rollout.store import open_store
