@@ -54,6 +54,7 @@ modules=(
   "gate_model|kvmigrate/policies/gate_model.py|tests/test_gates.py tests/test_gate_boundaries.py tests/test_sequential.py tests/test_gate_reports.py tests/test_parity_gate_report.py tests/test_ttft_gate_report.py"
   # issue 54's further modules: who gets in, what is forwarded, what is stored, which backend
   "intervals|kvmigrate/intervals.py|tests/test_intervals.py tests/test_sequential.py"
+  "errors|kvmigrate/proxy/errors.py|tests/proxy/test_error_envelopes.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
