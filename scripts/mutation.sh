@@ -55,6 +55,7 @@ modules=(
   # issue 54's further modules: who gets in, what is forwarded, what is stored, which backend
   "intervals|kvmigrate/intervals.py|tests/test_intervals.py tests/test_sequential.py"
   "errors|kvmigrate/proxy/errors.py|tests/proxy/test_error_envelopes.py"
+  "proxy_cohorts|kvmigrate/proxy/cohorts.py|tests/cohorts/test_cohort_shared_keys.py tests/cohorts/test_cohort_resolution.py tests/test_exact_matching.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
