@@ -56,6 +56,9 @@ modules=(
   "intervals|kvmigrate/intervals.py|tests/test_intervals.py tests/test_sequential.py"
   "errors|kvmigrate/proxy/errors.py|tests/proxy/test_error_envelopes.py"
   "proxy_cohorts|kvmigrate/proxy/cohorts.py|tests/cohorts/test_cohort_shared_keys.py tests/cohorts/test_cohort_resolution.py tests/test_exact_matching.py"
+  "convert|kvmigrate/recorder/convert.py|tests/recorder/test_convert_tables.py tests/test_exchange.py tests/recorder/test_messages_answers.py tests/recorder/test_recorder_decode.py tests/recorder/test_recorder_history.py tests/recorder/test_recorder_deep_bodies.py"
+  "controller|kvmigrate/rollout/controller.py|tests/rollout/test_controller_tables.py tests/rollout/test_rollout_change_rules.py tests/rollout/test_rollout_status_gates.py tests/cohorts/test_candidate_choice.py tests/cohorts/test_cohort_candidate_removed.py"
+  "config_model|kvmigrate/config/model.py|tests/config/test_config_model_lookups.py tests/cohorts/test_cohort_resolution.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
