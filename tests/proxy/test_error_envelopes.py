@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -26,7 +27,7 @@ from kvmigrate.proxy.errors import (
 LONG = "m" * 300
 
 
-def envelope(message: str, error_type: str, param: str | None, code: str | None) -> dict:
+def envelope(message: str, error_type: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
@@ -177,7 +178,7 @@ def envelope(message: str, error_type: str, param: str | None, code: str | None)
     ],
 )
 def test_each_error_has_its_status_and_exact_envelope(
-    make: Callable[[], ProxyError], status: int, expected: dict
+    make: Callable[[], ProxyError], status: int, expected: dict[str, Any]
 ) -> None:
     # Built in the test, not in the table: mutmut sees only what a test itself calls.
     error = make()

@@ -418,3 +418,94 @@ def test_the_history_names_every_cohort_unless_one_is_asked(ctl: RolloutControll
     assert [e.cohort for e in ctl.history()] == ["m", "beta"]
     assert [e.cohort for e in ctl.history(cohort="m")] == ["m"]
     assert len(ctl.history(limit=1)) == 1
+
+
+def test_a_change_without_a_reason_records_none(ctl: RolloutController) -> None:
+    assert ctl.set_percent(10, cohort="m").event.reason == ""
+    assert ctl.set_mode("shadow", cohort="m").event.reason == ""
+    ctl.set_mode("split", cohort="m")
+    back = ctl.rollback(cohort="m", actor="ops")
+    assert back.event.reason == ""
+    assert (back.state.updated_by, back.event.actor) == ("ops", "ops")
+    again = ctl.set_percent(0, cohort="m")
+    assert (again.changed, again.event.forced) == (False, False)
+    assert again.event.forced is False
+
+
+def test_a_rollback_from_one_percent(ctl: RolloutController) -> None:
+    ctl.set_percent(1, cohort="m")
+    assert ctl.rollback(cohort="m").state.percent == 0.0
+
+
+def test_every_status_reads_its_own_cohorts_state_steps_and_evidence(
+    ctl: RolloutController,
+) -> None:
+    ctl.set_percent(10, cohort="m", candidate="fp8")
+    ctl.set_percent(5, cohort="beta")
+    statuses = {s.cohort: s for s in ctl.statuses()}
+    assert (
+        statuses["m"].state.percent,
+        statuses["m"].state.candidate,
+        statuses["m"].candidate,
+    ) == (10.0, "fp8", "fp8")
+    assert (statuses["beta"].state.percent, statuses["beta"].next_step) == (5.0, 25.0)
+    assert (statuses["other"].state.percent, statuses["other"].next_step) == (0.0, 10.0)
+    assert ctl.status("beta").next_step == 25.0
+    m = statuses["m"]
+    assert [(c.backend, c.serving) for c in m.candidates] == [("bf16", False), ("fp8", True)]
+    for candidate in m.candidates:
+        assert [g.verdict for g in candidate.gates if g.name in ("traffic", "error_rate")] == [
+            "passed",
+            "passed",
+        ]
+    error = next(d for d in m.comparisons if d.measure == "error_rate")
+    assert error.detail.startswith("bf16 1.00% - fp8 1.00%")
+    assert {cohort for _, cohort in evidence(ctl).asked} >= {"m", "beta", "other"}
+
+
+def test_a_single_candidate_status_reads_its_evidence_for_the_next_step(tmp_path: Path) -> None:
+    c = make(tmp_path, ONE)
+    try:
+        status = c.status()
+        assert status.next_step == 10.0
+        assert [g.verdict for g in status.gates_for_next_step if g.name == "error_rate"] == [
+            "passed"
+        ]
+        assert evidence(c).asked[-1][1] == "m"
+    finally:
+        c.store.close()
+
+
+def test_a_status_past_the_last_step_still_compares_its_candidates(ctl: RolloutController) -> None:
+    ctl.set_percent(100, cohort="m")
+    evidence(ctl).asked.clear()
+    status = ctl.status("m")
+    assert status.next_step is None
+    assert [c.gates for c in status.candidates] == [[], []]
+    assert [cohort for _, cohort in evidence(ctl).asked] == ["m"]
+    error = next(d for d in status.comparisons if d.measure == "error_rate")
+    assert error.detail.startswith("bf16 1.00% - fp8 1.00%")
+
+
+def test_a_candidate_without_evidence_waits_in_the_status(ctl: RolloutController) -> None:
+    evidence(ctl).windows = {"hosted": GOOD["hosted"], "bf16": GOOD["bf16"]}
+    status = ctl.status("m")
+    fp8 = next(c for c in status.candidates if c.backend == "fp8")
+    assert [g.verdict for g in fp8.gates if g.name == "traffic"] == ["inconclusive"]
+    assert all(d.lead == "undecided" for d in status.comparisons)
+
+
+def test_a_config_without_models_has_the_fleet_wide_cohort(tmp_path: Path) -> None:
+    text = """
+backends:
+  hosted: {{api_base: "http://127.0.0.1:9/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:9/v1"}}
+models: []
+rollout: {{state: "sqlite:///{tmp}/state.db"}}
+"""
+    c = make(tmp_path, text)
+    try:
+        assert [s.cohort for s in c.statuses()] == [""]
+        assert c.status().cohort == ""
+    finally:
+        c.store.close()
