@@ -509,3 +509,57 @@ rollout: {{state: "sqlite:///{tmp}/state.db"}}
         assert c.status().cohort == ""
     finally:
         c.store.close()
+
+
+def test_a_missing_candidates_comparisons_still_name_it(ctl: RolloutController) -> None:
+    evidence(ctl).windows = {"hosted": GOOD["hosted"], "bf16": GOOD["bf16"]}
+    status = ctl.status("m")
+    assert {(d.a, d.b) for d in status.comparisons} == {("bf16", "fp8")}
+    assert status.steps == [10.0, 50.0, 100.0]
+    assert ctl.status("beta").steps == [5.0, 25.0]
+
+
+SLOW = BackendWindow(
+    "bf16", requests=4000, conversations=400, errors=1200, ttft_p50=0.5, ttft_p95=5.0,
+    ttft_sample=(5.0,) * 4000,
+)  # fmt: skip
+
+
+def test_a_refusal_lists_every_failing_gate(ctl: RolloutController) -> None:
+    evidence(ctl).windows = GOOD | {"bf16": SLOW}
+    with pytest.raises(GatesRefused) as caught:
+        ctl.set_percent(10, cohort="m")
+    message = str(caught.value)
+    assert "error_rate failed: candidate 30.00% - primary 1.00%" in message
+    assert "; ttft_p95 failed: candidate TTFT p95 5000 ms" in message
+    assert [r.name for r in caught.value.results] == ["traffic", "error_rate", "ttft_p95"]
+
+
+def test_the_gates_judge_the_candidate_the_cohort_serves(ctl: RolloutController) -> None:
+    evidence(ctl).windows = GOOD | {"fp8": SLOW}
+    ctl.set_percent(0, cohort="m", candidate="fp8")
+    verdicts = {g.name: g.verdict for g in ctl.evaluate(cohort="m")}
+    assert verdicts["error_rate"] == "failed"
+    assert {g.name: g.verdict for g in ctl.evaluate(cohort="m", candidate="bf16")}[
+        "error_rate"
+    ] == "passed"
+
+
+def test_switching_away_from_one_percent_is_refused(ctl: RolloutController) -> None:
+    ctl.set_percent(1, cohort="m")
+    with pytest.raises(RolloutError, match=r"^bf16 serves 1% of m: set it to 0%"):
+        ctl.set_percent(1, cohort="m", candidate="fp8")
+
+
+def test_changes_without_an_actor_are_the_clis(ctl: RolloutController) -> None:
+    assert ctl.set_percent(10, cohort="m").event.actor == "cli"
+    assert ctl.set_mode("shadow", cohort="m").event.actor == "cli"
+    ctl.set_mode("split", cohort="m")
+    assert ctl.rollback(cohort="m").event.actor == "cli"
+
+
+def test_the_history_shows_the_last_100_changes_unless_asked(ctl: RolloutController) -> None:
+    for i in range(101):
+        ctl.change(float(i % 2 + 1), "shadow", cohort="m")
+    assert len(ctl.history()) == 100
+    assert len(ctl.history(limit=101)) == 101
