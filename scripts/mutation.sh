@@ -64,7 +64,8 @@ modules=(
 # decorated functions, properties included: a property's logic lives in a plain function.
 default="headers body redaction apply secret store split route pinning outcome continuity
   volatile conversation decision replicas tool_calls window chain cohorts candidate_compare
-  gates error_gate ttft_gate parity_gate sequential gate_model"
+  gates error_gate ttft_gate parity_gate sequential gate_model
+  intervals errors proxy_cohorts convert controller config_model"
 wanted=${*:-$default}
 
 export PYTHONPATH=${MUTMUT_PATH:+$MUTMUT_PATH}

@@ -563,3 +563,41 @@ def test_the_history_shows_the_last_100_changes_unless_asked(ctl: RolloutControl
         ctl.change(float(i % 2 + 1), "shadow", cohort="m")
     assert len(ctl.history()) == 100
     assert len(ctl.history(limit=101)) == 101
+
+
+def test_a_change_through_change_has_the_same_defaults(ctl: RolloutController) -> None:
+    outcome = ctl.change(10.0, cohort="m")
+    assert (outcome.event.reason, outcome.event.actor) == ("", "cli")
+    # no candidate named: the state keeps no choice of its own
+    assert (outcome.state.candidate, outcome.event.candidate) == ("", "")
+
+
+def test_observe_mode_refuses_every_change(tmp_path: Path) -> None:
+    c = make(tmp_path, mode="observe")
+    try:
+        with pytest.raises(RolloutError) as caught:
+            c.set_percent(10, cohort="m")
+        assert str(caught.value) == (
+            "rollout.mode is observe: the primary is measured alone and there is no candidate "
+            "to roll out to. Name a candidate (rollout.candidate) and set rollout.mode: shadow "
+            "to start a pilot"
+        )
+    finally:
+        c.store.close()
+
+
+def test_lowering_the_share_keeps_the_good_step(ctl: RolloutController) -> None:
+    ctl.set_percent(10, cohort="m")
+    ctl.set_percent(50, cohort="m")  # vouched at 10%: the good step is 10
+    lowered = ctl.set_percent(30, cohort="m")
+    assert lowered.state.last_good_percent == 10.0
+    assert ctl.rollback(cohort="m").state.percent == 10.0
+
+
+def test_a_forced_step_does_not_become_the_good_step(ctl: RolloutController) -> None:
+    ctl.set_percent(10, cohort="m")
+    ctl.set_percent(50, cohort="m")
+    evidence(ctl).windows = BAD
+    forced = ctl.set_percent(100, cohort="m", force=True)
+    assert (forced.event.forced, forced.state.last_good_percent) == (True, 10.0)
+    assert ctl.rollback(cohort="m").state.percent == 10.0
