@@ -507,6 +507,9 @@ rollout: {{state: "sqlite:///{tmp}/state.db"}}
     try:
         assert [s.cohort for s in c.statuses()] == [""]
         assert c.status().cohort == ""
+        with pytest.raises(RolloutError) as caught:
+            c.cohort_of("m")
+        assert str(caught.value) == "no cohort 'm'; cohorts: none"
     finally:
         c.store.close()
 
@@ -601,3 +604,16 @@ def test_a_forced_step_does_not_become_the_good_step(ctl: RolloutController) -> 
     forced = ctl.set_percent(100, cohort="m", force=True)
     assert (forced.event.forced, forced.state.last_good_percent) == (True, 10.0)
     assert ctl.rollback(cohort="m").state.percent == 10.0
+
+
+def test_two_cohorts_need_a_name(tmp_path: Path) -> None:
+    text = ONE.replace("models:\n", "models:\n  - {{model_name: n, hosted: n, bf16: n}}\n")
+    c = make(tmp_path, text)
+    try:
+        with pytest.raises(RolloutError) as caught:
+            c.cohort_of()
+        assert str(caught.value) == (
+            "this config has 2 cohorts; name one with --model or --cohort: n, m"
+        )
+    finally:
+        c.store.close()
