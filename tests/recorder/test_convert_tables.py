@@ -12,6 +12,8 @@ import pytest
 from kvmigrate.exchange import Exchange, Role
 from kvmigrate.recorder.convert import (
     RecordConverter,
+    _answer,
+    _stream_tail,
     finish_reason,
     new_hash_key,
     stored_conversation,
@@ -780,3 +782,72 @@ def test_a_mirrored_answer_in_many_chunks_keeps_its_figures_and_scores_its_copy(
         pair_id="req-1",
     )
     assert (convert((other, 3.0)).parity_score or 0.0) < 1.0
+
+
+# The metrics-only fast path: a streamed chat answer's figures read off its last events,
+# not its whole reassembly (most of a record's cost). What it reads, exactly, and when it
+# gives way to the whole stream.
+TAIL_SUMMARY = {
+    "id": "c9",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 300},
+}
+
+
+@pytest.mark.parametrize("chunks", [1, 100, 400, 1000])
+def test_the_tail_reads_a_long_streams_figures_off_its_last_events(chunks: int) -> None:
+    body = sse(*[delta("word ") for _ in range(chunks)], END)
+    assert _stream_tail(body) == TAIL_SUMMARY
+    assert _answer("chat/completions", body, metrics_only=True) == TAIL_SUMMARY
+
+
+@pytest.mark.parametrize("size", [4095, 4096, 4097, 5000])
+def test_the_tail_at_the_edge_of_its_window(size: int) -> None:
+    events = [frame(delta("a")), frame(delta("b")), frame(END), b"data: [DONE]\n\n"]
+    assert _stream_tail(sized(events, size)) == TAIL_SUMMARY
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (sse(delta("a"), delta("b")), "no finish reason: a broken stream"),
+        (sse(delta("a"), END) + b"data: {not json\n\n", "an event that is not JSON"),
+        (sse(delta("a"), END | {"choices": "stop"}), "choices that are not a list"),
+        (
+            sse(delta("a"), END | {"choices": [{"index": 0, "finish_reason": ""}]}),
+            "an empty reason",
+        ),
+    ],
+)
+def test_the_tail_gives_way_to_the_whole_stream(body: bytes, why: str) -> None:
+    assert _stream_tail(body) is None, why
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "metrics_only", "tail"),
+    [
+        ("chat/completions", sse(delta("hi"), END), True, True),
+        ("chat/completions", sse(delta("hi"), END), False, False),
+        ("completions", sse(delta("hi"), END), True, False),
+        ("chat/completions", orjson.dumps(chat_answer()), True, False),
+        # a tool call's name may be in any chunk; a second choice interleaves with the first
+        ("chat/completions", sse(delta("hi") | {"tool_calls": []}, END), True, False),
+        (
+            "chat/completions",
+            sse({"id": "c9", "choices": [{"index": 1, "delta": {"content": "x"}}]}, END),
+            True,
+            False,
+        ),
+    ],
+)
+def test_when_the_fast_path_is_taken(
+    route: str, body: bytes, metrics_only: bool, tail: bool
+) -> None:
+    answer = _answer(route, body, metrics_only=metrics_only)
+    assert answer is not None
+    assert (answer == _stream_tail(body)) is tail
+    assert answer.get("usage") == (
+        chat_answer()["usage"] if body.startswith(b"{") else END["usage"]
+    )
