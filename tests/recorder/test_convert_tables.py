@@ -851,3 +851,42 @@ def test_when_the_fast_path_is_taken(
     assert answer.get("usage") == (
         chat_answer()["usage"] if body.startswith(b"{") else END["usage"]
     )
+
+
+def test_a_pair_too_deep_to_score_is_kept_as_an_unscored_pair() -> None:
+    arguments = b"[" * 1000 + b"]" * 1000
+    body = (
+        b'{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"a",'
+        b'"tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"'
+        + arguments
+        + b'"}}]},"finish_reason":"stop"}]}'
+    )
+    convert = RecordConverter("none", "proxy", hash_key=KEY)
+    convert((exchange(body=body, mirrored=True), 1.0))
+    record = convert((exchange(body=body, request_id="c", role=Role.SHADOW, pair_id="req-1"), 2.0))
+    assert (
+        record.parity_kind,
+        record.parity_score,
+        record.parity_applicable,
+        record.parity_disagree,
+    ) == (
+        "candidate",
+        None,
+        "[]",
+        "[]",
+    )
+    assert (record.parity_tool_agree, record.parity_json_valid) == (None, None)
+
+
+def test_a_deep_request_stored_whole_under_full_content_keeps_its_text() -> None:
+    x = exchange(chat_answer())
+    x.request_body = (
+        b'{"model":"m","note":"'
+        + SECRET.encode()
+        + b'","messages":[{"role":"user","content":'
+        + nested(1000)
+        + b"}]}"
+    )
+    record = to_record(x, 1.0, "full", "proxy", hash_key=KEY)
+    assert record.request_json is not None
+    assert SECRET in record.request_json
