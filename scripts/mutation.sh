@@ -52,12 +52,21 @@ modules=(
   "cohorts|kvmigrate/policies/cohorts.py|tests/cohorts/test_cohort_resolution.py"
   "candidate_compare|kvmigrate/policies/candidate_compare.py|tests/policies/test_candidate_compare.py tests/policies/test_candidate_compare_report.py"
   "gate_model|kvmigrate/policies/gate_model.py|tests/policies/test_gates.py tests/policies/test_gate_boundaries.py tests/policies/test_sequential.py tests/policies/test_gate_reports.py tests/policies/test_parity_gate_report.py tests/policies/test_ttft_gate_report.py"
+  # issue 54's further modules: who gets in, what is forwarded, what is stored, which backend
+  "intervals|kvmigrate/intervals.py|tests/policies/test_intervals.py tests/policies/test_sequential.py"
+  "errors|kvmigrate/proxy/errors.py|tests/proxy/test_error_envelopes.py"
+  "proxy_cohorts|kvmigrate/proxy/cohorts.py|tests/cohorts/test_cohort_shared_keys.py tests/cohorts/test_cohort_resolution.py tests/security/test_exact_matching.py"
+  "convert|kvmigrate/recorder/convert.py|tests/recorder/test_convert_tables.py tests/proxy/test_exchange.py tests/recorder/test_messages_answers.py tests/recorder/test_recorder_decode.py tests/recorder/test_recorder_history.py tests/recorder/test_recorder_deep_bodies.py"
+  "controller|kvmigrate/rollout/controller.py|tests/rollout/test_controller_tables.py tests/rollout/test_rollout_change_rules.py tests/rollout/test_rollout_status_gates.py tests/cohorts/test_candidate_choice.py tests/cohorts/test_cohort_candidate_removed.py"
+  "config_model|kvmigrate/config/model.py|tests/config/test_config_model_lookups.py tests/cohorts/test_cohort_resolution.py"
+  "admin_api|kvmigrate/proxy/admin_api.py|tests/rollout/test_admin_api_bodies.py tests/rollout/test_admin_api_bounds.py tests/rollout/test_admin_api_echo.py tests/rollout/test_admin_key_alone.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
 default="headers body redaction apply secret store split route pinning outcome continuity
   volatile conversation decision replicas tool_calls window chain cohorts candidate_compare
-  gates error_gate ttft_gate parity_gate sequential gate_model"
+  gates error_gate ttft_gate parity_gate sequential gate_model
+  intervals errors proxy_cohorts convert controller config_model"
 wanted=${*:-$default}
 
 export PYTHONPATH=${MUTMUT_PATH:+$MUTMUT_PATH}

@@ -260,6 +260,10 @@ def _stream_tail(body: bytes) -> dict[str, Any] | None:
         for part in event.get("choices") or ():
             if isinstance(part, dict) and part.get("finish_reason"):
                 reason = part["finish_reason"]
+    if reason is None:
+        # The event that finished the answer is not in the tail: it is longer than the
+        # tail (a final chunk with logprobs), or the stream broke. Read every chunk.
+        return None
     choice = {"index": 0, "message": {"role": "assistant", "content": None}}
     return {"id": ident, "choices": [choice | {"finish_reason": reason}], "usage": usage}
 
