@@ -8,7 +8,7 @@ the candidate's copies):
                 `proxy_share` (kv+shadow minus this) is what the proxy itself adds
   kvmigrate     the proxy in shadow mode with shadow_sample 0 (forwarding only)
   kv+rec        kvmigrate plus the recorder and the cache-buster detector
-  kv+shadow     the proxy mirroring every request to the candidate
+  kv+shadow     the proxy shadowing every request to the candidate
   kv+full       kv+shadow plus the recorder and the detector: the default deployment
   ...:messages  direct and kvmigrate on Anthropic's /v1/messages, the same prompt and answer
                 in that API's wire format: `messages_minus_chat` is its added p50 less chat's

@@ -1,6 +1,6 @@
 """What grouping the report by cohort, and comparing candidates with each other, costs.
 
-A synthetic records DB: `--requests` served answers, each mirrored to two candidates, with
+A synthetic records DB: `--requests` served answers, each shadowed to two candidates, with
 the answers stored (record.content redacted), spread over one cohort or `--cohorts` of
 them. It times `build_report` (and, apart, the candidates' comparison in it) and each
 renderer on the same records both ways:
@@ -93,7 +93,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"{args.requests:,} served requests, each mirrored to 2 candidates (answers stored)")
+    print(f"{args.requests:,} served requests, each shadowed to 2 candidates (answers stored)")
     for name, f in results.items():
         print(
             f"{name:8} {f['cohorts']:>3.0f} cohort(s): build {f['build_s']:.2f} s "

@@ -347,7 +347,7 @@ async def drive(
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         # Warm-up, closed loop and as fast as the proxy goes: fills the proxy's bounded
-        # caches (the recorder keeps the last 2,000 mirrored answers for parity scoring),
+        # caches (the recorder keeps the last 2,000 shadowed answers for parity scoring),
         # so that growth by design is over before the trend is measured.
         warm_started = time.perf_counter()
         # 24 at a time keeps shadow copies in flight under the proxy's default bound (64),

@@ -27,7 +27,7 @@ class Role(StrEnum):
     and JSON hold the same values as before."""
 
     SERVE = "serve"  # the answer the client gets
-    SHADOW = "shadow"  # a copy to the candidate, compared with the answer it mirrors
+    SHADOW = "shadow"  # a copy to the candidate, compared with the answer it copies
     NOISE = "noise"  # a second call to the primary, to measure how much it disagrees with itself
 
 
@@ -55,8 +55,8 @@ class Exchange:
     first_byte: float | None = None
     finished: float | None = None
     fallback_from: str | None = None
-    pair_id: str | None = None  # a shadow copy: the request_id of the answer it mirrors
-    mirrored: bool = False  # an answer a shadow copy will be compared with
+    pair_id: str | None = None  # a shadow copy: the request_id of the answer it copies
+    has_shadow_copy: bool = False  # an answer a shadow copy will be compared with
     identity: str = ""  # how the conversation was known (kvmigrate.continuity.resolver.SOURCES)
     cohort: str = ""  # the rollout cohort it was routed in (a name from the config)
     # The conversation as the rollout store keys it (a declared key's keyed hash), when

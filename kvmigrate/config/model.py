@@ -194,7 +194,7 @@ class RolloutConfig(ConfigSection, frozen=True):
     # refuses to change it).
     mode: Mode = Mode.SHADOW
     percent: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.0  # split: the candidate's share
-    # The share of conversations (not requests) mirrored to the candidate.
+    # The share of conversations (not requests) shadowed to the candidate.
     shadow_sample: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     # Increasing percentages in (0, 100].
     steps: tuple[float, ...] = (10.0, 50.0, 100.0)
@@ -209,7 +209,7 @@ class RolloutConfig(ConfigSection, frozen=True):
     shadow_max_concurrency: Annotated[int, Meta(ge=0)] = 64
     # The request bodies the copies in flight may hold, per candidate.
     shadow_max_bytes: Annotated[int, Meta(ge=0)] = 256 * 1024 * 1024
-    # Mirror requests the primary failed too (a retrying SDK sends each attempt again).
+    # Shadow requests the primary failed too (a retrying SDK sends each attempt again).
     shadow_primary_failures: bool = False
     # Of shadowed conversations, the share also sent to the primary twice, so parity can
     # subtract the primary's own disagreement. 0.5, not less: a pilot of the gates' minimum

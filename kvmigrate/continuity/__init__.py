@@ -6,6 +6,6 @@ fleet gave, else by the masked opening) and keeps its links; `chains` maps a Res
 answer's id to its conversation, turn and backend, and the candidate's ids of the shadow
 copies. Both keep what they learn in the rollout store (kvmigrate.rollout.store), keyed by
 its hash (kvmigrate.rollout.keys), and, for the workers of `proxy --workers N`, in tables in
-memory they all map (`link_table`, `mirror_table`, over `slot_table`). The decisions are pure
+memory they all map (`link_table`, `shadow_id_table`, over `slot_table`). The decisions are pure
 functions in kvmigrate.policies (continuity, conversation, chain).
 """

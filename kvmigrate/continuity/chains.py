@@ -7,12 +7,12 @@ event), kept in an in-process LRU at once, before the client can name it, and qu
 rollout store through the conversation links' writer (`r:<id>` links, same TTL as pins), so
 every proxy sharing the store (Redis) continues a chain another one started.
 
-Mirrored chains: the shadow copy of turn N must name the candidate's own id of turn N-1.
+Shadowed chains: the shadow copy of turn N must name the candidate's own id of turn N-1.
 While that copy runs, a future stands for its id in this process; once it is known it goes
-into the map as the primary entry's `mirror`. The workers of one pool also write each
-copy's end into the table they share (kvmigrate.continuity.mirror_table), where another
+into the map as the primary entry's `shadow`. The workers of one pool also write each
+copy's end into the table they share (kvmigrate.continuity.shadow_id_table), where another
 worker's copy of the next turn waits for it; proxies sharing a Redis store wait for the
-store. A model with several candidates mirrors each on its own chain: their ids are kept
+store. A model with several candidates shadows each on its own chain: their ids are kept
 by candidate (the "owner" below; "" where the model has only one, which keeps such entries
 in the layout earlier releases wrote and read).
 
@@ -32,8 +32,8 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
-from kvmigrate.continuity.mirror_table import ENDED, IN_STORE, MirrorTable
 from kvmigrate.continuity.resolver import ContinuityResolver, Identity
+from kvmigrate.continuity.shadow_id_table import ENDED, IN_STORE, ShadowIdTable
 from kvmigrate.exchange import Role
 from kvmigrate.logtext import printable
 from kvmigrate.policies.chain import CONVERSATION_PREFIX, RESPONSE_PREFIX, ChainEntry, ChainRef
@@ -49,8 +49,8 @@ REMOTE_RETRY_DELAYS = (0.01, 0.05)
 # A shadow copy of a turn whose previous turn another proxy (or another worker of the pool)
 # served waits this long, at most, for that one's copy to bring the candidate's id (it runs
 # in the background).
-MIRROR_WAIT = 2.0
-MIRROR_POLL = 0.05
+SHADOW_ID_WAIT = 2.0
+SHADOW_ID_POLL = 0.05
 
 
 @dataclass(slots=True)
@@ -62,8 +62,8 @@ class ChainTurn:
     turn: int
     stores: bool  # `store` was not false: the answer can be continued
     conversation_id: str | None = None  # a Conversations API id the request named
-    mirrors: str | None = None  # a shadow copy: the primary's response id it mirrors
-    mirror_owner: str = ""  # ... for this candidate ("": the model's only one)
+    copy_of: str | None = None  # a shadow copy: the primary's response id it copies
+    copy_owner: str = ""  # ... for this candidate ("": the model's only one)
     response_id: str | None = None
 
 
@@ -82,7 +82,7 @@ class ChainMap:
         # names the requests' ids by the same function; a proxy relays them as they are.
         self.key_of = key_of
         self._local: OrderedDict[str, ChainEntry] = OrderedDict()
-        self._mirrors: dict[tuple[str, str], asyncio.Future[str | None]] = {}
+        self._shadows: dict[tuple[str, str], asyncio.Future[str | None]] = {}
         self._misses: Counter | None = None
         self.misses = 0
 
@@ -155,8 +155,8 @@ class ChainMap:
                 found = self.key_of(found)
             turn.response_id = found
         if exchange.role == Role.SHADOW:
-            if turn.mirrors is not None:
-                self.mirrored(turn.mirrors, turn.response_id, turn.mirror_owner)
+            if turn.copy_of is not None:
+                self.record_shadow_id(turn.copy_of, turn.response_id, turn.copy_owner)
             return
         if exchange.role != Role.SERVE or turn.response_id is None or not turn.stores:
             return
@@ -167,10 +167,10 @@ class ChainMap:
 
     def keep(self, key: str, entry: ChainEntry) -> None:
         self._put(key, entry)
-        # [backend, mirror] as before several candidates; a third item only when there are.
-        kept: list[object] = [entry.backend, entry.mirror]
-        if entry.mirrors:
-            kept.append(dict(entry.mirrors))
+        # [backend, shadow id] as before several candidates; a third item only when there are.
+        kept: list[object] = [entry.backend, entry.shadow_id]
+        if entry.shadow_ids:
+            kept.append(dict(entry.shadow_ids))
         detail = orjson.dumps(kept).decode()
         expires = time.time() + self.links.ttl_seconds
         self.links.save(Link(key, entry.conversation, entry.turn, expires, detail), soon=True)
@@ -181,84 +181,84 @@ class ChainMap:
         if len(self._local) > self.max_local:
             self._local.popitem(last=False)
 
-    # -- mirrored chains ----------------------------------------------------------------------
+    # -- shadowed chains ----------------------------------------------------------------------
 
-    def expect_mirror(self, primary_id: str, owner: str = "") -> None:
+    def expect_shadow_id(self, primary_id: str, owner: str = "") -> None:
         """A shadow copy (to `owner`) of the turn that answered `primary_id` is on its way."""
-        self._mirrors[primary_id, owner] = asyncio.get_running_loop().create_future()
-        if (mirrors := self._shared_mirrors()) is not None:
-            mirrors.running(primary_id, owner, time.time() + self.links.ttl_seconds)
+        self._shadows[primary_id, owner] = asyncio.get_running_loop().create_future()
+        if (shadows := self._shared_shadow_ids()) is not None:
+            shadows.running(primary_id, owner, time.time() + self.links.ttl_seconds)
 
-    def mirrored(self, primary_id: str, candidate_id: str | None, owner: str = "") -> None:
+    def record_shadow_id(self, primary_id: str, candidate_id: str | None, owner: str = "") -> None:
         """The copy of `primary_id`'s turn to `owner` ended: with the candidate's own id, or
         without one (it failed, or was never sent). Safe to call more than once."""
-        future = self._mirrors.pop((primary_id, owner), None)
+        future = self._shadows.pop((primary_id, owner), None)
         if future is not None and not future.done():
             future.set_result(candidate_id)
             # Its end, once: a later call (the copy settling) knows no more than the first.
-            if (mirrors := self._shared_mirrors()) is not None:
+            if (shadows := self._shared_shadow_ids()) is not None:
                 expires = time.time() + self.links.ttl_seconds
-                mirrors.ended(primary_id, owner, candidate_id, expires)
+                shadows.ended(primary_id, owner, candidate_id, expires)
         entry = self._local.get(RESPONSE_PREFIX + primary_id)
         if candidate_id is not None and entry is not None:
-            self.keep(RESPONSE_PREFIX + primary_id, entry.with_mirror(owner, candidate_id))
+            self.keep(RESPONSE_PREFIX + primary_id, entry.with_shadow_id(owner, candidate_id))
 
-    async def mirror_of(self, primary_id: str, owner: str = "") -> str | None:
+    async def shadow_id_of(self, primary_id: str, owner: str = "") -> str | None:
         """The candidate's (`owner`'s) own id for the turn that answered `primary_id`,
         waiting for its copy if it is still running; None when it has no such turn."""
-        future = self._mirrors.get((primary_id, owner))
+        future = self._shadows.get((primary_id, owner))
         if future is not None:
             return await asyncio.shield(future)
         key = RESPONSE_PREFIX + primary_id
         entry = await self.find(key)
         if entry is None:
             return None
-        if entry.mirror_for(owner):
-            return entry.mirror_for(owner)
-        if (mirrors := self._shared_mirrors()) is not None:
-            return await self._mirror_from_table(mirrors, primary_id, owner)
+        if entry.shadow_id_for(owner):
+            return entry.shadow_id_for(owner)
+        if (shadows := self._shared_shadow_ids()) is not None:
+            return await self._shadow_id_from_table(shadows, primary_id, owner)
         if self.links.shared:
-            return await self._mirror_from_store(key, owner)
+            return await self._shadow_id_from_store(key, owner)
         return None
 
-    def _shared_mirrors(self) -> MirrorTable | None:
+    def _shared_shadow_ids(self) -> ShadowIdTable | None:
         """The table where this pool's workers say how their copies run (none elsewhere)."""
-        return self.links.table.mirrors if self.links.table is not None else None
+        return self.links.table.shadow_ids if self.links.table is not None else None
 
-    async def _mirror_from_table(
-        self, mirrors: MirrorTable, primary_id: str, owner: str
+    async def _shadow_id_from_table(
+        self, shadows: ShadowIdTable, primary_id: str, owner: str
     ) -> str | None:
         """Another worker of this pool served the turn, and its copy may still be running:
         that worker says so in the table the workers share, and then how it ended. A copy
         said to run is waited for as a copy on this worker would be (the shadow copies'
         deadline ends the wait); one nobody spoke of (its worker is about to, or restarted)
-        for MIRROR_WAIT. An id the table did not keep (too long, evicted) is in the store."""
+        for SHADOW_ID_WAIT. An id the table did not keep (too long, evicted) is in the store."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + MIRROR_WAIT
+        deadline = loop.time() + SHADOW_ID_WAIT
         key = RESPONSE_PREFIX + primary_id
         while True:
-            said = mirrors.read(primary_id, owner)
+            said = shadows.read(primary_id, owner)
             if said is not None and said[0] == ENDED:
                 return said[1] or None  # "": that copy ended without an id
             if said is not None and said[0] == IN_STORE:
-                return await self._mirror_from_store(key, owner)
+                return await self._shadow_id_from_store(key, owner)
             if said is None and loop.time() >= deadline:
-                return await self._mirror_from_store(key, owner, polls=1)
-            await asyncio.sleep(MIRROR_POLL)  # another process's write: nothing to await
+                return await self._shadow_id_from_store(key, owner, polls=1)
+            await asyncio.sleep(SHADOW_ID_POLL)  # another process's write: nothing to await
 
-    async def _mirror_from_store(self, key: str, owner: str, polls: int = 0) -> str | None:
+    async def _shadow_id_from_store(self, key: str, owner: str, polls: int = 0) -> str | None:
         """Another proxy served the turn, and its copy may still be running: its id comes
         into the shared store when the copy ends. `polls`: read this many times at most
-        (0: until MIRROR_WAIT has passed)."""
+        (0: until SHADOW_ID_WAIT has passed)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + MIRROR_WAIT
+        deadline = loop.time() + SHADOW_ID_WAIT
         while loop.time() < deadline:
-            await asyncio.sleep(MIRROR_POLL)
+            await asyncio.sleep(SHADOW_ID_POLL)
             links = await self.links.load([key])
             entry = _entry(links[0]) if links else None
-            if entry is not None and entry.mirror_for(owner):
+            if entry is not None and entry.shadow_id_for(owner):
                 self._put(key, entry)
-                return entry.mirror_for(owner)
+                return entry.shadow_id_for(owner)
             polls -= 1
             if polls == 0:
                 break
@@ -276,12 +276,12 @@ class ChainMap:
 
 
 def _entry(link: Link) -> ChainEntry:
-    """A stored link as an entry: `[backend, mirror]`, as every release writes it, with
+    """A stored link as an entry: `[backend, shadow id]`, as every release writes it, with
     `{candidate: id}` after them where a model has several candidates."""
     try:
-        backend, mirror, *more = orjson.loads(link.detail)
+        backend, shadow, *more = orjson.loads(link.detail)
         named = more[0] if more and isinstance(more[0], dict) else {}
     except (orjson.JSONDecodeError, ValueError, TypeError):
-        backend, mirror, named = "", "", {}
-    mirrors = tuple((str(owner), str(own)) for owner, own in named.items())
-    return ChainEntry(link.conversation, link.turn, str(backend), str(mirror or ""), mirrors)
+        backend, shadow, named = "", "", {}
+    shadows = tuple((str(owner), str(own)) for owner, own in named.items())
+    return ChainEntry(link.conversation, link.turn, str(backend), str(shadow or ""), shadows)

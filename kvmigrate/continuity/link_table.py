@@ -7,7 +7,7 @@ concurrency 1 waited for the write (benchmarks/link_flush_cost.py measures it). 
 is 40 bytes written into a file that every worker maps (kvmigrate.continuity.slot_table): a
 few microseconds, on the loop, with nothing to wait for. The store still gets every link,
 in slow batches, for the pool's next start. Beside it, the pool's chains share the
-candidate's ids of their shadow copies (kvmigrate.continuity.mirror_table).
+candidate's ids of their shadow copies (kvmigrate.continuity.shadow_id_table).
 
 The table is a cache with no lock: a torn slot reads as empty, and a link that is not found
 here is looked up in the store, as one evicted by a newer link (the oldest in its bucket
@@ -23,7 +23,11 @@ import os
 import struct
 from pathlib import Path
 
-from kvmigrate.continuity.mirror_table import MIRROR_BUCKETS, MirrorTable, create_mirror_table
+from kvmigrate.continuity.shadow_id_table import (
+    SHADOW_ID_BUCKETS,
+    ShadowIdTable,
+    create_shadow_id_table,
+)
 from kvmigrate.continuity.slot_table import BUCKET_SLOTS, SlotTable, SlotTableError, create_slots
 from kvmigrate.policies.conversation import is_derived_key
 
@@ -41,12 +45,12 @@ __all__ = ["BUCKET_SLOTS", "ENV", "LinkTable", "LinkTableError", "create_table",
 
 
 def create_table(
-    directory: str, buckets: int = DEFAULT_BUCKETS, mirror_buckets: int = MIRROR_BUCKETS
+    directory: str, buckets: int = DEFAULT_BUCKETS, shadow_id_buckets: int = SHADOW_ID_BUCKETS
 ) -> Path:
     """A zeroed table file (sparse: it takes memory as it fills) in the pool's private
-    folder, and beside it the table of the chains' mirrored ids
-    (kvmigrate.continuity.mirror_table)."""
-    create_mirror_table(directory, mirror_buckets)
+    folder, and beside it the table of the chains' shadow ids
+    (kvmigrate.continuity.shadow_id_table)."""
+    create_shadow_id_table(directory, shadow_id_buckets)
     return create_slots(Path(directory) / FILE_NAME, buckets, _LINK.size)
 
 
@@ -54,7 +58,7 @@ class LinkTable:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._slots = SlotTable(path, _LINK.size, "link table")
         # The pool's chains share their candidate ids through the table beside it.
-        self.mirrors = MirrorTable.beside(Path(path))
+        self.shadow_ids = ShadowIdTable.beside(Path(path))
 
     @classmethod
     def from_environment(cls) -> LinkTable | None:

@@ -1,7 +1,7 @@
 """`kvmigrate demo`: the whole migration in under a minute, on emulated backends.
 
 1. Shadow: agents talk to the emulated hosted API through the proxy; every request is
-   mirrored to the emulated vLLM (prefix caching on), and a share is asked twice of the
+   shadowed to the emulated vLLM (prefix caching on), and a share is asked twice of the
    primary to measure its own noise. The shadow report follows.
 2. Rollout: 10% -> 50% -> 100%, each step checked by the gates over recorded traffic.
    With a bad candidate (broken tool calls) the parity gate refuses; an operator override
@@ -116,7 +116,7 @@ def run_demo(settings: DemoSettings, echo: Echo) -> bool:
         echo("\n".join(threshold_lines(config)) + "\n")
         _phase(
             f"1. Shadow: {settings.conversations} agent conversations of {settings.turns} "
-            "turns, mirrored to the candidate",
+            "turns, shadowed to the candidate",
             echo,
         )
         _traffic(base_url, settings, [Agents(settings.conversations, 0)], echo)

@@ -97,7 +97,7 @@ class PluginChains:
         """An answer's id, seen on its way to the client: LiteLLM logs the answer only after
         the client has it, and the next turn may come first. Kept in the map at once, with
         the copies to each of `owners` expected (the next turn's copy waits for them);
-        returns what each copy mirrors. The answer's end keeps it again, by the backend
+        returns what each copy shadows. The answer's end keeps it again, by the backend
         that did answer."""
         turn.response_id = self.ids.key(advertised)
         if turn.stores:
@@ -105,44 +105,44 @@ class PluginChains:
                 RESPONSE_PREFIX + turn.response_id,
                 ChainEntry(turn.conversation, turn.turn, backend),
             )
-        return {owner: self.expect_mirror(turn, owner) for owner in owners}
+        return {owner: self.expect_shadow_id(turn, owner) for owner in owners}
 
-    def expect_mirror(self, served_turn: object, owner: str) -> str | None:
-        """The map key of the answer a copy to `owner` is about to mirror; the next turn's
+    def expect_shadow_id(self, served_turn: object, owner: str) -> str | None:
+        """The map key of the answer a copy to `owner` is about to shadow; the next turn's
         copy waits for the candidate's own id of it."""
         primary = served_turn.response_id if isinstance(served_turn, ChainTurn) else None
         if primary is not None:
-            self.map.expect_mirror(primary, owner)
+            self.map.expect_shadow_id(primary, owner)
         return primary
 
-    def copy_turn(self, served_turn: object, mirrors: str | None, owner: str) -> ChainTurn | None:
+    def copy_turn(self, served_turn: object, shadows: str | None, owner: str) -> ChainTurn | None:
         if not isinstance(served_turn, ChainTurn):
             return None
         turn = ChainTurn(served_turn.conversation, served_turn.turn, served_turn.stores)
-        turn.mirrors, turn.mirror_owner = mirrors, owner
+        turn.copy_of, turn.copy_owner = shadows, owner
         return turn
 
     async def copy_body(
-        self, body: dict[str, Any], chained: Chained | None, mirrors: str | None, owner: str
+        self, body: dict[str, Any], chained: Chained | None, shadows: str | None, owner: str
     ) -> dict[str, Any] | None:
         """The copy's body continuing the candidate's own chain; None where the candidate
         has no turn to continue (its copy of the turn before failed or was dropped, or
-        mirroring began mid-chain): the copy is skipped, as is the proxy's where it cannot
+        shadowing began mid-chain): the copy is skipped, as is the proxy's where it cannot
         re-seed the chain (LiteLLM reads no stored turn back for the plugin)."""
         if chained is None:
             return body
         own = None
         if chained.ref.previous is not None:
-            own = await self.map.mirror_of(chained.ref.previous, owner)
+            own = await self.map.shadow_id_of(chained.ref.previous, owner)
         if own is None:
-            if mirrors is not None:
-                self.map.mirrored(mirrors, None, owner)  # this turn has no copy either
+            if shadows is not None:
+                self.map.record_shadow_id(shadows, None, owner)  # this turn has no copy either
             return None
         return {**body, "previous_response_id": own}
 
-    def not_sent(self, mirrors: str | None, owner: str) -> None:
-        if mirrors is not None:
-            self.map.mirrored(mirrors, None, owner)
+    def not_sent(self, shadows: str | None, owner: str) -> None:
+        if shadows is not None:
+            self.map.record_shadow_id(shadows, None, owner)
 
 
 def _backend_of(group: str | None, served: Mapping[str, str]) -> str | None:

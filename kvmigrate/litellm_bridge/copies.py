@@ -45,7 +45,7 @@ class PluginCopies:
     def seen(self, routed: Routed, answer: object) -> bool:
         """A Responses answer (or its stream's first event) on its way to the client: its id
         goes into the chain map now (see PluginChains.seen). True once it has."""
-        if routed.chain is None or routed.mirrors is not None:
+        if routed.chain is None or routed.copy_of is not None:
             return True
         advertised = advertised_id(answer)
         if advertised is None:
@@ -58,29 +58,29 @@ class PluginCopies:
         extra = chosen.extra_shadows(routed.served)
         shadows = (chosen.shadow, *extra) if chosen.shadow and backend == chosen.serve else ()
         owners = tuple(candidate if extra else "" for candidate in shadows)
-        routed.mirrors = self.chains.seen(routed.chain, backend, advertised, owners)
+        routed.copy_of = self.chains.seen(routed.chain, backend, advertised, owners)
         return True
 
     def none(self, routed: Routed) -> None:
         """The copies expected when the answer went by, which will not go."""
-        for owner, mirrors in (routed.mirrors or {}).items():
-            self.chains.not_sent(mirrors, owner)
-        routed.mirrors = {}
+        for owner, shadows in (routed.copy_of or {}).items():
+            self.chains.not_sent(shadows, owner)
+        routed.copy_of = {}
 
-    def mirror(self, routed: Routed, primary: Exchange) -> None:
+    def send(self, routed: Routed, primary: Exchange) -> None:
         """Copies to each candidate serving the model, and the noise sample."""
         chosen = routed.route
         assert chosen.shadow is not None
         extra = chosen.extra_shadows(routed.served)
-        expected = routed.mirrors or {}
+        expected = routed.copy_of or {}
         for backend in (chosen.shadow, *extra):
             owner = backend if extra else ""  # the map keeps each candidate's ids apart
             if owner in expected:
-                mirrors = expected.pop(owner)
+                shadows = expected.pop(owner)
             else:
-                mirrors = self.chains.expect_mirror(primary.chain, owner)
-            if not self._copy(routed, backend, SHADOW, primary, mirrors, owner):
-                self.chains.not_sent(mirrors, owner)
+                shadows = self.chains.expect_shadow_id(primary.chain, owner)
+            if not self._copy(routed, backend, SHADOW, primary, shadows, owner):
+                self.chains.not_sent(shadows, owner)
         if chosen.noise and self.noise_budget.take():
             self._copy(routed, primary.backend, NOISE, primary)
 
@@ -90,14 +90,14 @@ class PluginCopies:
         backend: str,
         role: Role,
         primary: Exchange,
-        mirrors: str | None = None,
+        shadows: str | None = None,
         owner: str = "",
     ) -> bool:
         group = routed.served.get(backend)
         if group is None:
             return False
         exchange = exchange_of(routed, backend, role, copy_id())
-        exchange.chain = self.chains.copy_turn(primary.chain, mirrors, owner) if mirrors else None
+        exchange.chain = self.chains.copy_turn(primary.chain, shadows, owner) if shadows else None
         exchange.pair_id = primary.request_id
         # Recorded in its answer's conversation: the recorder pairs them within one lane.
         exchange.conversation_in_store = primary.conversation_in_store
@@ -108,7 +108,7 @@ class PluginCopies:
         prepare = None
         if role == SHADOW and routed.chained is not None:
             chained = routed.chained
-            prepare = partial(self.chains.copy_body, chained=chained, mirrors=mirrors, owner=owner)
+            prepare = partial(self.chains.copy_body, chained=chained, shadows=shadows, owner=owner)
         return self.shadows.dispatch(exchange, group, routed.body, judge, prepare)
 
     def _copied(self, exchange: Exchange) -> None:

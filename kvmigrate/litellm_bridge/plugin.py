@@ -20,7 +20,7 @@ gpt-4o-mini, vllm: vllm-llama`); `rollout:` and `record:` apply as in kvmigrate'
 - the post-call hooks read a Responses answer's id on its way to the client (a next turn
   may arrive before LiteLLM logs this one);
 - the success and failure logging hooks record the answer to kvmigrate's recorder and then
-  copy the request to each candidate group the rollout mirrors to (and, for a budgeted
+  copy the request to each candidate group the rollout shadows to (and, for a budgeted
   share, once more to the primary for the noise floor); the recorder scores each copy
   against the answer. Chat, Responses and Anthropic Messages (`/v1/messages`) alike.
 
@@ -63,7 +63,7 @@ from kvmigrate.litellm_bridge.routed import Routed, exchange_of
 from kvmigrate.litellm_bridge.shadow import RouterLike
 from kvmigrate.policies import Route
 from kvmigrate.policies.conversation import declared_key
-from kvmigrate.policies.outcome import worth_mirroring
+from kvmigrate.policies.outcome import worth_a_shadow_copy
 from kvmigrate.proxy.cohorts import CohortResolver
 from kvmigrate.proxy.exchange import SERVE, Exchange
 from kvmigrate.proxy.unserved import UnservedRoutes, blame
@@ -333,14 +333,14 @@ class KvmigrateRouter(_CustomLogger):
             self._pending.pop(key, None)
         exchange = self._attempt(routed, key, kwargs, response_obj, exc, start_time, end_time)
         self._settle_refusals(routed, exchange)
-        exchange.mirrored = self._mirrors(routed, exchange)
+        exchange.has_shadow_copy = self._shadows(routed, exchange)
         if self._is_refusal(routed, exchange):
             routed.refused.append(exchange)  # whose refusal, the primary's outcome says
         else:
             self._answered(exchange)
-        if exchange.mirrored:
-            routed.mirrored = True
-            self.copies.mirror(routed, exchange)
+        if exchange.has_shadow_copy:
+            routed.has_shadow_copy = True
+            self.copies.send(routed, exchange)
         elif exc is None:
             self.copies.none(routed)
         return exchange
@@ -385,15 +385,16 @@ class KvmigrateRouter(_CustomLogger):
             exchange.error = error_kind(exc)
         return exchange
 
-    def _mirrors(self, routed: Routed, exchange: Exchange) -> bool:
+    def _shadows(self, routed: Routed, exchange: Exchange) -> bool:
         """As kvmigrate's proxy decides: the primary's answer earns copies, once per
         request; a failure LiteLLM may retry (5xx, 429, transport) does not, unless
         `rollout.shadow_primary_failures` says so."""
         chosen = routed.route
-        if chosen.shadow is None or routed.mirrored or exchange.backend != chosen.serve:
+        if chosen.shadow is None or routed.has_shadow_copy or exchange.backend != chosen.serve:
             return False
         return exchange.error is None or (
-            self.config.rollout.shadow_primary_failures or worth_mirroring(exchange.status, None)
+            self.config.rollout.shadow_primary_failures
+            or worth_a_shadow_copy(exchange.status, None)
         )
 
     def _is_refusal(self, routed: Routed, exchange: Exchange) -> bool:

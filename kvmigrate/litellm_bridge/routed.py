@@ -34,13 +34,13 @@ class Routed:
     # LiteLLM logs each attempt (its retries, its fallback) under the one call id: each
     # failed attempt is a record of its own, numbered; the answer keeps the call's id.
     attempts: int = 0
-    mirrored: bool = False  # copies go out once per request, whatever LiteLLM retried
+    has_shadow_copy: bool = False  # copies go out once per request, whatever LiteLLM retried
     # Candidate refusals (4xx) held until the fallback's outcome says whose they are.
     refused: list[Exchange] = field(default_factory=list)
     chained: Chained | None = None  # a Responses request continuing stored state
     chain: ChainTurn | None = None  # a Responses request's place in its chain
-    # What each candidate's copy mirrors, once the answer's id went by (PluginCopies.seen).
-    mirrors: dict[str, str | None] | None = None
+    # What each candidate's copy shadows, once the answer's id went by (PluginCopies.seen).
+    copy_of: dict[str, str | None] | None = None
 
 
 def exchange_of(routed: Routed, backend: str, role: Role, request_id: str) -> Exchange:

@@ -1,7 +1,7 @@
 """Parity columns for the records database: one scored pair, stored as plain values.
 
 The recorder calls this on its writer thread when a shadow copy (or a second primary call,
-for the noise floor) finishes and the answer it mirrors is still at hand. Storing the flags
+for the noise floor) finishes and the answer it copies is still at hand. Storing the flags
 (which comparators applied, which disagreed) rather than only a score lets gates and the
 report rebuild the noise-adjusted figure for any window.
 """

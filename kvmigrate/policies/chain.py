@@ -83,25 +83,25 @@ class ChainEntry:
     backend: str  # where the response is stored: the only backend that can continue it
     # The candidate's own id for the shadow copy of this turn, when the model has one
     # candidate (or the entry predates several); with several, each one's own id in
-    # `mirrors` as (candidate, id), so each copy continues its own chain.
-    mirror: str = ""
-    mirrors: tuple[tuple[str, str], ...] = ()
+    # `shadow_ids` as (candidate, id), so each copy continues its own chain.
+    shadow_id: str = ""
+    shadow_ids: tuple[tuple[str, str], ...] = ()
 
-    def mirror_for(self, owner: str) -> str:
+    def shadow_id_for(self, owner: str) -> str:
         """The id the shadow copy to `owner` (""): the only candidate) continues."""
-        return dict(self.mirrors).get(owner, "") if owner else self.mirror
+        return dict(self.shadow_ids).get(owner, "") if owner else self.shadow_id
 
-    def with_mirror(self, owner: str, candidate_id: str) -> ChainEntry:
+    def with_shadow_id(self, owner: str, candidate_id: str) -> ChainEntry:
         if not owner:
-            return replace(self, mirror=candidate_id)
-        others = tuple(m for m in self.mirrors if m[0] != owner)
-        return replace(self, mirrors=(*others, (owner, candidate_id)))
+            return replace(self, shadow_id=candidate_id)
+        others = tuple(m for m in self.shadow_ids if m[0] != owner)
+        return replace(self, shadow_ids=(*others, (owner, candidate_id)))
 
 
 def stick(routed: Route, backend: str) -> Route:
     """`routed` with the chain's backend serving and no fallback (no other backend holds the
     chain). A chain on the primary keeps the route's shadow copy, which continues the
-    candidate's own mirrored chain; a chain moved off the split's choice has none."""
+    candidate's own shadowed chain; a chain moved off the split's choice has none."""
     if routed.serve == backend:
         return replace(routed, fallback=None, pin=False)
     return Route(routed.snapshot, serve=backend)

@@ -21,7 +21,7 @@ class RolloutSnapshot:
     noise_sample: float = 0.0
     # Grows with every rollback: a pin to the candidate from an older epoch stops holding.
     epoch: int = 0
-    # Further candidates: each gets its own copy of what `shadow` mirrors.
+    # Further candidates: each gets its own copy of what `shadow` shadows.
     extra_shadows: tuple[str, ...] = ()
 
 
@@ -45,7 +45,7 @@ def decide(
         snapshot.salt, conversation, snapshot.percent
     ):
         return Decision(serve=candidate, fallback=primary if snapshot.fallback else None)
-    # The primary's conversations stay mirrored in split mode too, so parity and TTFT
+    # The primary's conversations stay shadowed in split mode too, so parity and TTFT
     # evidence keeps coming for the next step's gates (shadow_sample sets the cost).
     if in_shadow_sample(snapshot.salt, conversation, snapshot.shadow_sample):
         return Decision(serve=primary, shadow=candidate)

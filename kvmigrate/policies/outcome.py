@@ -50,10 +50,10 @@ def is_backend_error(status: int | None, error: str | None) -> bool:
     return error is not None and not error.startswith("http_") and error not in NOT_BACKEND_ERRORS
 
 
-def worth_mirroring(status: int | None, error: str | None) -> bool:
+def worth_a_shadow_copy(status: int | None, error: str | None) -> bool:
     """Whether the primary's outcome earns the candidate a shadow copy. A failure an SDK
     retries (a transport error, a 429 or a 5xx) does not: the retry brings its own copy,
-    and mirroring every attempt multiplied the candidate's load and skewed the evidence."""
+    and shadowing every attempt multiplied the candidate's load and skewed the evidence."""
     if error is not None and error not in NOT_BACKEND_ERRORS:
         return False
     return status is not None and status != 429 and status < 500

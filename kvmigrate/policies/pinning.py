@@ -33,8 +33,8 @@ def pinned_decision(
     if pin is None or snapshot.mode != "split" or pin.expires_at < now:
         return decision
     if pin.backend == snapshot.primary:
-        mirrored = in_shadow_sample(snapshot.salt, conversation, snapshot.shadow_sample)
-        return Decision(serve=snapshot.primary, shadow=snapshot.candidate if mirrored else None)
+        shadowed = in_shadow_sample(snapshot.salt, conversation, snapshot.shadow_sample)
+        return Decision(serve=snapshot.primary, shadow=snapshot.candidate if shadowed else None)
     if pin.backend == snapshot.candidate and pin.epoch == epoch and snapshot.percent > 0:
         return Decision(
             serve=snapshot.candidate, fallback=snapshot.primary if snapshot.fallback else None

@@ -37,7 +37,7 @@ class Route:
 
     def extra_shadows(self, served: Collection[str]) -> tuple[str, ...]:
         """The further candidates that get a copy of this request: those serving its model,
-        when the request is mirrored at all."""
+        when the request is shadowed at all."""
         if self.shadow is None:
             return ()
         return tuple(c for c in self.snapshot.extra_shadows if c in served)

@@ -1,6 +1,6 @@
 """A chained turn with its whole context, read back from the backend that stores its chain,
 for a shadow copy whose candidate has no turn to continue: the copy of the turn before was
-dropped (a bound), failed, or never sent (mirroring began mid-chain).
+dropped (a bound), failed, or never sent (shadowing began mid-chain).
 
 Sent as it came, naming the candidate's id of a turn it never answered, the copy would fail;
 skipped, every later turn of the chain would be skipped too, since each continues the one
@@ -8,7 +8,7 @@ before. Instead the copy goes in the stateless form: no `previous_response_id`, 
 input the items the stored turn was answered from (`GET /v1/responses/{id}/input_items`,
 oldest first), that turn's output (`GET /v1/responses/{id}`), then the turn's own input.
 The candidate answers from the same history as the primary did, stores the answer, and its
-id becomes this turn's mirror, so the next turn's copy continues the candidate's chain.
+id becomes this turn's shadow, so the next turn's copy continues the candidate's chain.
 
 The reads go to the backend that stores the chain, with the headers its own call carries
 (in the pass-through mode, the client's key, which only the primary ever sees). Only items

@@ -59,25 +59,25 @@ class ChainRouting:
             conversation_id=ref.conversation if ref else None,
         )
 
-    def expect_mirror(self, chain: object, owner: str = "") -> str | None:
+    def expect_shadow_id(self, chain: object, owner: str = "") -> str | None:
         """The primary's response id a shadow copy about to go out (to `owner`, "" for the
-        model's only candidate) mirrors: the next turn's copy will wait for the
+        model's only candidate) shadows: the next turn's copy will wait for the
         candidate's own id of this one."""
         primary_id = chain.response_id if isinstance(chain, ChainTurn) else None
         if primary_id is not None:
-            self.chains.expect_mirror(primary_id, owner)
+            self.chains.expect_shadow_id(primary_id, owner)
         return primary_id
 
     async def copy_body(
         self, body: bytes, ref: ChainRef, owner: str = "", context: ChainContext | None = None
     ) -> bytes | None:
         """A shadow copy's body continuing the candidate's own chain (its id for the turn
-        the request continues, spliced in). Where the candidate has no such turn (mirroring
+        the request continues, spliced in). Where the candidate has no such turn (shadowing
         started mid-chain, the previous copy was dropped or failed), the turn with its whole
         context read back through `context`, so the candidate's chain starts again here;
         None (the copy is skipped, and counted) where that cannot be read, or the chain is
         a Conversations API one."""
-        own = await self.chains.mirror_of(ref.previous, owner) if ref.previous else None
+        own = await self.chains.shadow_id_of(ref.previous, owner) if ref.previous else None
         if own is not None:
             return with_previous_response(body, own)
         if ref.previous is not None and context is not None:

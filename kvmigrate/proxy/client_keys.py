@@ -158,7 +158,7 @@ class KeyGate:
         """The primary served a request that carried no credential. That vouches for
         nothing (it may admit by a header the proxy cannot read), but it is worth asking
         whether the primary is open to all: its model list asked without any credential,
-        in the background. Open, later requests of the kind are mirrored too."""
+        in the background. Open, later requests of the kind are shadowed too."""
         if fingerprint != NO_CREDENTIALS or status is None or not 200 <= status < 300:
             return
         now = time.monotonic()

@@ -79,19 +79,19 @@ class Copies:
             await dispatcher.close()
         await self.judging.close()
 
-    def mirror(self, request: web.Request, routed: Routed, exchange: Exchange) -> None:
+    def send(self, request: web.Request, routed: Routed, exchange: Exchange) -> None:
         """After the client has its answer, so the copies cannot compete with it."""
         chosen = routed.route
-        if not exchange.mirrored or chosen.shadow is None:
+        if not exchange.has_shadow_copy or chosen.shadow is None:
             return
         extra = chosen.extra_shadows(routed.served)
         for backend in (chosen.shadow, *extra):
             # With several candidates the chain map keeps each one's own response ids.
             owner = backend if extra else ""
-            mirrors = self.chained.expect_mirror(exchange.chain, owner)
-            sent = self._dispatch(request, routed, backend, SHADOW, exchange, mirrors, owner)
-            if mirrors is not None and not sent:
-                self.chains.mirrored(mirrors, None, owner)
+            shadows = self.chained.expect_shadow_id(exchange.chain, owner)
+            sent = self._dispatch(request, routed, backend, SHADOW, exchange, shadows, owner)
+            if shadows is not None and not sent:
+                self.chains.record_shadow_id(shadows, None, owner)
         if chosen.noise and self.noise_budget.take():
             self._dispatch(request, routed, chosen.serve, NOISE, exchange)
 
@@ -102,12 +102,12 @@ class Copies:
         backend: str,
         role: Role,
         primary: Exchange,
-        mirrors: str | None = None,
+        shadows: str | None = None,
         owner: str = "",
     ) -> bool:
         """A background copy of the request: to the candidate (shadow) or, for the noise
         floor, once more to the primary. Never waited for, bounded, always accounted.
-        `primary`: the exchange of the answer the copy mirrors, finished. `mirrors`: that
+        `primary`: the exchange of the answer the copy shadows, finished. `shadows`: that
         answer's response id (for `owner`, the candidate whose chain it continues; "": the
         model's only one)."""
         call = self.calls.model_call(request, routed, backend)
@@ -116,7 +116,7 @@ class Copies:
             call = with_usage(call, routed.body, routed.path)
         dispatcher = self.shadows.get(backend, self.shadow)
         context = self._context(request, routed, dispatcher) if role == SHADOW else None
-        copy = _Copy(self, routed, backend, role, primary, call, mirrors, owner, context)
+        copy = _Copy(self, routed, backend, role, primary, call, shadows, owner, context)
         return dispatcher.dispatch(lambda: copy.start(dispatcher), len(call.body))
 
     def _context(
@@ -151,12 +151,12 @@ class _Copy:
         role: Role,
         primary: Exchange,
         call: Call,
-        mirrors: str | None,
+        shadows: str | None,
         owner: str,
         context: ChainContext | None = None,
     ) -> None:
         self.copies, self.routed, self.backend, self.role = copies, routed, backend, role
-        self.call, self.mirrors, self.owner = call, mirrors, owner
+        self.call, self.shadows, self.owner = call, shadows, owner
         self.context = context  # where a chained copy reads its turn's context, if it must
         self.primary_id, self.primary_status = primary.request_id, primary.status
         # The copy is recorded in its answer's conversation, as that answer was: the
@@ -186,7 +186,7 @@ class _Copy:
         exchange.pair_id = self.primary_id
         exchange.conversation_in_store = self.in_store
         if isinstance(exchange.chain, ChainTurn):
-            exchange.chain.mirrors, exchange.chain.mirror_owner = self.mirrors, self.owner
+            exchange.chain.copy_of, exchange.chain.copy_owner = self.shadows, self.owner
         exchange.request_body = self.call.body
         return exchange
 
@@ -295,5 +295,5 @@ class _Copy:
         self.copies.addons.exchange_done(exchange)
 
     def settle(self) -> None:
-        if self.mirrors is not None:  # a no-op once its id is known
-            self.copies.chains.mirrored(self.mirrors, None, self.owner)
+        if self.shadows is not None:  # a no-op once its id is known
+            self.copies.chains.record_shadow_id(self.shadows, None, self.owner)

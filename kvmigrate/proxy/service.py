@@ -16,7 +16,7 @@ from kvmigrate.continuity.resolver import ContinuityResolver
 from kvmigrate.policies import serve_without_conversation
 from kvmigrate.policies.chain import ChainRef, chain_ref
 from kvmigrate.policies.conversation import declared_key
-from kvmigrate.policies.outcome import ErrorKind, refused_client, worth_mirroring
+from kvmigrate.policies.outcome import ErrorKind, refused_client, worth_a_shadow_copy
 from kvmigrate.proxy.addons import Addons
 from kvmigrate.proxy.answer_model import Rewrite, answer_model_rewrite
 from kvmigrate.proxy.body import RequestBody, check_passthrough_body, parse_body, with_model
@@ -278,7 +278,7 @@ class ProxyService:
                 # that clients give up is what the gates and auto-rollback exist to catch.
                 stop = ErrorKind.PROXY_SHUTDOWN if self._stopping else ErrorKind.CLIENT_CANCELLED
                 self._finish(routed, exchange, stop)
-            self.copies.mirror(request, routed, exchange)
+            self.copies.send(request, routed, exchange)
             raise
         # From the first byte on, the relay runs to its end even if the client leaves: it
         # notices at its next write, records what was sent, and the answer's copies go out.
@@ -312,7 +312,7 @@ class ProxyService:
     def _finish(self, routed: Routed, exchange: Exchange, error: str | None = None) -> None:
         """Hand a finished exchange on (records, metrics, gates), deciding first whether it
         earns the candidate a shadow copy: by default only an answer the primary gave does
-        (see worth_mirroring)."""
+        (see worth_a_shadow_copy)."""
         if error is not None:
             exchange.error = error
         exchange.finished = exchange.finished or time.perf_counter()
@@ -325,11 +325,11 @@ class ProxyService:
             and not refused_client(exchange.status)
             and (
                 self.config.rollout.shadow_primary_failures
-                or worth_mirroring(exchange.status, exchange.error)
+                or worth_a_shadow_copy(exchange.status, exchange.error)
             )
         )
-        exchange.mirrored = worth_a_copy and self.keys.accepted(routed.key)
-        if worth_a_copy and not exchange.mirrored:
+        exchange.has_shadow_copy = worth_a_copy and self.keys.accepted(routed.key)
+        if worth_a_copy and not exchange.has_shadow_copy:
             # Counted, so a report's "answers without a shadow copy" add up.
             self.metrics.count(self.metrics.shadow_dropped, "key_unverified")
         self.addons.exchange_done(exchange)
@@ -384,7 +384,7 @@ class ProxyService:
             self._finish(routed, exchange, ErrorKind.PROXY_SHUTDOWN)
             raise
         self._finish(routed, exchange)
-        self.copies.mirror(request, routed, exchange)
+        self.copies.send(request, routed, exchange)
         primary = routed.route.snapshot.primary
         if exchange.backend == primary:
             self.keys.ask_after_keyless_success(

@@ -25,14 +25,14 @@ from kvmigrate.wire.usage import token_counts
 CONTENT_POLICIES = ("none", "redacted", "full")
 HASH_KEY_BYTES = 32
 # Answers kept until their shadow copies finish; beyond this the oldest go unscored.
-MAX_MIRRORED = 2_000
+MAX_ORIGINALS = 2_000
 # Routes whose answers hold text worth keeping; an embeddings answer is a vector blob.
 TEXT_ROUTES = frozenset({"chat/completions", "completions", "responses", "messages"})
 
 
 class RecordConverter:
     """`to_record` for a stream of (exchange, wall-clock start) items, in the order the
-    proxy finished them, pairing each shadow copy or noise call with the answer it mirrors.
+    proxy finished them, pairing each shadow copy or noise call with the answer it copies.
 
     Stateful (the redactor's memo, the answers awaiting their copies), so one converter
     serves one writer; it is where pairing happens so that the proxy's event loop keeps
@@ -53,29 +53,29 @@ class RecordConverter:
         self._redactor = redactor or Redactor()
         self.history = HistoryMemo()
         # Answers awaiting their copies, with the answer reassembled once for all scorings.
-        self._mirrored: OrderedDict[str, tuple[Exchange, Any]] = OrderedDict()
+        self._originals: OrderedDict[str, tuple[Exchange, Any]] = OrderedDict()
 
     def __call__(self, item: tuple[Exchange, float]) -> Record:
         exchange, ts = item
-        mirrored, answer, mirrored_answer = None, UNSET, UNSET
-        if exchange.mirrored:
+        shadowed, answer, original_answer = None, UNSET, UNSET
+        if exchange.has_shadow_copy:
             # Its shadow copy (and maybe a noise call) will follow: keep it to score them.
             answer = _answer(exchange.route, b"".join(exchange.chunks), metrics_only=False)
-            self._mirrored[exchange.request_id] = (exchange, answer)
-            if len(self._mirrored) > MAX_MIRRORED:
-                self._mirrored.popitem(last=False)
+            self._originals[exchange.request_id] = (exchange, answer)
+            if len(self._originals) > MAX_ORIGINALS:
+                self._originals.popitem(last=False)
         elif exchange.pair_id is not None:
-            mirrored, mirrored_answer = self._mirrored.get(exchange.pair_id, (None, UNSET))
+            shadowed, original_answer = self._originals.get(exchange.pair_id, (None, UNSET))
         return to_record(
             exchange,
             ts,
             self.content,
             self.source,
             self._redactor,
-            mirrored,
+            shadowed,
             self.history,
             answer=answer,
-            mirrored_answer=mirrored_answer,
+            original_answer=original_answer,
             hash_key=self.hash_key,
         )
 
@@ -102,23 +102,23 @@ def to_record(
     content: str,
     source: str,
     redactor: Redactor | None = None,
-    mirrored: Exchange | None = None,
+    shadowed: Exchange | None = None,
     history: HistoryMemo | None = None,
     answer: Any = UNSET,
-    mirrored_answer: Any = UNSET,
+    original_answer: Any = UNSET,
     hash_key: bytes | None = None,
 ) -> Record:
     """`ts` is the wall-clock time the call started (the Exchange keeps monotonic times).
     Pass one `redactor` and one `history` per writer to reuse their memos across records.
-    `mirrored` is the primary answer a shadow copy or noise call mirrors: the pair is
-    scored for parity. `answer` and `mirrored_answer`: those answers already reassembled
+    `shadowed` is the primary answer a shadow copy or noise call shadows: the pair is
+    scored for parity. `answer` and `original_answer`: those answers already reassembled
     (`kvmigrate.wire.assemble.assemble`), when the caller has them. `hash_key`: what a
     conversation id is hashed with (None: a fresh key, matching no other record's)."""
     redactor = redactor or Redactor()
     x = exchange
     if answer is UNSET:
         # A pair to score needs the whole answer: it is reassembled once, for both uses.
-        whole = content != "none" or mirrored is not None
+        whole = content != "none" or shadowed is not None
         answer = _answer(x.route, b"".join(x.chunks), metrics_only=not whole)
     response: dict[str, Any] | None = answer
     usage = _usage(response)
@@ -164,7 +164,7 @@ def to_record(
         response_id=_response_id(x, response, content, hash_key),
         **_decode(x),
         **stored,
-        **_parity(x, mirrored, response, mirrored_answer),
+        **_parity(x, shadowed, response, original_answer),
     )
 
 
@@ -270,15 +270,15 @@ def _stream_tail(body: bytes) -> dict[str, Any] | None:
 
 def _parity(
     exchange: Exchange,
-    mirrored: Exchange | None,
+    shadowed: Exchange | None,
     assembled: dict[str, Any] | None,
-    mirrored_assembled: Any,
+    original_assembled: Any,
 ) -> dict[str, Any]:
-    if mirrored is None or exchange.route not in TEXT_ROUTES:
+    if shadowed is None or exchange.route not in TEXT_ROUTES:
         return {}
     kind = NOISE_KIND if exchange.role == Role.NOISE else CANDIDATE_KIND
     try:
-        scored = parity_fields(kind, mirrored, exchange, assembled, mirrored_assembled)
+        scored = parity_fields(kind, shadowed, exchange, assembled, original_assembled)
     except (orjson.JSONEncodeError, RecursionError):
         # An answer nested past what the comparators encode (orjson writes 255 levels, the
         # stdlib parser stops at Python's recursion limit): the pair is kept as a pair that

@@ -42,7 +42,7 @@ class Record:
     `response_id` is the id of the answer the client got (a served call only), hashed like
     the conversation id: feedback names an answer by it.
     The `parity_*` fields are set on a shadow copy or a noise call, scored against the
-    answer it mirrors (kvmigrate.parity.recording).
+    answer it copies (kvmigrate.parity.recording).
     """
 
     request_id: str

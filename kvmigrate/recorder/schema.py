@@ -60,7 +60,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "m003_parity",
         (
             # Set on a shadow copy (kind `candidate`) or a second primary call (`noise`),
-            # scored against the answer it mirrors; see kvmigrate.parity.recording.
+            # scored against the answer it copies; see kvmigrate.parity.recording.
             "ALTER TABLE records ADD COLUMN parity_kind TEXT",
             "ALTER TABLE records ADD COLUMN parity_score DOUBLE PRECISION",
             "ALTER TABLE records ADD COLUMN parity_applicable TEXT",

@@ -52,7 +52,7 @@ class ProcessWriter:
     their pipes alone (record.durability: memory).
 
     With several workers each conversation goes to one of them, so a shadow copy meets the
-    answer it mirrors and a history is stored by the worker that has seen it."""
+    answer it copies and a history is stored by the worker that has seen it."""
 
     def __init__(
         self,

@@ -69,17 +69,17 @@ def _quantile_bounds(values: Sequence[float], q: float) -> tuple[float | None, f
 
 def shadow_coverage(rows: Sequence[Row], primary: str, candidate: str) -> Coverage:
     served = [r for r in rows if r.role == Role.SERVE and r.backend == primary and answered(r)]
-    mirrored_ids = {r.pair_id for r in rows if r.role == Role.SHADOW and r.backend == candidate}
-    mirrored = [r for r in served if r.request_id in mirrored_ids]
+    shadowed_ids = {r.pair_id for r in rows if r.role == Role.SHADOW and r.backend == candidate}
+    shadowed = [r for r in served if r.request_id in shadowed_ids]
     conversations = {r.conversation for r in served}
-    mirrored_conversations = {r.conversation for r in mirrored}
+    shadowed_conversations = {r.conversation for r in shadowed}
     return Coverage(
         primary_requests=len(served),
-        mirrored_requests=len(mirrored),
-        request_ratio=len(mirrored) / len(served) if served else None,
+        shadowed_requests=len(shadowed),
+        request_ratio=len(shadowed) / len(served) if served else None,
         primary_conversations=len(conversations),
-        mirrored_conversations=len(mirrored_conversations),
-        conversation_ratio=len(mirrored_conversations) / len(conversations)
+        shadowed_conversations=len(shadowed_conversations),
+        conversation_ratio=len(shadowed_conversations) / len(conversations)
         if conversations
         else None,
     )

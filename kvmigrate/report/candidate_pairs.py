@@ -1,9 +1,9 @@
-"""Candidates against each other: when a request was mirrored to two candidates (a model's
+"""Candidates against each other: when a request was shadowed to two candidates (a model's
 `candidates: [vllm-bf16, vllm-fp8]`), their two answers to it, compared as parity compares
 the primary with a candidate (text, topic, tool calls, structured output, finish reason,
 ...), and their speed and cache use on those same requests side by side.
 
-Every shadow copy records the request id of the primary answer it mirrors (`pair_id`), so
+Every shadow copy records the request id of the primary answer it copies (`pair_id`), so
 two copies with the same `pair_id` answer the same request. The recorder scores each copy
 against the primary only; this comparison runs here, over the stored answers (so it needs
 `record.content` redacted or full: both sides are redacted alike) and the request as the
@@ -46,7 +46,7 @@ HEADERS = (
     "cache hit (a / b)",
 )
 FOOTNOTE = (
-    "Each pair of candidates on the requests both were mirrored: agreement is the share of "
+    "Each pair of candidates on the requests both were shadowed: agreement is the share of "
     "those whose two answers agreed on every comparator, compared both ways; the interval "
     "is Wilson's. It needs the answers stored (record.content redacted or full) and "
     f"compares at most the latest {MOST:,} pairs of answers per report."

@@ -1,7 +1,7 @@
 """The pairs behind the parity figure: which shadow copies answered differently, and how.
 
 A shadow copy's record holds the comparators that disagreed with the primary answer it
-mirrored (`pair_id` is that answer's request id); a noise call mirroring the same answer
+shadowed (`pair_id` is that answer's request id); a noise call shadowing the same answer
 says where the primary disagreed with itself. A comparator the noise call also flagged is
 within this request's noise; the others are divergences. Both answers come from the stored
 responses (redacted unless `record.content: full`).

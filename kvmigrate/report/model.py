@@ -189,10 +189,10 @@ class Coverage:
     """How much of the primary's served traffic the candidate also saw as shadow copies."""
 
     primary_requests: int = 0
-    mirrored_requests: int = 0
+    shadowed_requests: int = 0
     request_ratio: float | None = None
     primary_conversations: int = 0
-    mirrored_conversations: int = 0
+    shadowed_conversations: int = 0
     conversation_ratio: float | None = None
 
 
@@ -240,7 +240,7 @@ class DivergentPair:
     primary: str
     candidate: str
     cohort: str | None = None
-    backend: str = ""  # the candidate that answered, when a model mirrors to several
+    backend: str = ""  # the candidate that answered, when a model shadows to several
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +284,7 @@ class ParitySummary:
 
 @dataclass(frozen=True, slots=True)
 class CandidatePair:
-    """Two candidates' answers to the same mirrored requests, against each other
+    """Two candidates' answers to the same shadowed requests, against each other
     (kvmigrate.report.candidate_pairs): `a` and `b` in name order. `agreement` is the share
     of `compared` requests where every comparator agreed both ways, with its Wilson
     interval; `disagreed` counts the requests each comparator disagreed on."""
@@ -339,7 +339,7 @@ class Report:
     cohorts: list[Report] = field(default_factory=list)
     # Parity per candidate backend, when several were shadowed (models[].candidates).
     parity_by_candidate: dict[str, ParitySummary] = field(default_factory=dict)
-    # Candidates against each other on the requests both were mirrored.
+    # Candidates against each other on the requests both were shadowed.
     candidate_pairs: list[CandidatePair] = field(default_factory=list)
     # The answers the proxies counted against the records (fleet-wide only).
     completeness: Completeness = field(default_factory=Completeness)

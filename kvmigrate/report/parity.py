@@ -1,6 +1,6 @@
 """The parity section: "not yet scored" until shadow copies have been scored.
 
-A shadow copy's record carries its pair score against the primary answer it mirrored
+A shadow copy's record carries its pair score against the primary answer it shadowed
 (`parity_kind` = candidate), and a noise call's record its score against the same answer
 (`parity_kind` = noise). The headline is the noise-adjusted figure: the candidate's
 disagreement beyond the primary's disagreement with itself; without enough noise pairs it

@@ -1,7 +1,7 @@
 """The HTML report's divergences view: each differing pair side by side, as Diffy shows them.
 
 Words only one answer has are marked (`<del>` in the primary's, `<ins>` in the candidate's);
-the list filters by comparator, cohort, candidate (when a model mirrors to several) and
+the list filters by comparator, cohort, candidate (when a model shadows to several) and
 verdict, from the page's controls or its URL fragment
 (`report.html#comparator=tool_calls&cohort=beta`), so a filtered view can be linked. The
 diff is computed here, once; the page's script only hides and shows.
@@ -86,7 +86,7 @@ def _filters(pairs: list[DivergentPair], cohorts: list[str]) -> str:
     comparators = sorted({c for p in pairs for c in (*p.diverged_on, *p.within_noise)})
     parts = [_select("comparator", comparators), _select("verdict", ["diverged", "within_noise"])]
     candidates = sorted({p.backend for p in pairs if p.backend})
-    if len(candidates) > 1:  # a model mirrored to several: which one answered differently
+    if len(candidates) > 1:  # a model shadowed to several: which one answered differently
         parts.insert(1, _select("candidate", candidates))
     if len(cohorts) > 1:
         parts.insert(1, _select("cohort", cohorts))

@@ -131,18 +131,18 @@ def coverage(report: Report) -> Table:
         rows = [
             (
                 "requests",
-                f"{c.mirrored_requests:,} of {c.primary_requests:,}",
+                f"{c.shadowed_requests:,} of {c.primary_requests:,}",
                 fmt.pct(c.request_ratio),
             ),
             (
                 "conversations",
-                f"{c.mirrored_conversations:,} of {c.primary_conversations:,}",
+                f"{c.shadowed_conversations:,} of {c.primary_conversations:,}",
                 fmt.pct(c.conversation_ratio),
             ),
         ]
     note = f"No calls served by the primary `{report.primary}` in this window."
-    title = f"Shadow coverage (primary calls mirrored to {report.candidate or 'none'})"
-    return Table("coverage", title, ("unit", "mirrored", "share"), rows, note)
+    title = f"Shadow coverage (primary calls shadowed to {report.candidate or 'none'})"
+    return Table("coverage", title, ("unit", "shadowed", "share"), rows, note)
 
 
 def identity(report: Report) -> Table:
@@ -295,12 +295,12 @@ def by_candidate(report: Report) -> list[Table]:
     if not report.parity_by_candidate:
         return []
     rows = candidate_rows(report.parity_by_candidate)
-    foot = "Each against the primary on the same mirrored requests, with the same noise floor."
+    foot = "Each against the primary on the same shadowed requests, with the same noise floor."
     return [Table("candidates", "Parity by candidate", CANDIDATE_HEADERS, rows, "", foot)]
 
 
 def candidates_against_each_other(report: Report) -> list[Table]:
-    """Two candidates' answers to the same requests, when a model mirrors to several."""
+    """Two candidates' answers to the same requests, when a model shadows to several."""
     if not report.candidate_pairs:
         return []
     rows = pair_rows(report.candidate_pairs)

@@ -149,7 +149,7 @@ def metric(bed: Bed, name: str, labels: str = "") -> float:
     )
 
 
-def test_a_failed_copy_is_followed_by_a_reseeded_one_and_the_chain_is_mirrored_again(
+def test_a_failed_copy_is_followed_by_a_reseeded_one_and_the_chain_is_shadowed_again(
     bed: Bed,
 ) -> None:
     client = bed.client()

@@ -1,4 +1,4 @@
-"""Responses chains mirrored to several candidates: each candidate's shadow copy continues
+"""Responses chains shadowed to several candidates: each candidate's shadow copy continues
 its own chain, naming its own id of the turn before (issue 19). Real emulators (each 404s an
 id it never issued), a real proxy, the official openai SDK, real SQLite and redis-server
 stores; and the chain map still reads the links earlier releases wrote."""
@@ -131,8 +131,8 @@ def test_each_candidate_continues_its_own_chain(
 def test_links_written_by_the_previous_release_still_read(
     tmp_path: Path, fresh_redis_url: str, kind: str
 ) -> None:
-    """A chain link as the release before several candidates wrote it (`[backend, mirror]`)
-    gives its mirror to the model's only candidate; a link with several candidates' ids
+    """A chain link as the release before several candidates wrote it (`[backend, shadow]`)
+    gives its shadow to the model's only candidate; a link with several candidates' ids
     keeps the two-item head an older reader of a one-candidate model needs."""
     url = fresh_redis_url if kind == "redis" else f"sqlite:///{tmp_path}/state.db"
     store = open_store(url, RolloutState())
@@ -147,24 +147,24 @@ def test_links_written_by_the_previous_release_still_read(
 
     async def read() -> tuple[str | None, str | None, str | None]:
         chains = ChainMap(ContinuityResolver(store))
-        mirrored = await chains.mirror_of("resp_old")
+        shadowed = await chains.shadow_id_of("resp_old")
         entry = await chains.find(RESPONSE_PREFIX + "resp_old")
         assert entry is not None
         assert (entry.conversation, entry.turn, entry.backend) == (conversation, 2, "hosted")
-        several = entry.with_mirror("vllm-fp8", "resp_fp8_2")
+        several = entry.with_shadow_id("vllm-fp8", "resp_fp8_2")
         chains.keep(RESPONSE_PREFIX + "resp_new", several)
         await chains.links.done()  # the writer's last batch
         fresh = ChainMap(ContinuityResolver(store))
         again = await fresh.find(RESPONSE_PREFIX + "resp_new")
         assert again is not None
-        return mirrored, again.mirror_for("vllm-fp8"), again.mirror_for("vllm")
+        return shadowed, again.shadow_id_for("vllm-fp8"), again.shadow_id_for("vllm")
 
     try:
-        mirrored, fp8, vllm = asyncio.run(read())
-        assert mirrored == "resp_vllm_2"
+        shadowed, fp8, vllm = asyncio.run(read())
+        assert shadowed == "resp_vllm_2"
         assert (fp8, vllm) == ("resp_fp8_2", "")
         (new,) = store.load_links([keys.key(RESPONSE_PREFIX + "resp_new")])
-        backend, mirror, named = orjson.loads(new.detail)
-        assert (backend, mirror, named) == ("hosted", "resp_vllm_2", {"vllm-fp8": "resp_fp8_2"})
+        backend, shadow, named = orjson.loads(new.detail)
+        assert (backend, shadow, named) == ("hosted", "resp_vllm_2", {"vllm-fp8": "resp_fp8_2"})
     finally:
         store.close()

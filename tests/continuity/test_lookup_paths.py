@@ -67,7 +67,7 @@ def _table(config: Config, root: Path) -> web.Application:
     # A worker of `proxy --workers N`: the links in the table the pool's parent made.
     table = root / "conversation-links.table"
     if not table.exists():
-        create_table(str(root), buckets=64, mirror_buckets=16)
+        create_table(str(root), buckets=64, shadow_id_buckets=16)
     identity = ContinuityResolver(
         ttl_seconds=config.rollout.pin_ttl_seconds, table=LinkTable(table)
     )

@@ -1,5 +1,5 @@
 """`kvmigrate proxy --workers 2` with SQLite state (no Redis): a Responses chain stays
-mirrored on the candidate's own chain whichever worker each turn reaches.
+shadowed on the candidate's own chain whichever worker each turn reaches.
 
 The turns of one chain reach different workers when the client opens a new connection per
 turn (the Python SDK, a client per turn) or several at once (the Node SDK's keep-alive pool,
@@ -93,7 +93,7 @@ def _wait_for_workers(proc: subprocess.Popen[bytes], log: Path) -> None:
 
 @pytest.fixture(params=["shadow", "split"])
 def pool(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pool]:
-    # Most chains stay on the primary in the split, so most are mirrored.
+    # Most chains stay on the primary in the split, so most are shadowed.
     rollout = {"shadow": "mode: shadow", "split": "mode: split, percent: 25"}[request.param]
     candidate = Candidate()
     hosted = BackgroundServer(lambda: build_app(EmulatorSettings("hosted", time_scale=0.01)))
@@ -170,7 +170,7 @@ def later_turns(records: Path, backend: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("client", [python_chains, node_chains], ids=["python", "node"])
-def test_a_pool_of_two_mirrors_every_later_turn_of_every_chain(
+def test_a_pool_of_two_shadows_every_later_turn_of_every_chain(
     pool: Pool, client: Callable[[str], None]
 ) -> None:
     client(pool.url)
@@ -180,8 +180,8 @@ def test_a_pool_of_two_mirrors_every_later_turn_of_every_chain(
     # split the later turns of the chains it serves.
     continued = sum(1 for named, status in pool.candidate.calls if named and status == 200)
     failed = [status for named, status in pool.candidate.calls if status != 200]
-    mirrored_on_primary = later_turns(pool.records, "hosted")
-    mirrored = continued - later_turns(pool.records, "vllm")
-    assert mirrored_on_primary > 0
+    shadowed_on_primary = later_turns(pool.records, "hosted")
+    shadowed = continued - later_turns(pool.records, "vllm")
+    assert shadowed_on_primary > 0
     assert failed == []
-    assert mirrored >= 0.99 * mirrored_on_primary, (mirrored, mirrored_on_primary)
+    assert shadowed >= 0.99 * shadowed_on_primary, (shadowed, shadowed_on_primary)

@@ -109,7 +109,7 @@ def assert_whole_chains(rows: list[Row]) -> dict[str, list[Row]]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_shadow_mode_mirrors_each_chain_on_the_candidates_own_chain(
+def test_shadow_mode_shadows_each_chain_on_the_candidates_own_chain(
     config_for: ConfigFor, stream: bool
 ) -> None:
     config = config_for("mode: shadow")
@@ -218,7 +218,7 @@ def test_two_proxies_sharing_redis_continue_each_others_chains(
 
 
 @pytest.mark.slow
-def test_two_proxies_sharing_redis_mirror_each_others_chains(
+def test_two_proxies_sharing_redis_shadow_each_others_chains(
     config_for: ConfigFor, fresh_redis_url: str
 ) -> None:
     """In shadow mode a turn's copy may go out from the other proxy than the turn before:

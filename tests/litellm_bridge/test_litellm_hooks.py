@@ -286,7 +286,7 @@ def test_the_plugin_keys_a_later_turn_by_the_answer_it_resends(tmp_path: Path) -
 
 
 def test_every_candidate_of_the_model_gets_its_own_copy(tmp_path: Path) -> None:
-    """Several candidates, as the proxy mirrors them: a copy to each candidate's group."""
+    """Several candidates, as the proxy shadows them: a copy to each candidate's group."""
     router = FakeRouter()
     config = parse_config(
         f"""

@@ -191,8 +191,8 @@ def test_a_primary_answer_after_litellm_retried_is_recorded_and_copied_once(
     stack: Stack,
 ) -> None:
     """LiteLLM retries the primary's 503 itself: the client gets the retry's answer, and
-    that answer is recorded and mirrored, once; the failed attempt is recorded, never copied
-    (kvmigrate's proxy mirrors no 5xx)."""
+    that answer is recorded and shadowed, once; the failed attempt is recorded, never copied
+    (kvmigrate's proxy shadows no 5xx)."""
     stack.apply(set_shadow(stack.config))
     session = _session()
     before = stack.vllm.total()

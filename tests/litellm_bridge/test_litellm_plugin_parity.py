@@ -221,7 +221,7 @@ def test_a_responses_chain_stays_where_it_is_stored_and_its_copies_chain_on_the_
     _stored_chain(stack.vllm, chain[1:])
 
     # The primary's chain: 5 turns on it, each copied (the conversation's pin, made at
-    # turn 1, keeps it a mirrored primary conversation at 100%), each copy continuing the
+    # turn 1, keeps it a shadowed primary conversation at 100%), each copy continuing the
     # candidate's own answer to the copy before.
     primary = [
         b.get("previous_response_id") for b in stack.hosted.received(RESPONSES, marks[on_primary])
@@ -337,7 +337,7 @@ def test_an_anthropic_messages_conversation_stays_on_one_deployment_and_is_recor
         (3, "continuity"),
         (4, "continuity"),
     ]
-    if backend == "hosted":  # a primary conversation at a split is mirrored, turn by turn
+    if backend == "hosted":  # a primary conversation at a split is shadowed, turn by turn
         wait_for(lambda: len(_rows(stack, calls, "shadow")) == 4, what="4 copies")
         copies = _rows(stack, calls, "shadow")
         assert [(r["turn"], r["status"], r["backend"]) for r in copies] == [

@@ -155,7 +155,7 @@ def test_split_at_0_percent_serves_from_the_primary(stack: Stack) -> None:
         backend, _text = stack.chat(session)
         assert backend == "hosted"
     assert stack.hosted.total() - before_h == 3
-    # Split mode keeps mirroring the primary's conversations (evidence for the next step):
+    # Split mode keeps shadowing the primary's conversations (evidence for the next step):
     # the candidate receives those copies and nothing else.
     wait_for(lambda: len(stack.records(where)) == 6, what="3 answers and 3 copies recorded")
     assert {(r["role"], r["backend"]) for r in stack.records(where)} == {

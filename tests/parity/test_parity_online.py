@@ -1,4 +1,4 @@
-"""Online parity: the proxy scores each shadow copy against the answer it mirrored, sends a
+"""Online parity: the proxy scores each shadow copy against the answer it copied, sends a
 budgeted share of requests to the primary twice for the noise floor, and the gates and the
 report read the noise-adjusted figure back from the records."""
 

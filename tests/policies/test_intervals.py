@@ -61,7 +61,7 @@ def test_wilson_without_a_sample_is_the_whole_range(k: int, n: int) -> None:
 @pytest.mark.parametrize("n", [1, 2, 10, 263])
 @pytest.mark.parametrize("z", [1.0, Z95, 3.0])
 def test_wilson_at_none_and_all_is_exactly_zero_or_one(n: int, z: float) -> None:
-    # The closed forms at the edges: 0 of n spans [0, z^2 / (n + z^2)], n of n the mirror.
+    # The closed forms at the edges: 0 of n spans [0, z^2 / (n + z^2)], n of n the shadow.
     none, every = wilson(0, n, z), wilson(n, n, z)
     assert none.low == 0.0
     assert every.high == 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmigrate.policies.outcome import ErrorKind, is_backend_error, worth_mirroring
+from kvmigrate.policies.outcome import ErrorKind, is_backend_error, worth_a_shadow_copy
 
 CASES = [
     # status, error, the backend's fault, worth a shadow copy
@@ -20,7 +20,7 @@ CASES = [
     (500, None, True, False),
     (503, None, True, False),
     (599, None, True, False),
-    (None, None, False, False),  # no status and no error: nothing to mirror
+    (None, None, False, False),  # no status and no error: nothing to shadow
     (None, ErrorKind.TIMEOUT, True, False),
     (None, ErrorKind.UNREACHABLE, True, False),
     (200, ErrorKind.STREAM_TIMEOUT, True, False),
@@ -37,9 +37,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("status", "error", "backend_fault", "mirrored"), CASES)
+@pytest.mark.parametrize(("status", "error", "backend_fault", "shadowed"), CASES)
 def test_outcome_table(
-    status: int | None, error: str | None, backend_fault: bool, mirrored: bool
+    status: int | None, error: str | None, backend_fault: bool, shadowed: bool
 ) -> None:
     assert is_backend_error(status, error) is backend_fault
-    assert worth_mirroring(status, error) is mirrored
+    assert worth_a_shadow_copy(status, error) is shadowed

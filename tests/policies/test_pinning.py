@@ -55,7 +55,7 @@ def test_a_conversation_pinned_to_the_primary_keeps_its_own_shadow_sample() -> N
 
 def test_route_and_decide_sample_each_conversation_by_its_own_key() -> None:
     """Through `route` (pinned to the primary, or not pinned at all) and `decide`, the shadow
-    copy follows the conversation's own sample: some are mirrored, the rest are not."""
+    copy follows the conversation's own sample: some are shadowed, the rest are not."""
     snap = snapshot(shadow_sample=0.5, percent=0.0)
     names = [f"conversation {i}" for i in range(40)]
     sampled = {n for n in names if in_shadow_sample("s", n, 0.5)}

@@ -229,7 +229,7 @@ def test_at_fifty_percent_no_keyless_session_reaches_the_candidate(bed_factory) 
     }
     assert bed.candidate_seen == []
     # With the key, the same sessions split between the two, and the primary's half is
-    # shadowed to the candidate (split mode mirrors the conversations it does not move).
+    # shadowed to the candidate (split mode shadows the conversations it does not move).
     refused_on_primary = bed.primary.calls("POST", "/v1/chat/completions")
     assert 0 < refused_on_primary < 24  # both buckets were tried without a key
     served = {chat(bed.proxy.url, GOOD_KEY, session=f"probe-{i}")[0] for i in range(24)}
@@ -271,7 +271,7 @@ def test_an_unreachable_primary_keeps_the_candidate_closed(bed_factory) -> None:
 
 
 @pytest.mark.parametrize("primary_failures", ["false", "true"])
-def test_shadow_never_mirrors_what_the_primary_refused(bed_factory, primary_failures: str) -> None:
+def test_shadow_never_shadows_what_the_primary_refused(bed_factory, primary_failures: str) -> None:
     bed = bed_factory(
         f"{{mode: shadow, shadow_sample: 1.0, noise_sample: 0, "
         f"shadow_primary_failures: {primary_failures}}}"
@@ -457,7 +457,7 @@ def test_a_front_end_complaint_before_the_key_is_read_opens_nothing(bed_factory)
     assert headers["x-kvmigrate-backend"] == "hosted"
     answers = [chat(bed.proxy.url, None, session=f"other-{i}") for i in range(12)]
     assert {status for status, _ in answers} == {401}
-    # A later request with an accepted key is mirrored: its copy marks that every earlier
+    # A later request with an accepted key is shadowed: its copy marks that every earlier
     # copy was dispatched.
     assert chat(bed.proxy.url, GOOD_KEY, session=primary_bound)[0] == 200
     wait_for_copy(bed, primary_bound)
@@ -550,10 +550,10 @@ def test_the_check_carries_a_vendor_key_header(bed_factory) -> None:
     assert exchange(bed.proxy.url, [("Ocp-Apim-Subscription-Key", APIM_KEY + "x")])[0] == 401
 
 
-def test_keyless_clients_of_an_open_primary_are_mirrored_once_it_says_it_is_open() -> None:
+def test_keyless_clients_of_an_open_primary_are_shadowed_once_it_says_it_is_open() -> None:
     """A primary that needs no key (an internal endpoint) serves clients that send none. Its
     answers vouch for nothing, but its model list asked without any credential says it is
-    open to all: from then on such requests are mirrored as any other."""
+    open to all: from then on such requests are shadowed as any other."""
     seen: list[Recorded] = []
     open_primary = EmulatorSettings(profile="hosted", time_scale=0)
     with (
@@ -576,7 +576,7 @@ def test_a_primary_admitting_by_a_header_the_proxy_cannot_read_opens_nothing(
 ) -> None:
     """The primary serves a client that names its tenant in a header no name gives away as
     a credential: the question without it is refused, so no request without a key is
-    mirrored, and none reaches the candidate in a split."""
+    shadowed, and none reaches the candidate in a split."""
     bed = bed_factory("{mode: shadow, noise_sample: 0}")
     for i in range(5):
         status, _, _ = exchange(bed.proxy.url, [("X-Tenant", "t1"), ("X-Session-ID", f"t{i}")])

@@ -179,7 +179,7 @@ def test_shadow_copies_past_the_byte_budget_are_dropped_and_counted(
 def test_shadow_sample_picks_whole_conversations(make_proxy: ProxyFactory) -> None:
     proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 0.5}")
     client = proxy.client()
-    mirrored = []
+    shadowed = []
     for conversation in range(16):
         before = settled_copies(proxy)
         messages = [{"role": "user", "content": f"task {conversation}"}]
@@ -189,13 +189,13 @@ def test_shadow_sample_picks_whole_conversations(make_proxy: ProxyFactory) -> No
                 answer.choices[0].message.model_dump(exclude_none=True),
                 {"role": "user", "content": "go on"},
             ]
-        mirrored.append(settled_copies(proxy) - before)
-    assert set(mirrored) <= {0.0, 3.0}, "a conversation was mirrored for only some turns"
-    assert 0 < mirrored.count(3.0) < 16
+        shadowed.append(settled_copies(proxy) - before)
+    assert set(shadowed) <= {0.0, 3.0}, "a conversation was shadowed for only some turns"
+    assert 0 < shadowed.count(3.0) < 16
 
 
 @pytest.mark.parametrize(
-    ("primary_fault", "mirrored"),
+    ("primary_fault", "shadowed"),
     [
         ("hosted:503", False),  # an SDK retries these: the retry brings its own copy
         ("hosted:500", False),
@@ -205,7 +205,7 @@ def test_shadow_sample_picks_whole_conversations(make_proxy: ProxyFactory) -> No
     ],
 )
 def test_no_shadow_copy_for_an_answer_the_primary_failed(
-    make_proxy: ProxyFactory, primary_fault: str, mirrored: bool
+    make_proxy: ProxyFactory, primary_fault: str, shadowed: bool
 ) -> None:
     proxy = make_proxy(rollout="{mode: shadow, shadow_sample: 1.0, noise_sample: 0}")
     client = proxy.client()
@@ -221,7 +221,7 @@ def test_no_shadow_copy_for_an_answer_the_primary_failed(
         assert primary_fault
     # A later, healthy request's copy is the marker that every earlier copy was dispatched.
     client.chat.completions.create(model=HOSTED_MODEL, messages=[{"role": "user", "content": "ok"}])
-    expected = 3 if mirrored else 2
+    expected = 3 if shadowed else 2
     assert wait_metric(proxy, "kvmigrate_requests_total", expected, role="shadow") == expected
     assert settled_copies(proxy) == expected  # and no copy that should not exist
 

@@ -66,7 +66,7 @@ def test_serve_and_shadow_calls_are_recorded_with_pairs_turns_and_tokens(
     assert len(shadow) == 5
     assert {r[2] for r in serve} == {"hosted"}
     assert {r[2] for r in shadow} == {"vllm"}
-    # Each shadow copy points at the primary answer it mirrors.
+    # Each shadow copy points at the primary answer it copies.
     assert {r[13] for r in shadow} == {r[0] for r in serve}
     # Redacted records keep a keyed hash of an X-Session-ID, the same for every turn.
     key = proxy.recorder.hash_key
@@ -190,7 +190,7 @@ def test_two_workers_keep_each_conversation_and_its_shadow_pairs_together(
         shadow = store.query("SELECT parity_kind, parity_score FROM records WHERE role = 'shadow'")
         messages = store.query("SELECT count(*) FROM messages")[0][0]
     assert len(sources) == 1  # one proxy, however many workers write for it
-    # Every copy met the answer it mirrors, in whichever worker had its conversation.
+    # Every copy met the answer it copies, in whichever worker had its conversation.
     assert len(shadow) == 12
     assert all(kind == "candidate" and score is not None for kind, score in shadow)
     # Each conversation's history is stored once: 2 opening messages shared by all, plus

@@ -2,7 +2,7 @@
 the official openai SDK and what the recorder writes.
 
 - shadow mode: a failing candidate changes nothing for the client (same answer, no delay);
-  its copy is recorded with the error class, paired with the answer it mirrors.
+  its copy is recorded with the error class, paired with the answer it copies.
 - split mode (100% to the candidate): a failure before the first byte falls back to the
   primary transparently (`x-kvmigrate-backend: hosted`, a `fallback_from` record); a failure
   after it ends the stream with an SSE error event that the SDK raises as `APIError`.
@@ -519,7 +519,7 @@ def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_pat
                 ("hosted", "unreachable")
             ]
             # No copy of a request the primary failed: an SDK retries it, and each retry
-            # would be mirrored again (`rollout.shadow_primary_failures: true` mirrors them).
+            # would be shadowed again (`rollout.shadow_primary_failures: true` shadows them).
             assert by_role(rows, "shadow") == []
         else:
             # The candidate serves: the client never notices the primary is gone ...
@@ -543,7 +543,7 @@ def test_primary_down(mode: str, emulators: Emulators, start_proxy: Any, tmp_pat
     )  # fmt: skip
 
 
-def test_primary_down_mirrored_on_request(
+def test_primary_down_shadowed_on_request(
     emulators: Emulators, start_proxy: Any, tmp_path: Path
 ) -> None:
     hosted_url = f"http://127.0.0.1:{refused_port()}"
@@ -552,7 +552,7 @@ def test_primary_down_mirrored_on_request(
     )
     proxy = start_proxy(with_master_key(config))
     for stream in (False, True):
-        session = f"mirrored-primary-down-{stream}"
+        session = f"shadowed-primary-down-{stream}"
         hit = ask(proxy.client, session, stream)
         assert hit.error == "InternalServerError 502", hit
         rows = wait_rows(proxy.db, session, 2, proxy.url)

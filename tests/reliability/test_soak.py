@@ -28,7 +28,7 @@ def test_soak_30s_no_errors_no_growth_nothing_lost(tmp_path: Path) -> None:
         rate=50.0,
         stream_share=0.5,
         interval=5.0,
-        warmup=2100,  # just past the recorder's 2,000 mirrored answers
+        warmup=2100,  # just past the recorder's 2,000 shadowed answers
         thresholds=thresholds,
     )
     assert result.errors == 0, result.error_kinds

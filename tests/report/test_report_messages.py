@@ -90,7 +90,7 @@ def _messages_exchange(
         first_byte=started + TTFT_MS[backend] / 1000,
         finished=started + 0.6,
         pair_id=pair_id,
-        mirrored=pair_id is None,
+        shadowed=pair_id is None,
     )
     x.chunks.extend(mw.chunks(mw.stream(answer), 64))
     return x
@@ -112,7 +112,7 @@ def _record_agents(db: str) -> None:
             )
         # The agent counts its prompt first: recorded, but not model traffic.
         counted = _messages_exchange("hosted", Role.SERVE, conv, 1, f"count-{conv}", None)
-        counted.route, counted.stream, counted.mirrored = "messages/count_tokens", False, False
+        counted.route, counted.stream, counted.shadowed = "messages/count_tokens", False, False
         counted.chunks[:] = [b'{"input_tokens": 520}']
         recorder.exchange_done(counted)
     recorder.close()
@@ -157,7 +157,7 @@ def test_messages_records_hold_anthropic_usage_and_their_parity(
         assert (prompt, cached, written) == (plain + read + write, read, write)
         assert finish == "end_turn"
         assert ttft == pytest.approx(TTFT_MS[backend])
-        # The shadow copy is scored against the answer it mirrors: the same text agrees.
+        # The shadow copy is scored against the answer it copies: the same text agrees.
         assert (kind, score) == (("candidate", 1.0) if backend == "vllm" else (None, None))
 
 

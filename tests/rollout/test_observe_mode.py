@@ -83,7 +83,7 @@ SNAPSHOT = RolloutSnapshot("hosted", "vllm", "observe", 0.0, 1.0, "s", noise_sam
 
 
 @pytest.mark.parametrize("conversation", ["a", "b", "c", "d"])
-def test_observe_serves_the_primary_and_mirrors_nothing(conversation: str) -> None:
+def test_observe_serves_the_primary_and_shadows_nothing(conversation: str) -> None:
     decision = decide(conversation, SNAPSHOT, candidate_serves_model=True)
     assert (decision.serve, decision.shadow, decision.fallback) == ("hosted", None, None)
 

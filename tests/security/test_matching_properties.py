@@ -280,7 +280,7 @@ def test_a_link_is_found_by_its_exact_key_only(
     tmp_path: Path, pair: tuple[str, str], digits: str, turn: int
 ) -> None:
     key, other = pair
-    table = LinkTable(create_table(str(tmp_path), buckets=64, mirror_buckets=64))
+    table = LinkTable(create_table(str(tmp_path), buckets=64, shadow_id_buckets=64))
     assert table.put(key, "h:" + digits, turn, expires_at=4e9)
     assert table.get(key) == ("h:" + digits, turn)
     assert table.get(other) is None
@@ -294,7 +294,7 @@ def test_a_conversation_the_table_would_not_give_back_whole_goes_through_the_sto
     """Only a derived key's exact shape is packed into a slot: any other conversation (upper
     case hex, spaces that bytes.fromhex skips) is refused, so the table never hands back a
     conversation that differs from the one written."""
-    table = LinkTable(create_table(str(tmp_path), buckets=64, mirror_buckets=64))
+    table = LinkTable(create_table(str(tmp_path), buckets=64, shadow_id_buckets=64))
     conversation = "h:" + digits
     stored = table.put("k", conversation, 1, expires_at=4e9)
     assert stored == is_derived_key(conversation)

@@ -1,6 +1,6 @@
 """A Responses API chain through the proxy with the real vLLM as the candidate (issue 17):
 4 turns by `previous_response_id`, in shadow mode and at a 50% split, streamed and not. The
-candidate's mirrored chain must use its own ids (vLLM answers 404 for an id it never issued)
+candidate's shadowed chain must use its own ids (vLLM answers 404 for an id it never issued)
 and reuse its prefix cache as the chain grows; every chain stays on one backend; the records
 count turns 1-4. The test bed's vLLM runs with VLLM_ENABLE_RESPONSES_API_STORE=1.
 """

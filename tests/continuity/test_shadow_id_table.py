@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kvmigrate.continuity.chains import MIRROR_WAIT, ChainMap
+from kvmigrate.continuity.chains import SHADOW_ID_WAIT, ChainMap
 from kvmigrate.continuity.link_table import LinkTable, create_table
-from kvmigrate.continuity.mirror_table import ENDED, FILE_NAME, IN_STORE, RUNNING
 from kvmigrate.continuity.resolver import ContinuityResolver
+from kvmigrate.continuity.shadow_id_table import ENDED, FILE_NAME, IN_STORE, RUNNING
 from kvmigrate.policies.chain import RESPONSE_PREFIX, ChainEntry
 from kvmigrate.rollout.state import RolloutState
 from kvmigrate.rollout.store import open_store
@@ -23,7 +23,7 @@ CONVERSATION = "h:0123456789abcdef01234567"
 
 def test_what_one_worker_says_another_reads_by_candidate(tmp_path: Path) -> None:
     path = create_table(str(tmp_path))
-    writer, reader = LinkTable(path).mirrors, LinkTable(path).mirrors
+    writer, reader = LinkTable(path).shadows, LinkTable(path).shadows
     assert writer is not None
     assert reader is not None
     expires = time.time() + 60
@@ -40,19 +40,19 @@ def test_what_one_worker_says_another_reads_by_candidate(tmp_path: Path) -> None
 
 
 def test_an_id_too_long_for_a_slot_is_said_to_be_in_the_store(tmp_path: Path) -> None:
-    mirrors = LinkTable(create_table(str(tmp_path))).mirrors
-    assert mirrors is not None
-    mirrors.ended("resp_1", "", "resp_" + "x" * 300, time.time() + 60)
-    assert mirrors.read("resp_1", "") == (IN_STORE, "")
-    mirrors.ended("resp_1", "", "resp_" + "x" * 250, time.time() + 60)  # 255 bytes: fits
-    assert mirrors.read("resp_1", "") == (ENDED, "resp_" + "x" * 250)
+    shadows = LinkTable(create_table(str(tmp_path))).shadows
+    assert shadows is not None
+    shadows.ended("resp_1", "", "resp_" + "x" * 300, time.time() + 60)
+    assert shadows.read("resp_1", "") == (IN_STORE, "")
+    shadows.ended("resp_1", "", "resp_" + "x" * 250, time.time() + 60)  # 255 bytes: fits
+    assert shadows.read("resp_1", "") == (ENDED, "resp_" + "x" * 250)
 
 
-def test_a_link_table_without_its_mirror_table_still_shares_links(tmp_path: Path) -> None:
+def test_a_link_table_without_its_shadow_table_still_shares_links(tmp_path: Path) -> None:
     path = create_table(str(tmp_path))
     (tmp_path / FILE_NAME).unlink()
     table = LinkTable(path)
-    assert table.mirrors is None
+    assert table.shadow_ids is None
     assert table.put("c:1", CONVERSATION, 2, time.time() + 60)
 
 
@@ -60,7 +60,7 @@ def test_another_workers_copy_is_waited_for_while_it_runs_and_a_failed_one_not_a
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two chain maps as two workers of one pool (one SQLite store, one table): a copy the
-    first worker still runs is waited for past MIRROR_WAIT, as a copy of its own would be;
+    first worker still runs is waited for past SHADOW_ID_WAIT, as a copy of its own would be;
     one that failed there is known to have no id at once."""
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # as in a pool's worker
     path = create_table(str(tmp_path))
@@ -73,7 +73,7 @@ def test_another_workers_copy_is_waited_for_while_it_runs_and_a_failed_one_not_a
     async def served(a: ChainMap, b: ChainMap, primary_id: str) -> None:
         """`a` answered `primary_id` and sends its copy; `b` can find the turn."""
         a.keep(RESPONSE_PREFIX + primary_id, ChainEntry(CONVERSATION, 1, "hosted"))
-        a.expect_mirror(primary_id)
+        a.expect_shadow_id(primary_id)
         async with asyncio.timeout(10):
             while await b.find(RESPONSE_PREFIX + primary_id) is None:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)  # the store has no event to wait on
@@ -82,17 +82,17 @@ def test_another_workers_copy_is_waited_for_while_it_runs_and_a_failed_one_not_a
         a, b = worker(), worker()
         await a.links.running()
         await served(a, b, "resp_1")
-        waiting = asyncio.create_task(b.mirror_of("resp_1"))
-        await asyncio.sleep(MIRROR_WAIT + 0.5)
+        waiting = asyncio.create_task(b.shadow_id_of("resp_1"))
+        await asyncio.sleep(SHADOW_ID_WAIT + 0.5)
         assert not waiting.done()  # still running on the other worker: still waited for
-        a.mirrored("resp_1", "resp_own_1")
+        a.shadowed("resp_1", "resp_own_1")
         assert await asyncio.wait_for(waiting, 5) == "resp_own_1"
 
         await served(a, b, "resp_2")
-        a.mirrored("resp_2", None)  # dropped, or failed
+        a.shadowed("resp_2", None)  # dropped, or failed
         started = time.monotonic()
-        assert await b.mirror_of("resp_2") is None
-        assert time.monotonic() - started < MIRROR_WAIT / 2
+        assert await b.shadow_id_of("resp_2") is None
+        assert time.monotonic() - started < SHADOW_ID_WAIT / 2
         for chains in (a, b):
             await chains.links.done()
             assert chains.links.store is not None

@@ -1,5 +1,5 @@
 """The candidate's own response ids of a pool's shadow copies, shared in memory by the
-workers of `proxy --workers N`, so a chain stays mirrored whichever worker each turn reaches.
+workers of `proxy --workers N`, so a chain stays shadowed whichever worker each turn reaches.
 
 The shadow copy of turn N must name the candidate's id of turn N-1, which the copy of that
 turn learns when it ends, on the worker that sent it; turn N may reach another worker
@@ -17,12 +17,12 @@ from pathlib import Path
 
 from kvmigrate.continuity.slot_table import SlotTable, SlotTableError, create_slots
 
-FILE_NAME = "chain-mirrors.table"
+FILE_NAME = "chain-shadow-ids.table"
 # A state byte, then an id up to 255 bytes (a LiteLLM-wrapped id is long).
 _PAYLOAD = 256
 # 32,768 copies, 9 MiB, touched as used: an id is read within moments of being written, by
 # the next turn's copy; an older one is read from the store.
-MIRROR_BUCKETS = 1 << 12
+SHADOW_ID_BUCKETS = 1 << 12
 # What a worker says of a copy.
 RUNNING = "running"  # sent, not ended
 ENDED = "ended"  # ended: with the candidate's id, or none ("")
@@ -30,16 +30,16 @@ IN_STORE = "in_store"  # ended with an id too long for a slot: the store has it
 _STATES = {b"r": RUNNING, b"e": ENDED, b"s": IN_STORE}
 
 
-def create_mirror_table(directory: str, buckets: int = MIRROR_BUCKETS) -> Path:
+def create_shadow_id_table(directory: str, buckets: int = SHADOW_ID_BUCKETS) -> Path:
     return create_slots(Path(directory) / FILE_NAME, buckets, _PAYLOAD)
 
 
-class MirrorTable:
+class ShadowIdTable:
     def __init__(self, path: str | Path) -> None:
-        self._slots = SlotTable(path, _PAYLOAD, "mirror table")
+        self._slots = SlotTable(path, _PAYLOAD, "shadow id table")
 
     @classmethod
-    def beside(cls, links: Path) -> MirrorTable | None:
+    def beside(cls, links: Path) -> ShadowIdTable | None:
         """The table next to the pool's link table; None where it cannot be mapped: the
         pool's chains then share their ids through the store alone."""
         try:
