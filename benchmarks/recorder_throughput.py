@@ -44,7 +44,7 @@ def _exchange(
         x.request_id, x.backend, x.role, x.pair_id = f"req_{i:012d}", "vllm", SHADOW, x.request_id
         words = _answer(x.conversation, x.turn - 1)
         x.chunks = _stream([*words[:3], "other ", *words[4:]])
-        x.shadowed = False
+        x.has_shadow_copy = False
         return x
     block, slot = divmod(i // 2 if shadow else i, CONVERSATIONS)
     turn = block % TURNS
@@ -64,7 +64,7 @@ def _exchange(
         status=200, first_byte=now - 0.15, finished=now,
     )  # fmt: skip
     x.chunks = _stream(_answer(conversation, turn))
-    x.shadowed = shadow
+    x.has_shadow_copy = shadow
     return x
 
 

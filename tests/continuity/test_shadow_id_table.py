@@ -23,7 +23,7 @@ CONVERSATION = "h:0123456789abcdef01234567"
 
 def test_what_one_worker_says_another_reads_by_candidate(tmp_path: Path) -> None:
     path = create_table(str(tmp_path))
-    writer, reader = LinkTable(path).shadows, LinkTable(path).shadows
+    writer, reader = LinkTable(path).shadow_ids, LinkTable(path).shadow_ids
     assert writer is not None
     assert reader is not None
     expires = time.time() + 60
@@ -40,7 +40,7 @@ def test_what_one_worker_says_another_reads_by_candidate(tmp_path: Path) -> None
 
 
 def test_an_id_too_long_for_a_slot_is_said_to_be_in_the_store(tmp_path: Path) -> None:
-    shadows = LinkTable(create_table(str(tmp_path))).shadows
+    shadows = LinkTable(create_table(str(tmp_path))).shadow_ids
     assert shadows is not None
     shadows.ended("resp_1", "", "resp_" + "x" * 300, time.time() + 60)
     assert shadows.read("resp_1", "") == (IN_STORE, "")
@@ -85,11 +85,11 @@ def test_another_workers_copy_is_waited_for_while_it_runs_and_a_failed_one_not_a
         waiting = asyncio.create_task(b.shadow_id_of("resp_1"))
         await asyncio.sleep(SHADOW_ID_WAIT + 0.5)
         assert not waiting.done()  # still running on the other worker: still waited for
-        a.shadowed("resp_1", "resp_own_1")
+        a.record_shadow_id("resp_1", "resp_own_1")
         assert await asyncio.wait_for(waiting, 5) == "resp_own_1"
 
         await served(a, b, "resp_2")
-        a.shadowed("resp_2", None)  # dropped, or failed
+        a.record_shadow_id("resp_2", None)  # dropped, or failed
         started = time.monotonic()
         assert await b.shadow_id_of("resp_2") is None
         assert time.monotonic() - started < SHADOW_ID_WAIT / 2

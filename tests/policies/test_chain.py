@@ -213,15 +213,17 @@ def test_a_chain_sticks_to_its_backend_unpinned_and_without_a_fallback(backend: 
 
 
 def test_each_candidate_continues_its_own_shadowed_chain() -> None:
-    entry = ChainEntry("c", 2, "hosted", shadow="resp_one")
+    entry = ChainEntry("c", 2, "hosted", shadow_id="resp_one")
     assert (entry.shadow_id_for(""), entry.shadow_id_for("vllm")) == ("resp_one", "")
     two = entry.with_shadow_id("vllm", "resp_v1").with_shadow_id("sglang", "resp_s1")
-    assert two.shadows == (("vllm", "resp_v1"), ("sglang", "resp_s1"))
+    assert two.shadow_ids == (("vllm", "resp_v1"), ("sglang", "resp_s1"))
     assert (two.shadow_id_for("vllm"), two.shadow_id_for("sglang"), two.shadow_id_for("")) == (
         "resp_v1",
         "resp_s1",
         "resp_one",  # the one-candidate id is kept
     )
     moved = two.with_shadow_id("vllm", "resp_v2")  # a later turn replaces that candidate's id
-    assert moved.shadows == (("sglang", "resp_s1"), ("vllm", "resp_v2"))
-    assert entry.with_shadow_id("", "resp_two") == ChainEntry("c", 2, "hosted", shadow="resp_two")
+    assert moved.shadow_ids == (("sglang", "resp_s1"), ("vllm", "resp_v2"))
+    assert entry.with_shadow_id("", "resp_two") == ChainEntry(
+        "c", 2, "hosted", shadow_id="resp_two"
+    )

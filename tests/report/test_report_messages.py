@@ -112,7 +112,11 @@ def _record_agents(db: str) -> None:
             )
         # The agent counts its prompt first: recorded, but not model traffic.
         counted = _messages_exchange("hosted", Role.SERVE, conv, 1, f"count-{conv}", None)
-        counted.route, counted.stream, counted.shadowed = "messages/count_tokens", False, False
+        counted.route, counted.stream, counted.has_shadow_copy = (
+            "messages/count_tokens",
+            False,
+            False,
+        )
         counted.chunks[:] = [b'{"input_tokens": 520}']
         recorder.exchange_done(counted)
     recorder.close()
