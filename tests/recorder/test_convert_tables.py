@@ -481,7 +481,7 @@ def test_a_record_lists_its_tool_calls_as_json() -> None:
 
 def test_the_converter_pairs_a_shadow_copy_with_the_answer_it_shadows() -> None:
     convert = RecordConverter("none", "proxy", hash_key=KEY)
-    served = exchange(chat_answer(), shadowed=True)
+    served = exchange(chat_answer(), has_shadow_copy=True)
     copy = exchange(
         chat_answer(), request_id="req-2", backend="vllm", role=Role.SHADOW, pair_id="req-1"
     )
@@ -501,7 +501,7 @@ def test_the_converter_pairs_a_shadow_copy_with_the_answer_it_shadows() -> None:
 
 def test_a_noise_call_is_scored_as_noise() -> None:
     convert = RecordConverter("none", "proxy", hash_key=KEY)
-    convert((exchange(chat_answer(), shadowed=True), 1.0))
+    convert((exchange(chat_answer(), has_shadow_copy=True), 1.0))
     noise = exchange(chat_answer(), request_id="req-2", role=Role.NOISE, pair_id="req-1")
     assert convert((noise, 2.0)).parity_kind == "noise"
 
@@ -512,7 +512,7 @@ def test_the_converter_forgets_the_oldest_answers_past_its_bound(
     monkeypatch.setattr("kvmigrate.recorder.convert.MAX_ORIGINALS", 2)
     convert = RecordConverter("none", "proxy", hash_key=KEY)
     for i in range(3):
-        convert((exchange(chat_answer(), request_id=f"r{i}", shadowed=True), 1.0))
+        convert((exchange(chat_answer(), request_id=f"r{i}", has_shadow_copy=True), 1.0))
     copies = [
         exchange(chat_answer(), request_id=f"c{i}", role=Role.SHADOW, pair_id=f"r{i}")
         for i in range(3)
@@ -667,7 +667,10 @@ def test_a_deep_request_stored_whole_is_redacted() -> None:
 def test_a_streamed_shadow_copy_is_scored_on_its_whole_text_even_without_content() -> None:
     convert = RecordConverter("none", "proxy", hash_key=KEY)
     served = exchange(
-        body=sse(delta("hello "), delta("world"), END), stream=True, first_byte=100.1, shadowed=True
+        body=sse(delta("hello "), delta("world"), END),
+        stream=True,
+        first_byte=100.1,
+        has_shadow_copy=True,
     )
     same = exchange(
         body=sse(delta("hello "), delta("world"), END),
@@ -755,7 +758,7 @@ def test_a_shadowed_answer_in_many_chunks_keeps_its_figures_and_scores_its_copy(
 ) -> None:
     convert = RecordConverter(content, "proxy", hash_key=KEY)
     events = [frame(delta("hello ")), frame(delta("world")), frame(END), b"data: [DONE]\n\n"]
-    served = exchange(body=events[0], stream=True, first_byte=100.1, shadowed=True)
+    served = exchange(body=events[0], stream=True, first_byte=100.1, has_shadow_copy=True)
     served.chunks.extend(events[1:])
     record = convert((served, 1.0))
     assert (record.prompt_tokens, record.completion_tokens, record.finish_reason) == (
@@ -862,7 +865,7 @@ def test_a_pair_too_deep_to_score_is_kept_as_an_unscored_pair() -> None:
         + b'"}}]},"finish_reason":"stop"}]}'
     )
     convert = RecordConverter("none", "proxy", hash_key=KEY)
-    convert((exchange(body=body, shadowed=True), 1.0))
+    convert((exchange(body=body, has_shadow_copy=True), 1.0))
     record = convert((exchange(body=body, request_id="c", role=Role.SHADOW, pair_id="req-1"), 2.0))
     assert (
         record.parity_kind,

@@ -125,7 +125,7 @@ def _exchange(request_id: str, role: Role, answer: bytes, pair_id: str | None = 
     exchange = Exchange(
         request_id, "messages", "hosted", role, "m", "m", "c", 1, False, 0.0,
         request_body=body, status=200, finished=0.5, pair_id=pair_id,
-        shadowed=pair_id is None,
+        has_shadow_copy=pair_id is None,
     )  # fmt: skip
     exchange.chunks = [answer]
     return exchange

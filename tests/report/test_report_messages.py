@@ -90,7 +90,7 @@ def _messages_exchange(
         first_byte=started + TTFT_MS[backend] / 1000,
         finished=started + 0.6,
         pair_id=pair_id,
-        shadowed=pair_id is None,
+        has_shadow_copy=pair_id is None,
     )
     x.chunks.extend(mw.chunks(mw.stream(answer), 64))
     return x
