@@ -172,6 +172,27 @@ def test_full_content_keeps_the_ids_as_they_were() -> None:
     assert record.conversation == stored_conversation("k:stored", "none", KEY)
 
 
+@pytest.mark.parametrize("content", ["none", "redacted"])
+def test_unless_content_is_full_no_declared_id_is_stored_as_it_came(content: str) -> None:
+    """An email as the conversation and the answer's id: both become keyed hashes, the same
+    under `none` as under `redacted` (a metrics-only record is not a way around hashing)."""
+    x = exchange(chat_answer(id="resp_abc"), conversation="jane@example.com")
+    record = to_record(x, 1.0, content, "proxy", hash_key=KEY)
+    for stored, raw in (
+        (record.conversation, "jane@example.com"),
+        (record.response_id, "resp_abc"),
+    ):
+        assert stored is not None
+        assert stored.startswith("k:")
+        assert len(stored) == 26
+        assert raw not in stored
+    redacted = to_record(x, 1.0, "redacted", "proxy", hash_key=KEY)
+    assert (record.conversation, record.response_id) == (
+        redacted.conversation,
+        redacted.response_id,
+    )
+
+
 @pytest.mark.parametrize(
     ("role", "answer", "response_id"),
     [
