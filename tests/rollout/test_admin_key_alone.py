@@ -87,3 +87,65 @@ def test_the_master_key_does_not_open_the_admin_api(
     finally:
         controller.store.close()
     assert (state.mode, state.percent, state.version) == ("shadow", 0, 0)
+
+
+ADMIN = "kvm-admin-0123456789abcdef"
+INVALID = {
+    "message": "A valid admin key is required.",
+    "type": "invalid_request_error",
+    "param": None,
+    "code": "invalid_admin_key",
+}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer "},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"Bearer {ADMIN[:-1]}"},
+        {"Authorization": f"Bearer {ADMIN[:1]}"},
+        {"Authorization": f"Bearer {ADMIN}0"},
+        {"Authorization": f"Bearer {ADMIN.upper()}"},
+        {"Authorization": f"Basic {ADMIN}"},
+        {"Authorization": f"Bearer {MASTER}"},
+        {"api-key": ADMIN[:-1]},
+        {"x-api-key": ""},
+    ],
+    ids=lambda h: repr(h)[:60],
+)
+def test_only_the_admin_key_itself_opens_the_admin_api(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    """An empty key, a prefix of the key, the key and one more character, its upper case:
+    each is refused, and only the key itself reads the rollout."""
+    config = parse_config(
+        f"""
+server: {{master_key: {MASTER}, admin_key: {ADMIN}}}
+backends:
+  hosted: {{api_base: "http://127.0.0.1:9/v1"}}
+  vllm: {{api_base: "http://127.0.0.1:9/v1"}}
+models:
+  - {{model_name: m, hosted: m, vllm: m}}
+rollout: {{state: "sqlite:///{tmp_path}/state.db"}}
+record: {{enabled: false, db: "sqlite:///{tmp_path}/records.db"}}
+""",
+        env={},
+    )
+
+    def get(sent: dict[str, str]) -> tuple[int, object]:
+        request = urllib.request.Request(server.url + "/admin/rollout", headers=sent)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read())
+
+    with BackgroundServer(lambda: build_app(config, record=False)) as server:
+        assert get(headers) == (401, {"error": INVALID})
+        status, answer = get({"Authorization": f"Bearer {ADMIN}"})
+    assert status == 200
+    assert isinstance(answer, dict)
+    assert answer["state"]["percent"] == 0
