@@ -38,6 +38,9 @@ class ScrapeResult:
     error: str | None = None
     engine: EngineSample | None = None
     gpu: GpuSample | None = None
+    # Which scraper read it (a proxy replica or worker): each keeps its own series of one
+    # engine's running totals, in the order it read them.
+    source: str = ""
 
 
 def write(store: RecordStore, results: Sequence[ScrapeResult], source: str) -> None:
@@ -93,6 +96,7 @@ def _result(row: Sequence[object]) -> ScrapeResult:
         error=None if error is None else str(error),
         engine=engine,
         gpu=gpu,
+        source=str(values["source"] or ""),
     )
 
 

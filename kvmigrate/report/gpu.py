@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from kvmigrate.config import Config
 from kvmigrate.engine.samples import ScrapeResult
 from kvmigrate.engine.targets import vllm_targets
-from kvmigrate.engine.vllm_sample import COUNTERS, GAUGES, HISTOGRAMS
+from kvmigrate.engine.vllm_sample import COUNTERS, GAUGES, HISTOGRAMS, Histogram
 from kvmigrate.engine.window import histogram_increase, increase, merge, quantile
 from kvmigrate.render import fmt
 from kvmigrate.report.gpu_series import UseSeries, use_series
@@ -150,15 +150,23 @@ def engine_figures(
 
 class _EngineWindow:
     """One candidate's scrapes in the window: gauges over every readable scrape, running
-    totals and histograms replica by replica (each engine counts its own)."""
+    totals and histograms replica by replica (each engine counts its own).
+
+    A replica's totals are read scraper by scraper. Every proxy replica scrapes each engine
+    and stamps a scrape with the time it began, so in time order two scrapers' reads can
+    cross: one whose answer came late holds a higher total than the next one stamped, which
+    would read as a restart and count the engine's whole total again. Each scraper's own
+    series is in order; a replica's growth is the most any of its scrapers saw."""
 
     def __init__(self, results: Sequence[ScrapeResult], scrape: bool) -> None:
         self.ok = [r for r in results if r.engine is not None]
         self.failed = [r for r in results if r.error is not None]
         self.reason = _missing_reason(scrape, results, self.ok, self.failed)
-        self.by_target: dict[str, list[ScrapeResult]] = defaultdict(list)
+        self.by_target: dict[str, dict[str, list[ScrapeResult]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
         for r in self.ok:
-            self.by_target[r.target].append(r)
+            self.by_target[r.target][r.source].append(r)
 
     def gauge(self, figure: str, max_of: bool) -> Figure:
         known = [v for r in self.ok if (v := getattr(r.engine, figure)) is not None]
@@ -169,9 +177,7 @@ class _EngineWindow:
     def counter(self, figure: str) -> Figure:
         if self.reason:
             return Figure(None, self.reason)
-        grown = [
-            increase([getattr(r.engine, figure) for r in rs]) for rs in self.by_target.values()
-        ]
+        grown = [_most_grown(figure, by_source) for by_source in self.by_target.values()]
         known = [g for g in grown if g is not None]
         if known:
             return Figure(sum(known))
@@ -182,10 +188,7 @@ class _EngineWindow:
         """The engine's own latency percentile over the window, in ms."""
         if self.reason:
             return Figure(None, self.reason)
-        grown = [
-            histogram_increase([getattr(r.engine, figure) for r in rs])
-            for rs in self.by_target.values()
-        ]
+        grown = [_most_observed(figure, by_source) for by_source in self.by_target.values()]
         merged = merge([g for g in grown if g is not None])
         value = quantile(merged, q)
         if value is not None:
@@ -194,6 +197,22 @@ class _EngineWindow:
         if absent == _UNKNOWN:
             absent = ONE_SAMPLE if merged is None else "no request finished in this window"
         return Figure(None, absent)
+
+
+def _most_grown(figure: str, by_source: dict[str, list[ScrapeResult]]) -> float | None:
+    """One replica's running total's growth over the window, from the scraper that saw most."""
+    grown = [increase([getattr(r.engine, figure) for r in rs]) for rs in by_source.values()]
+    return max((g for g in grown if g is not None), default=None)
+
+
+def _most_observed(figure: str, by_source: dict[str, list[ScrapeResult]]) -> Histogram | None:
+    """One replica's histogram growth over the window, from the scraper that saw the most."""
+    grown = [
+        g
+        for rs in by_source.values()
+        if (g := histogram_increase([getattr(r.engine, figure) for r in rs])) is not None
+    ]
+    return max(grown, key=lambda h: h.count, default=None)
 
 
 def _ratio(hits: Figure, queries: Figure) -> Figure:

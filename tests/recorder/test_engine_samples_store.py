@@ -4,6 +4,7 @@ back as they were, and pruned with the records."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,9 @@ def test_results_read_back_as_written_within_the_window(url: str) -> None:
     with open_store(url) as store:
         assert "m010_engine_samples" in store.applied_migrations()
         samples.write(store, RESULTS, "proxy-a")
-        assert samples.read(store, 0, 1000) == RESULTS
-        assert samples.read(store, 150, 300) == RESULTS[2:3]
+        stored = [replace(r, source="proxy-a") for r in RESULTS]
+        assert samples.read(store, 0, 1000) == stored
+        assert samples.read(store, 150, 300) == stored[2:3]
         assert store.query("SELECT DISTINCT source FROM engine_samples") == [("proxy-a",)]
 
 
@@ -52,4 +54,4 @@ def test_samples_are_pruned_with_the_records(url: str) -> None:
     with open_store(url) as store:
         samples.write(store, RESULTS, "proxy-a")
         store.prune(250.0)
-        assert samples.read(store, 0, 1000) == RESULTS[3:]
+        assert samples.read(store, 0, 1000) == [replace(RESULTS[3], source="proxy-a")]

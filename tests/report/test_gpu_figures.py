@@ -5,6 +5,7 @@ version, a CPU build), and where utilisation stands against the 70-80% band."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -76,6 +77,53 @@ def test_a_window_of_readable_scrapes_gives_every_figure() -> None:
     assert figures.utilisation_max_pct == Figure(80.0)
     assert figures.band == "within"
     assert figures.gpus_seen == 2
+
+
+def by(source: str, result: ScrapeResult, url: str = URL) -> ScrapeResult:
+    return replace(result, source=source, target=url)
+
+
+def test_two_proxies_reads_that_cross_are_no_restart() -> None:
+    """Two proxy replicas scrape one engine; a's first answer came late, so in time order it
+    holds a higher total than b's next, stamped later. Each scraper's growth is in order,
+    and the replica's is the most either saw, not the engine's whole total again."""
+    results = [
+        by("a", engine(0, 0.1, 1500, 900)),
+        by("b", engine(1, 0.1, 1200, 700)),
+        by("a", engine(10, 0.1, 3000, 1800, done=4)),
+        by("b", engine(11, 0.1, 3100, 1850, done=6)),
+    ]
+    (e,) = gpu_figures(results, SETUP).engines
+    assert (e.prefix_queries, e.prefix_hits) == (Figure(1900.0), Figure(1150.0))
+    assert e.generation_tokens == Figure(190.0)
+    assert e.ttft_p50_ms.value == pytest.approx(100.0)  # b's 6, 3 under 0.1 s; a's 4 not added
+    assert (e.answering, e.scrapes) == (1, 4)
+
+
+def test_a_restart_seen_by_one_scraper_still_counts_all_it_did_since() -> None:
+    results = [
+        by("a", engine(0, 0.1, 5000, 100)),
+        by("a", engine(10, 0.1, 300, 30)),  # the engine restarted: 300 since
+        by("a", engine(20, 0.1, 800, 80)),
+        by("b", engine(15, 0.1, 400, 40)),
+        by("b", engine(25, 0.1, 900, 90)),
+    ]
+    (e,) = gpu_figures(results, SETUP).engines
+    assert e.prefix_queries == Figure(800.0)  # a: 300 + 500, more than b's 500
+
+
+def test_two_replicas_each_count_their_own_whoever_scraped_them() -> None:
+    other = "http://vllm-1:8000/metrics"
+    results = [
+        by("a", engine(0, 0.1, 100, 0)),
+        by("b", engine(1, 0.1, 1000, 0), other),
+        by("a", engine(10, 0.1, 400, 0)),
+        by("b", engine(11, 0.1, 1200, 0), other),
+    ]
+    setup = ScrapeSetup(True, "gpu", {"vllm": 2}, "dcgm")
+    (e,) = gpu_figures(results, setup).engines
+    assert e.prefix_queries == Figure(500.0)
+    assert (e.answering, e.replicas) == (2, 2)
 
 
 def test_scrape_off_says_not_configured_for_every_figure() -> None:
