@@ -8,12 +8,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null || ! command -v chromium >/dev/null \
-    || ! command -v node >/dev/null || ! command -v npm >/dev/null \
-    || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+# Only what is missing: a machine whose Node.js came from elsewhere (nodesource, nvm) makes
+# apt refuse Debian's nodejs and npm ("held broken packages"), and the whole install with it.
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v chromium >/dev/null || need+=(chromium)
+{ command -v node >/dev/null && command -v npm >/dev/null; } || need+=(nodejs npm)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+if (( ${#need[@]} )); then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq redis-server postgresql chromium nodejs npm >/dev/null
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 python3 -m venv .venv
