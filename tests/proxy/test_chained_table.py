@@ -23,6 +23,8 @@ from kvmigrate.proxy.chain_context import ChainContext, ContextUnavailable
 from kvmigrate.proxy.chained import ChainRouting
 from kvmigrate.proxy.errors import ProxyError
 from kvmigrate.proxy.metrics import ProxyMetrics
+from kvmigrate.rollout.state import RolloutState
+from kvmigrate.rollout.store import open_store
 
 SNAPSHOT = RolloutSnapshot("hosted", "vllm", "split", 50.0, 1.0, "salt")
 BOTH = ("hosted", "vllm")
@@ -149,6 +151,31 @@ def test_a_conversations_api_id_seen_first_is_its_first_turn_on_the_primary() ->
     asyncio.run(go())
 
 
+def test_the_declared_conversation_recovers_one_the_store_keeps_hashed(sqlite_url: str) -> None:
+    """Another proxy stored the chain: the store names its conversation only hashed, and the
+    conversation the request declares again is the one it continues."""
+    store = open_store(sqlite_url, RolloutState())
+
+    async def go() -> list[str]:
+        first = ChainMap(ContinuityResolver(store, 60.0))
+        first.keep(RESPONSE_PREFIX + "resp_1", ChainEntry("dave@example.com", 1, "vllm"))
+        await first.links.done()
+        found = []
+        for declared in ("dave@example.com", None):
+            chained = ChainRouting(ChainMap(ContinuityResolver(store, 60.0)), ProxyMetrics())
+            identity, route = await chained.route(
+                ChainRef("resp_1", None), parse_body(BODY), BOTH, SplitSays("hosted"), declared
+            )
+            assert (identity.turn, route.serve) == (2, "vllm")
+            found.append(identity.conversation)
+        return found
+
+    try:
+        assert asyncio.run(go()) == ["dave@example.com", store.keys.key("dave@example.com")]
+    finally:
+        store.close()
+
+
 # --- turn -------------------------------------------------------------------------------------
 
 
@@ -269,16 +296,36 @@ def test_a_context_that_cannot_be_read_drops_the_copy_counted_and_logged_once(
     async def go() -> None:
         chained = routing()
         context = Context("a hosted tool's call")
-        for _ in range(3):
+        assert await chained.copy_body(BODY, ChainRef("resp_1", None), "", context) is None
+        (warning,) = caplog.records  # the first one is logged
+        assert warning.getMessage() == (
+            "a shadow copy could not re-seed the candidate's chain (a hosted tool's call): "
+            'skipped; kvmigrate_shadow_dropped_total{reason="no_candidate_chain"} counts these'
+        )
+        for _ in range(2):
             assert await chained.copy_body(BODY, ChainRef("resp_1", None), "", context) is None
+        assert len(caplog.records) == 1  # and no other
         assert (dropped(chained), reseeded(chained)) == (3.0, 0.0)
 
     with caplog.at_level(logging.WARNING, "kvmigrate.proxy.shadow"):
         asyncio.run(go())
-    (warning,) = caplog.records
-    assert "could not re-seed" in warning.getMessage()
-    assert "a hosted tool's call" in warning.getMessage()
-    assert 'reason="no_candidate_chain"' in warning.getMessage()
+
+
+def test_the_models_only_candidate_is_the_default_owner() -> None:
+    async def go() -> None:
+        chained = routing()
+        chained.chains.keep(RESPONSE_PREFIX + "resp_1", ChainEntry("c", 1, "hosted"))
+        assert chained.expect_shadow_id(ChainTurn("c", 1, True, response_id="resp_1")) == "resp_1"
+        waiting = asyncio.ensure_future(chained.chains.shadow_id_of("resp_1", ""))
+        await asyncio.sleep(0)
+        assert not waiting.done()  # the copy to the only candidate is awaited
+        chained.chains.record_shadow_id("resp_1", "resp_own", "")
+        assert await waiting == "resp_own"
+        copy = await chained.copy_body(BODY, ChainRef("resp_1", None))
+        assert copy is not None
+        assert orjson.loads(copy)["previous_response_id"] == "resp_own"
+
+    asyncio.run(go())
 
 
 @pytest.mark.parametrize(
@@ -312,7 +359,7 @@ def test_a_copy_with_nothing_to_continue_or_reseed_is_dropped(
         ("responses/resp_1/input_items", BOTH, "vllm"),
         ("responses/resp_1", ("hosted",), None),  # the model's backends no longer hold it
         ("responses/resp_2", BOTH, None),  # unknown: the primary answers
-        ("responses/", BOTH, None),
+        ("responses/", BOTH, None),  # no id to look up (the map holds none empty)
         ("responses", BOTH, None),
         ("responsesX/resp_1", BOTH, None),
         ("conversations/conv_1", BOTH, None),  # not a response, though the map knows it
