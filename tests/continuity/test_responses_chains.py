@@ -246,6 +246,7 @@ def test_two_proxies_sharing_redis_shadow_each_others_chains(
     assert skipped == 0
 
 
+@pytest.mark.slow
 def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
     config_for: ConfigFor, responses_emulators: tuple[BackgroundServer, BackgroundServer]
 ) -> None:
@@ -281,6 +282,7 @@ def test_a_chain_no_proxy_remembers_goes_to_the_primary_and_is_counted(
     assert sorted(copies) == [(2, "vllm", 200), (3, "vllm", 200)]
 
 
+@pytest.mark.slow
 def test_every_turn_of_a_chain_is_counted_by_how_it_was_identified(
     config_for: ConfigFor,
 ) -> None:

@@ -84,6 +84,7 @@ def _json(*args: str) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_plan_over_records_kept_without_content(recorded: Path) -> None:
     data = _json("--config", str(recorded), "--replicas", "1..3")
     assert data["workload"]["requests"] == TURNS * CONVERSATIONS  # serve calls, not shadows

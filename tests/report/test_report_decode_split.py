@@ -109,6 +109,7 @@ def _row(text: str, title: str, first: str) -> list[str]:
     raise AssertionError(f"no row {first!r} in {section}")
 
 
+@pytest.mark.slow
 def test_decode_speed_by_arm_finds_the_slower_candidate_and_no_a_a_difference(
     recorded: tuple[str, Path],
 ) -> None:
@@ -153,6 +154,7 @@ def test_decode_speed_by_arm_finds_the_slower_candidate_and_no_a_a_difference(
     assert f"vllm - hosted, tok/s p50: {diff['difference']:+,.1f} tok/s" in text
 
 
+@pytest.mark.slow
 def test_the_scorecard_reads_decode_speed_from_its_interval(recorded: tuple[str, Path]) -> None:
     kind, config = recorded
     data = json.loads(_report(config, "--scorecard", "--format", "json"))
