@@ -1,0 +1,170 @@
+"""`continuity/resolver.py`'s identity, row by row: what conversation, turn and source each
+kind of request gets (declared, no history, a first turn, a later turn found or guessed),
+how the sources are counted into Prometheus, and that a link read from the store is kept
+here. The end-to-end paths (proxies, pools, Redis) are in tests/continuity/test_lookup_paths.py
+and test_continuity_store.py."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from kvmigrate.continuity.resolver import SOURCES, ContinuityResolver, Identity
+from kvmigrate.policies.conversation import derived_key
+from kvmigrate.rollout.state import RolloutState
+from kvmigrate.rollout.store import open_store
+
+MODEL = "gpt-4o-mini"
+SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
+FIRST = [SYSTEM, {"role": "user", "content": "Find where the config is parsed."}]
+ANSWER = {"role": "assistant", "content": "In kvmigrate/config/load.py."}
+LATER = [*FIRST, ANSWER, {"role": "user", "content": "And the defaults?"}]
+
+
+def chat(messages: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": messages, **extra}
+
+
+def derived(body: dict[str, Any], model: str = MODEL) -> str:
+    return derived_key(body, model).value
+
+
+def identify(
+    resolver: ContinuityResolver,
+    body: dict[str, Any],
+    route: str = "chat/completions",
+    headers: dict[str, str] | None = None,
+    model: str = MODEL,
+) -> Identity:
+    return asyncio.run(resolver.identify(headers or {}, body, model, route))
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "headers", "conversation", "turn", "source", "pending"),
+    [
+        # declared: the session header, else `user`, whatever the history; no link needed
+        ("chat/completions", chat(LATER), {"x-session-id": "s-1"}, "s-1", 2, "header", False),
+        ("chat/completions", chat(FIRST, user="u-7"), {}, "user:u-7", 1, "user", False),
+        # no history on this route: keyed by the body, an opening where it has a prefix
+        ("embeddings", {"model": MODEL, "input": "hello"}, {}, "derived", 1, "body", False),
+        ("completions", {"model": MODEL, "prompt": "once"}, {}, "derived", 1, "body", False),
+        ("embeddings", chat(FIRST), {}, "derived", 1, "opening", False),
+        ("chat/completions", {"model": MODEL}, {}, "derived", 1, "body", False),
+        # a history: its first turn opens, a later one nobody linked is a guess; both will
+        # link their answers
+        ("chat/completions", chat(FIRST), {}, "derived", 1, "opening", True),
+        ("chat/completions", chat(LATER), {}, "derived", 2, "guess", True),
+    ],
+)
+def test_the_identity_of_each_kind_of_request(
+    route: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    conversation: str,
+    turn: int,
+    source: str,
+    pending: bool,
+) -> None:
+    resolver = ContinuityResolver()
+    identity = identify(resolver, body, route, headers)
+    expected = derived(body) if conversation == "derived" else conversation
+    assert (identity.conversation, identity.turn, identity.source) == (expected, turn, source)
+    assert (identity.pending is not None) == pending
+    assert resolver.counts == {s: int(s == source) for s in SOURCES}
+
+
+def test_the_model_is_part_of_a_derived_key() -> None:
+    resolver = ContinuityResolver()
+    for route, body in (
+        ("embeddings", {"model": MODEL, "input": "x"}),
+        ("chat/completions", chat(LATER)),
+    ):
+        one = identify(resolver, body, route).conversation
+        other = identify(resolver, body, route, model="other-model").conversation
+        assert one != other
+        assert (one, other) == (derived(body), derived(body, "other-model"))
+
+
+def test_a_later_turn_continues_the_conversation_its_answer_was_linked_to() -> None:
+    resolver = ContinuityResolver()
+    first = identify(resolver, chat(FIRST, user="u-1"))  # declared: no link of ours needed
+    opening = identify(resolver, chat(FIRST))
+    assert opening.pending is not None
+    assert first.pending is None
+    resolver.remember(opening.pending, {"choices": [{"message": ANSWER}]})
+    later = identify(resolver, chat(LATER))
+    assert (later.conversation, later.turn, later.source) == (opening.conversation, 2, "continuity")
+    assert later.pending is not None
+    assert (later.pending.conversation, later.pending.turn) == (opening.conversation, 2)
+
+
+def test_the_sources_are_folded_into_prometheus_by_the_difference() -> None:
+    registry = CollectorRegistry()
+    resolver = ContinuityResolver()
+    resolver.register_metrics(registry)
+
+    def counted() -> dict[str, float]:
+        return {
+            s: registry.get_sample_value("kvmigrate_conversation_identity_total", {"source": s})
+            or 0.0
+            for s in SOURCES
+        }
+
+    identify(resolver, chat(FIRST))
+    identify(resolver, chat(FIRST), headers={"x-session-id": "a"})
+    assert set(counted().values()) == {0.0}  # counted in a dict until a fold
+    resolver.fold_counts()
+    assert counted() == {s: float(s in ("opening", "header")) for s in SOURCES}
+    resolver.fold_counts()  # nothing new: nothing added
+    identify(resolver, chat(LATER))  # found by the first turn's own link
+    identify(resolver, chat(LATER))
+    resolver.fold_counts()
+    assert counted() == {
+        s: {"opening": 1.0, "header": 1.0, "continuity": 2.0}.get(s, 0.0) for s in SOURCES
+    }
+    text = generate_latest(registry).decode()
+    assert (
+        "# HELP kvmigrate_conversation_identity_total Requests by how their conversation was "
+        "identified: header, user, continuity (an earlier answer resent), opening (a first "
+        "turn), guess (a later turn keyed by its masked opening only), body (no messages), "
+        "chain (a Responses request continuing a stored response).\n"
+    ) in text
+    assert 'kvmigrate_conversation_identity_total{source="chain"} 0.0\n' in text
+
+
+def forget_links(url: str) -> None:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        db.execute("DELETE FROM rollout_links")
+
+
+def test_a_link_read_from_the_store_is_kept_here(sqlite_url: str) -> None:
+    """The next lookup of a link this process read from the store needs the store no more:
+    with the link gone from the store, the turn after is still found."""
+    store = open_store(sqlite_url, RolloutState())
+
+    async def go() -> list[Identity]:
+        writer = ContinuityResolver(store, 60.0)
+        opening = await writer.identify({}, chat(FIRST), MODEL, "chat/completions")
+        assert opening.pending is not None
+        writer.remember(opening.pending, {"choices": [{"message": ANSWER}]})
+        await writer.done()  # its links written
+        reader = ContinuityResolver(store, 60.0)
+        found = await reader.identify({}, chat(LATER), MODEL, "chat/completions")
+        forget_links(sqlite_url)
+        again = await reader.identify({}, chat(LATER), MODEL, "chat/completions")
+        fresh = await ContinuityResolver(store, 60.0).identify(
+            {}, chat(LATER), MODEL, "chat/completions"
+        )
+        return [opening, found, again, fresh]
+
+    try:
+        opening, found, again, fresh = asyncio.run(go())
+    finally:
+        store.close()
+    assert (found.conversation, found.turn, found.source) == (opening.conversation, 2, "continuity")
+    assert (again.conversation, again.turn, again.source) == (opening.conversation, 2, "continuity")
+    assert (fresh.turn, fresh.source) == (2, "guess")  # the store did forget it
