@@ -168,3 +168,65 @@ def test_a_link_read_from_the_store_is_kept_here(sqlite_url: str) -> None:
     assert (found.conversation, found.turn, found.source) == (opening.conversation, 2, "continuity")
     assert (again.conversation, again.turn, again.source) == (opening.conversation, 2, "continuity")
     assert (fresh.turn, fresh.source) == (2, "guess")  # the store did forget it
+
+
+def conversation(name: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """A conversation's first turn, and its second after ANSWER."""
+    first = [SYSTEM, {"role": "user", "content": f"Task {name}: go."}]
+    return first, [*first, ANSWER, {"role": "user", "content": "Next."}]
+
+
+@pytest.mark.parametrize(
+    ("max_local", "found"),
+    [
+        (8, {"a": "continuity", "b": "continuity"}),
+        # a conversation holds two links (its request's and its answer's), and a later turn
+        # looked up one more; the least recently used go first, and `a` was looked up
+        # before `c` began, so `b`'s went
+        (4, {"a": "continuity", "b": "guess"}),
+        (2, {"a": "guess", "b": "guess"}),
+    ],
+)
+def test_this_process_keeps_the_most_recently_used_links(
+    max_local: int, found: dict[str, str]
+) -> None:
+    resolver = ContinuityResolver(max_local=max_local)
+
+    def start(name: str) -> None:
+        opening = identify(resolver, chat(conversation(name)[0]))
+        assert opening.pending is not None
+        resolver.remember(opening.pending, {"choices": [{"message": ANSWER}]})
+
+    start("a")
+    start("b")
+    looked_up = identify(resolver, chat(conversation("a")[1])).source
+    assert looked_up == ("guess" if max_local == 2 else "continuity")
+    start("c")
+    seen = {name: identify(resolver, chat(conversation(name)[1])).source for name in "ab"}
+    assert seen == found
+
+
+def test_a_declared_conversation_is_known_to_the_store_by_its_keyed_hash(sqlite_url: str) -> None:
+    store = open_store(sqlite_url, RolloutState())
+
+    async def go() -> tuple[str, str, str]:
+        resolver = ContinuityResolver(store, 60.0)
+        before = resolver.in_store("user:alice")  # the store's keys not read yet
+        await resolver.running()
+        for _ in range(200):
+            if resolver.in_store("user:alice"):
+                break
+            await asyncio.sleep(0.01)
+        derived_key = derived(chat(FIRST))
+        answer = (before, resolver.in_store("user:alice"), resolver.in_store(derived_key))
+        await resolver.done()
+        return answer
+
+    try:
+        before, declared, derived_one = asyncio.run(go())
+        assert before == ""
+        assert declared == store.keys.conversation("user:alice") != "user:alice"
+        assert derived_one == ""  # a derived key is a hash already: kept as it is
+    finally:
+        store.close()
+    assert ContinuityResolver().in_store("user:alice") == ""  # no store: the key itself
