@@ -102,6 +102,16 @@ def test_the_playbook_runs_the_whole_table_and_leaves_nothing_running(tmp_path: 
     _assert_nothing_left(tmp_path, output)
 
 
+# The playbook as a terminal starts it: with SIGINT's default action. A suite started in the
+# background (`bash .ci/run &`, nohup) ignores SIGINT, every child inherits that across exec,
+# and bash can neither trap nor reset a signal ignored when it started, so Ctrl-C would
+# reach nothing. The same pid runs bash, after the reset.
+AT_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp('bash', ['bash', sys.argv[1]])"
+)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_BOUND_S)
 @pytest.mark.parametrize(
@@ -111,7 +121,7 @@ def test_an_interrupted_playbook_stops_what_it_started(tmp_path: Path, how: str,
     """Ctrl-C at a terminal signals the whole foreground group; `kill` only the script.
     Either way the emulators and the proxy, each in a group of its own, are stopped."""
     with subprocess.Popen(
-        ["bash", str(REPO / "scripts" / "playbook.sh")],
+        [sys.executable, "-c", AT_A_TERMINAL, str(REPO / "scripts" / "playbook.sh")],
         env=_env(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
