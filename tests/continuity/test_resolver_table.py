@@ -7,7 +7,9 @@ and test_continuity_store.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+import time
 from typing import Any
 
 import pytest
@@ -230,3 +232,58 @@ def test_a_declared_conversation_is_known_to_the_store_by_its_keyed_hash(sqlite_
     finally:
         store.close()
     assert ContinuityResolver().in_store("user:alice") == ""  # no store: the key itself
+
+
+def test_links_a_failing_store_refused_are_kept_and_written_once_it_recovers(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The links' table gone (as a full disk or a lost volume would refuse writes): the
+    writer counts each failed batch, logs the first, keeps its links and tries again a
+    second later; with the table back, they are written."""
+    path = sqlite_url.removeprefix("sqlite:///")
+    store = open_store(sqlite_url, RolloutState())
+
+    def rename(old: str, new: str) -> None:
+        with sqlite3.connect(path) as db:
+            db.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+    async def go() -> tuple[int, bool]:
+        resolver = ContinuityResolver(store, 60.0)
+        await resolver.running()
+        rename("rollout_links", "rollout_links_away")
+        opening = await resolver.identify({}, chat(FIRST), MODEL, "chat/completions")
+        assert opening.pending is not None
+        resolver.remember(opening.pending, {"choices": [{"message": ANSWER}]})
+        logged = []
+        for errors in (1, 2):  # the first failed batch, logged; its retry a second later
+            deadline = time.monotonic() + 30  # generous: a loaded machine is slow
+            while time.monotonic() < deadline:
+                if resolver.store_errors >= errors:
+                    break
+                await asyncio.sleep(0.01)
+            logged.append(len([r for r in caplog.records if r.name == "kvmigrate.identity"]))
+        assert logged == [1, 1]
+        failed = resolver.store_errors
+        rename("rollout_links_away", "rollout_links")
+        reader = ContinuityResolver(store, 60.0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            later = await reader.identify({}, chat(LATER), MODEL, "chat/completions")
+            if later.source == "continuity":
+                break
+            reader = ContinuityResolver(store, 60.0)  # nothing kept from a miss
+            await asyncio.sleep(0.01)
+        await resolver.done()
+        return failed, later.source == "continuity"
+
+    with caplog.at_level(logging.ERROR, "kvmigrate.identity"):
+        try:
+            failed, written = asyncio.run(go())
+        finally:
+            store.close()
+    assert failed >= 2
+    assert written
+    assert [r.getMessage() for r in caplog.records if r.name == "kvmigrate.identity"] == [
+        "cannot save conversation links, retrying: "
+        f"rollout store {path}: no such table: rollout_links"
+    ]
