@@ -6,12 +6,11 @@ with the default body limit (32 MB)."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_http import admin_call
 from click.testing import CliRunner
 
 from kvmigrate.cli import main
@@ -42,17 +41,9 @@ def proxy(tmp_path: Path) -> Iterator[BackgroundServer]:
 
 
 def call(proxy: BackgroundServer, path: str, body: object = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        proxy.url + path,
-        data=None if body is None else json.dumps(body).encode(),
-        method="GET" if body is None else "POST",
-        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    sent = None if body is None else json.dumps(body).encode()
+    status, raw, _ = admin_call(proxy.url, path, KEY, sent)
+    return status, raw
 
 
 def history(proxy: BackgroundServer) -> list[dict[str, object]]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_http import admin_call
 
 from kvmigrate.config import parse_config
 from kvmigrate.runtime import build_app
@@ -42,17 +43,8 @@ record: {{enabled: false}}
 
 
 def call(proxy: BackgroundServer, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        proxy.url + path,
-        data=body,
-        method="GET" if body is None else "POST",
-        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    status, raw, _ = admin_call(proxy.url, path, KEY, body)
+    return status, raw
 
 
 SHOWN = "'\\u202e" + "x" * 250 + "...'"  # printable, cut to 256 characters, quoted

@@ -6,13 +6,12 @@ refusals whole up to their bound)."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_http import admin_call
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.runtime import build_app
@@ -62,18 +61,9 @@ def call(
     proxy: BackgroundServer, method: str, path: str, body: object = None
 ) -> tuple[int, Any, str]:
     """(status, JSON body, Content-Type) of one admin call."""
-    request = urllib.request.Request(
-        proxy.url + path,
-        data=None if body is None else json.dumps(body).encode(),
-        method=method,
-        headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read()), response.headers["Content-Type"]
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read()), exc.headers["Content-Type"]
+    sent = None if body is None else json.dumps(body).encode()
+    status, raw, content_type = admin_call(proxy.url, path, ADMIN, sent, method)
+    return status, json.loads(raw), content_type
 
 
 def history(proxy: BackgroundServer, query: str) -> list[dict[str, Any]]:

@@ -4,12 +4,11 @@ client that may call the models cannot move the rollout. A real proxy on loopbac
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_http import admin_call
 
 from kvmigrate.config import Config, parse_config
 from kvmigrate.recorder.evidence import open_controller
@@ -45,18 +44,8 @@ def proxy(config: Config) -> Iterator[BackgroundServer]:
 def call(
     proxy: BackgroundServer, method: str, path: str, body: bytes | None = None
 ) -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(
-        proxy.url + path,
-        data=body,
-        method=method,
-        headers={"Authorization": f"Bearer {MASTER}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
+    status, raw, _ = admin_call(proxy.url, path, MASTER, body, method)
+    return status, json.loads(raw)
 
 
 DISABLED = {
@@ -135,13 +124,8 @@ record: {{enabled: false, db: "sqlite:///{tmp_path}/records.db"}}
     )
 
     def get(sent: dict[str, str]) -> tuple[int, object]:
-        request = urllib.request.Request(server.url + "/admin/rollout", headers=sent)
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, json.loads(exc.read())
+        status, raw, _ = admin_call(server.url, "/admin/rollout", None, headers=sent)
+        return status, json.loads(raw)
 
     with BackgroundServer(lambda: build_app(config, record=False)) as server:
         assert get(headers) == (401, {"error": INVALID})
