@@ -126,6 +126,8 @@ class ContinuityResolver:
         self._writing: tuple[int, _Batch] | None = None  # the batch in flight, to its number
         self._gathering: asyncio.Future[None] | None = None  # the writer's batch window
         self._task: asyncio.Task[None] | None = None
+        # The batch a cancelled writer was writing, and its write, which outlives it.
+        self._in_flight: tuple[asyncio.Future[None], list[Link]] | None = None
         # The counter's child per source (`register_metrics`), and what `fold_counts` has
         # added to it: requests are counted in `counts`, a dict, and folded into Prometheus
         # before a scrape, as ProxyMetrics folds its tally (with `--workers` a counter
@@ -414,7 +416,21 @@ class ContinuityResolver:
         await self.long_answers.close()
         await self.supervisor.stop(self._task)
         with contextlib.suppress(StoreError):
+            await self._finish_in_flight()
             await self._flush()
+
+    async def _finish_in_flight(self) -> None:
+        """Wait for the batch the stopped writer left in its thread, which goes on writing
+        whatever happens to the task: the store is closed after `done`, and a batch that
+        then fails is written again with the rest."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        write, batch = in_flight
+        try:
+            await write
+        except StoreError:
+            self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
 
     async def _writer(self) -> None:
         assert self._wake is not None
@@ -463,9 +479,15 @@ class ContinuityResolver:
         # (MAX_UNSAVED): once this one is written, all of them are done with.
         last = self._queued
         self._writing = (last, waiting)
+        # Shielded: a thread's write cannot be cancelled, so a writer stopped mid-batch
+        # (`done`) leaves it to `_finish_in_flight` rather than to nobody.
+        write = asyncio.ensure_future(asyncio.to_thread(_save_links, self.store, batch))
         try:
-            await asyncio.to_thread(_save_links, self.store, batch)
+            await asyncio.shield(write)
             self._stored, self._failing = last, False
+        except asyncio.CancelledError:
+            self._in_flight = (write, batch)
+            raise
         except StoreError:
             self._unsaved = batch[-MAX_UNSAVED:] + self._unsaved
             self._failing = True
