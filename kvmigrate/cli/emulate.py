@@ -227,7 +227,8 @@ def emulate(
     /v1/messages (Anthropic's Messages API, as vLLM serves it too), /v1/models, /health,
     /metrics; the anthropic profile serves /v1/messages (and count_tokens) and /v1/models.
     Answers are deterministic for a prompt and seed, relate to the prompt, and vary with
-    --noise between unseeded calls.
+    --noise between unseeded calls; the header `x-emulator-noise-seed: N` (a whole number)
+    seeds that variation, so a test bed can replay unseeded chat and completion calls.
 
     \b
     Latency: TTFT = base + jitter + (uncached + cached-cost * cached) / prefill-rate,

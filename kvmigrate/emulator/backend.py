@@ -104,7 +104,9 @@ class Backend:
         )
 
     def _choice(self, req: GenerationRequest, key: str, index: int) -> Choice:
-        sampling = Sampling(key, req.seed, req.temperature, self.settings.noise, index)
+        sampling = Sampling(
+            key, req.seed, req.temperature, self.settings.noise, index, req.noise_seed
+        )
         selected = select_tools(req.tools, req.last_role, req.topic_text)
         if selected:
             return self._tool_choice(req, sampling, index, selected)

@@ -20,6 +20,10 @@ JSON = dict[str, Any]
 MAX_N = 128
 
 
+# Seeds the noise stream of an unseeded call (`GenerationRequest.noise_seed`).
+NOISE_SEED_HEADER = "x-emulator-noise-seed"
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """What the emulator needs from a chat, completion or responses request.
@@ -38,6 +42,9 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     temperature: float | None = None
+    # Seeds only the noise stream of an unseeded call (`x-emulator-noise-seed`): two calls
+    # still differ as two samples do, but a test bed can replay them exactly.
+    noise_seed: int | None = None
     tools: ToolPolicy = field(default_factory=ToolPolicy)
     json_mode: bool = False
     json_schema: Mapping[str, Any] | None = None

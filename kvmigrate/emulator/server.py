@@ -8,6 +8,7 @@ and slow-first-byte faults act here, mid-body faults in `transport`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -29,6 +30,7 @@ from kvmigrate.emulator.messages_request import parse_messages
 from kvmigrate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
 from kvmigrate.emulator.outputs import Generation
 from kvmigrate.emulator.parsing import (
+    NOISE_SEED_HEADER,
     GenerationRequest,
     parse_chat,
     parse_completion,
@@ -219,9 +221,18 @@ async def _deliver(
     return response
 
 
+def _noise_seeded(request: web.Request, req: GenerationRequest) -> GenerationRequest:
+    """`x-emulator-noise-seed: N` seeds the noise stream of an unseeded call (a whole number;
+    anything else is ignored, as a real backend ignores a header it does not know)."""
+    value = request.headers.get(NOISE_SEED_HEADER, "")
+    if not value.isascii() or not value.isdigit() or len(value) > 19:
+        return req
+    return dataclasses.replace(req, noise_seed=int(value))
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
-    req = parse_chat(await _read_json(request))
+    req = _noise_seeded(request, parse_chat(await _read_json(request)))
     gen = backend.generate(req, chat=True)
     dialect = backend.dialect
     return await _deliver(
@@ -235,7 +246,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
-    req = parse_completion(await _read_json(request))
+    req = _noise_seeded(request, parse_completion(await _read_json(request)))
     gen = backend.generate(req, chat=False)
     dialect = backend.dialect
     return await _deliver(

@@ -7,6 +7,8 @@ word; the noise stream overrides a share of those picks. That share is `noise` t
 request's temperature: at 0 the answer is a pure function of the prompt and seed. Without a
 seed the noise stream is unseeded, so two calls differ by a few words or a reworded sentence,
 like two samples of a real model; with a seed it is seeded too, so the call is reproducible.
+A test bed that must replay unseeded calls exactly seeds their noise stream alone
+(`x-emulator-noise-seed`), leaving the base stream the prompt's.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Sampling:
     temperature: float | None
     noise: float
     choice_index: int = 0
+    noise_seed: int | None = None
 
     @property
     def share(self) -> float:
@@ -108,7 +111,9 @@ class Sampling:
 
     def noise_rng(self) -> random.Random:
         if self.seed is None:
-            return random.Random()
+            if self.noise_seed is None:
+                return random.Random()
+            return random.Random(stable_seed("noise-call", self.noise_seed, self.choice_index))
         return random.Random(stable_seed("noise", self.prompt_key, self.seed, self.choice_index))
 
 

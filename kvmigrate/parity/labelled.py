@@ -1,7 +1,9 @@
 """A labelled set of pairs for the quality bar: noise-only pairs and injected divergences.
 
 Noise pairs are two calls, without a seed, to one emulated backend whose `noise` knob makes
-unseeded calls vary like samples of a real model. Each divergence takes such a pair and
+unseeded calls vary like samples of a real model. Each call names the seed of that variation
+(`x-emulator-noise-seed`, drawn from the set's own seed), so a set is the same on every run:
+a threshold tested over many runs is tested, not sampled. Each divergence takes such a pair and
 changes the second answer in one known way: a wrong tool name, a wrong argument value,
 broken JSON, a truncated answer, a refusal, or an answer on another topic. The parity
 engine should flag every divergence and (almost) no noise pair. Used by
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvmigrate.emulator.parsing import NOISE_SEED_HEADER
 from kvmigrate.parity.answer import Outcome, read_outcome
 from kvmigrate.parity.compare import compare
 from kvmigrate.parity.settings import ParitySettings
@@ -85,7 +88,8 @@ SCHEMA: JSON = {
     },
     "additionalProperties": False,
 }
-Post = Callable[[JSON], tuple[int | None, bytes]]
+# POST a chat request, with the seed of the emulator's noise for this call.
+Post = Callable[[JSON, int], tuple[int | None, bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +104,15 @@ def http_poster(base_url: str, timeout: float = 10.0) -> Post:
     """POST a chat request to `base_url` (ending in /v1); (status, body), status None when
     the call failed outright."""
 
-    def post(body: JSON) -> tuple[int | None, bytes]:
+    def post(body: JSON, noise_seed: int) -> tuple[int | None, bytes]:
         request = urllib.request.Request(
             base_url.rstrip("/") + "/chat/completions",
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Authorization": "Bearer test"},
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": "Bearer test",
+                NOISE_SEED_HEADER: str(noise_seed),
+            },
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -158,13 +166,14 @@ def json_request(model: str, rng: random.Random) -> JSON:
     return _chat(model, f"Describe {noun} as a JSON card.", rng, response_format=fmt)
 
 
-def _call(post: Post, body: JSON) -> Outcome:
-    status, raw = post(body)
+def _call(post: Post, body: JSON, rng: random.Random) -> Outcome:
+    status, raw = post(body, rng.getrandbits(63))
     return read_outcome(ROUTE, raw, status)
 
 
-def noise_pair(post: Post, request: JSON) -> LabelledPair:
-    return LabelledPair(NOISE, request, _call(post, request), _call(post, request))
+def noise_pair(post: Post, request: JSON, rng: random.Random) -> LabelledPair:
+    primary = _call(post, request, rng)
+    return LabelledPair(NOISE, request, primary, _call(post, request, rng))
 
 
 def _message(outcome: Outcome) -> JSON:
@@ -247,10 +256,10 @@ def refusal(choice: JSON, rng: random.Random) -> None:
 
 
 def divergent_pair(post: Post, label: str, request: JSON, rng: random.Random) -> LabelledPair:
-    pair = noise_pair(post, request)
+    pair = noise_pair(post, request, rng)
     if label == "different_topic":
         other = {**request, "messages": [{"role": "user", "content": rng.choice(_OTHER_TOPICS)}]}
-        return LabelledPair(label, request, pair.primary, _call(post, other))
+        return LabelledPair(label, request, pair.primary, _call(post, other, rng))
     mutate = {
         "wrong_tool_name": wrong_tool_name,
         "wrong_argument": wrong_argument,
@@ -279,7 +288,7 @@ def build_labelled_set(
     """`noise_pairs` noise-only pairs (text, tool and JSON requests) and `per_class`
     pairs of each divergence, all answered by the backend behind `post`."""
     rng = random.Random(seed)
-    pairs = [noise_pair(post, _request_for(NOISE, model, rng, i)) for i in range(noise_pairs)]
+    pairs = [noise_pair(post, _request_for(NOISE, model, rng, i), rng) for i in range(noise_pairs)]
     for label in DIVERGENCES:
         for index in range(per_class):
             request = _request_for(label, model, rng, index)

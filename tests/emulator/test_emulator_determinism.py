@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from emulator_support import StartEmulator, client, model_of
 
+from kvmigrate.emulator.parsing import NOISE_SEED_HEADER
 from kvmigrate.serving import BackgroundServer
 
 PROMPT = [{"role": "user", "content": "Summarise the history of the printing press in Europe"}]
@@ -63,3 +64,31 @@ def test_profiles_answer_differently(
     hosted_server: BackgroundServer, vllm_server: BackgroundServer
 ) -> None:
     assert _answers(hosted_server, 1, seed=5) != _answers(vllm_server, 1, seed=5)
+
+
+def _noise_seeded(server: BackgroundServer, value: str, **kwargs: object) -> str:
+    return _answers(server, 1, extra_headers={NOISE_SEED_HEADER: value}, **kwargs)[0]
+
+
+def test_a_noise_seed_replays_an_unseeded_call_and_leaves_its_sampling_alone(
+    vllm_server: BackgroundServer,
+) -> None:
+    """`x-emulator-noise-seed` makes two unseeded calls replayable (a labelled set the same on
+    every run), while different noise seeds still vary them as samples do."""
+    replayed = {_noise_seeded(vllm_server, "7") for _ in range(3)}
+    assert len(replayed) == 1
+    varied = {_noise_seeded(vllm_server, str(seed)) for seed in range(1, 7)}
+    assert len(varied) > 1
+    # A request's own seed decides the whole answer, as without the header.
+    assert _noise_seeded(vllm_server, "7", seed=3) == _answers(vllm_server, 1, seed=3)[0]
+    # At temperature 0 there is no noise to seed.
+    assert _noise_seeded(vllm_server, "7", temperature=0) == _noise_seeded(
+        vllm_server, "8", temperature=0
+    )
+
+
+def test_a_noise_seed_that_is_not_a_whole_number_is_ignored(
+    vllm_server: BackgroundServer,
+) -> None:
+    for value in ("-1", "seven", "1e3", "9" * 20, "0x10"):
+        assert len({_noise_seeded(vllm_server, value) for _ in range(6)}) > 1

@@ -94,10 +94,10 @@ def _worse_run(post: Post, seed: int) -> tuple[Tally, Tally]:
     candidate = [
         divergent_pair(post, "different_topic", text_request(HOSTED_MODEL, rng), rng)
         if i % 5 == 0
-        else noise_pair(post, text_request(HOSTED_MODEL, rng))
+        else noise_pair(post, text_request(HOSTED_MODEL, rng), rng)
         for i in range(CANDIDATE_PAIRS)
     ]
-    noise = [noise_pair(post, text_request(HOSTED_MODEL, rng)) for _ in range(NOISE_PAIRS)]
+    noise = [noise_pair(post, text_request(HOSTED_MODEL, rng), rng) for _ in range(NOISE_PAIRS)]
     return _tally(candidate), _tally(noise)
 
 
