@@ -470,7 +470,7 @@ class KvmigrateRouter(_CustomLogger):
     def close(self) -> None:
         """Flush the recorder and close the store; safe to call more than once (atexit)."""
         if self.recorder is not None:
-            self.recorder.close(timeout=10.0)
+            self.recorder.close(self.recorder.stop_timeout)
         with contextlib.suppress(Exception):
             self.store.close()
 

@@ -125,9 +125,14 @@ class RecorderAddon:
         self._writer.submit((exchange, time.time() - (time.perf_counter() - exchange.started)))
 
     async def done(self) -> None:
-        # With a spool, what is not written in a few seconds is not lost: the next start
-        # writes it, and the server stops in time for its orchestrator's grace period.
-        await asyncio.to_thread(self.close, SPOOLED_STOP_S if self._spooled else 30.0)
+        await asyncio.to_thread(self.close, self.stop_timeout)
+
+    @property
+    def stop_timeout(self) -> float:
+        """How long a stopping server lets its recorder write. With a spool, what is not
+        written in a few seconds is not lost: the next start writes it, and the server
+        stops in time for its orchestrator's grace period."""
+        return SPOOLED_STOP_S if self._spooled else 30.0
 
     def feedback_sink(self) -> FeedbackSink:
         """Where `POST /v1/feedback` stores scores: this recorder's database, its content

@@ -104,21 +104,41 @@ def _logged(call_id: str, group: str) -> dict[str, Any]:
     }
 
 
-def _rows(tmp_path: Path, until: Callable[[list[sqlite3.Row]], bool]) -> list[sqlite3.Row]:
-    """The records, once `until` holds of them. `aclose` waits a bounded 10 s for the
-    recorder's worker, which runs at the lowest priority: on a busy machine it may still be
-    creating the schema or writing when `aclose` returns, so poll (generous deadline, as the
-    LiteLLM proxy tests' 120 s)."""
+def _rows(
+    tmp_path: Path, until: Callable[[list[sqlite3.Row]], bool], content: str = "full"
+) -> list[sqlite3.Row]:
+    """The records, once `until` holds of them. `aclose` gives the recorder's worker, which
+    runs at the lowest priority, a bounded time; on a busy machine what it has not written
+    by then stays in its spool for the next start. So, while records are missing, start the
+    plugin again, as LiteLLM's next start would, and let its recorder replay the spool: no
+    record may be lost either way (generous deadline, as the LiteLLM proxy tests' 120 s)."""
     deadline = time.monotonic() + 120
     while True:
-        with contextlib.closing(sqlite3.connect(tmp_path / "records.db", timeout=10)) as conn:
-            conn.row_factory = sqlite3.Row
-            tables = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'")
-            rows = list(conn.execute("SELECT * FROM records ORDER BY ts")) if any(tables) else []
+        rows = _read_records(tmp_path)
         if until(rows):
             return rows
         assert time.monotonic() < deadline, [tuple(r) for r in rows]
-        time.sleep(0.05)
+        _next_start(tmp_path, content, lambda: until(_read_records(tmp_path)) or (
+            time.monotonic() > deadline))  # fmt: skip
+
+
+def _read_records(tmp_path: Path) -> list[sqlite3.Row]:
+    with contextlib.closing(sqlite3.connect(tmp_path / "records.db", timeout=10)) as conn:
+        conn.row_factory = sqlite3.Row
+        tables = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'")
+        return list(conn.execute("SELECT * FROM records ORDER BY ts")) if any(tables) else []
+
+
+def _next_start(tmp_path: Path, content: str, done: Callable[[], bool]) -> None:
+    """A plugin started and stopped again, its recorder replaying what the last one spooled."""
+    plugin = KvmigrateRouter(_config(tmp_path, content=content), router=FakeRouter())
+    assert plugin.recorder is not None
+    plugin.recorder.start()
+    try:
+        while not done():
+            time.sleep(0.05)
+    finally:
+        plugin.close()
 
 
 def _served(count: int) -> Callable[[list[sqlite3.Row]], bool]:
@@ -184,7 +204,7 @@ def test_a_copy_is_recorded_in_its_answers_conversation(tmp_path: Path) -> None:
         await plugin.aclose()
 
     asyncio.run(run())
-    serve, shadow = _rows(tmp_path, lambda rows: len(rows) >= 2)
+    serve, shadow = _rows(tmp_path, lambda rows: len(rows) >= 2, content="redacted")
     assert (serve["role"], shadow["role"]) == ("serve", "shadow")
     assert shadow["conversation"] == serve["conversation"]
     assert serve["conversation"].startswith("k:")
