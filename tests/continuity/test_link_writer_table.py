@@ -10,6 +10,7 @@ test_resolver_table.py, the proxies and pools end to end in test_lookup_paths.py
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from kvmigrate.continuity import resolver as resolver_module
 from kvmigrate.continuity.link_table import LinkTable, create_table
 from kvmigrate.continuity.resolver import (
     LINK_BATCH_MAX,
@@ -28,6 +30,7 @@ from kvmigrate.continuity.resolver import (
     Pending,
 )
 from kvmigrate.exchange import SERVE, Exchange
+from kvmigrate.rollout.keys import StoreKeys
 from kvmigrate.rollout.sqlite_store import SqliteRolloutStore
 from kvmigrate.rollout.state import Link, RolloutState
 from kvmigrate.rollout.store import StoreError
@@ -60,11 +63,37 @@ class RecordingStore(SqliteRolloutStore):
         self.broken = False
         self.attempts = 0
         self.clear: dict[str, str] = {}
+        self.load_gate = threading.Event()  # cleared: a read hangs until it is set
+        self.load_gate.set()
+        self.late: list[Link] = []  # written by "another proxy" just after the first read
+        self.keys_down = False
+        self.hang_after: int | None = None  # writes after this many hang on `later_gate`
+        self.later_gate = threading.Event()
+
+    @property
+    def keys(self) -> StoreKeys:
+        if self.keys_down:
+            raise StoreError("rollout store: cannot read the keys")
+        return self._keys_value
+
+    @keys.setter
+    def keys(self, value: StoreKeys) -> None:
+        self._keys_value = value
+
+    def load_links(self, keys: Sequence[str]) -> list[Link]:
+        self.load_gate.wait(DEADLINE)
+        found = super().load_links(keys)
+        if self.late:
+            late, self.late = self.late, []
+            super().save_links(late)
+        return found
 
     def save_links(self, links: Sequence[Link]) -> None:
         self.attempts += 1
         refusing = self.refusing  # as the write began: a hung write fails as it was set to
         self.gate.wait(DEADLINE)
+        if self.hang_after is not None and self.attempts > self.hang_after:
+            self.later_gate.wait(DEADLINE)
         if refusing:
             raise StoreError("rollout store: disk full")
         if self.broken:
@@ -82,6 +111,8 @@ def store(sqlite_url: str) -> Iterator[RecordingStore]:
     recording = RecordingStore(sqlite_url)
     yield recording
     recording.gate.set()
+    recording.load_gate.set()
+    recording.later_gate.set()
     recording.close()
 
 
@@ -185,8 +216,10 @@ def test_a_link_expires_an_hour_after_it_is_made_by_default(store: RecordingStor
 def test_a_single_proxys_link_after_a_quiet_spell_goes_at_once_and_the_next_ones_gather(
     store: RecordingStore,
 ) -> None:
+    supervisor = Supervisor(backoff_s=0.01)
+
     async def go() -> list[list[list[str]]]:
-        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW, supervisor=supervisor)
         await resolver.running()
         seen = []
         resolver.save(link(store, "a"))
@@ -200,6 +233,26 @@ def test_a_single_proxys_link_after_a_quiet_spell_goes_at_once_and_the_next_ones
         return seen
 
     assert run(go) == [[["a"]], [["a"], ["b", "c"]]]
+    assert supervisor.restarts == {}  # the writer gathered; it did not fail and restart
+
+
+def test_a_single_proxys_request_links_gather_like_any_other(store: RecordingStore) -> None:
+    """No other process reads the store: a request's own link is not written early."""
+
+    async def go() -> tuple[int, bool, int]:
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        await resolver.running()
+        await resolver.identify({}, {"model": MODEL, "messages": FIRST}, MODEL, ROUTE)
+        await until(lambda: len(store.batches) == 1, "the link after a quiet spell")
+        other = [FIRST[0], {"role": "user", "content": "Another task."}]
+        await resolver.identify({}, {"model": MODEL, "messages": other}, MODEL, ROUTE)
+        gathered = await stays(lambda: store.attempts == 1)
+        await resolver.done()
+        return 1, gathered, len(store.batches)
+
+    _, gathered, batches = run(go)
+    assert gathered
+    assert batches == 2
 
 
 def test_where_others_read_the_store_a_link_that_must_go_takes_the_gathered_ones_along(
@@ -504,7 +557,7 @@ def test_a_pool_with_its_table_remembers_the_answer_there_and_waits_for_no_store
             await asyncio.sleep(0)
         at_once = both.done()
         await both
-        written = len(store.batches)
+        written = store.attempts  # nothing tried: the table serves the other workers
         store.gate.set()
         await resolver.done()
         return at_once, prefill.continuity is None, plain.continuity is None, written
@@ -514,3 +567,236 @@ def test_a_pool_with_its_table_remembers_the_answer_there_and_waits_for_no_store
     assert prefill_remembered  # its answer's link goes to the table for the next turn
     assert not plain_remembered  # the request's own link serves its next turn
     assert written == 0
+
+
+def test_an_answer_waits_for_the_batch_under_way_not_another(
+    store: RecordingStore, others_read: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request's link is being written when the answer ends: the answer waits for that
+    write alone. Every later write hangs, and LINK_SAVE_WAIT is longer than the test waits,
+    so an answer that waited on any other batch would not be let go."""
+    monkeypatch.setattr(resolver_module, "LINK_SAVE_WAIT", LONG_WINDOW)
+
+    async def go() -> None:
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        await resolver.running()
+        store.gate.clear()
+        exchange = await opening(resolver, FIRST)
+        await until(lambda: store.attempts == 1, "the request's link being written")
+        settling = asyncio.ensure_future(resolver.settle(exchange))
+        assert await stays(lambda: not settling.done())
+        store.hang_after = 1
+        store.gate.set()
+        await asyncio.wait_for(settling, DEADLINE)
+        store.hang_after = None
+        store.later_gate.set()
+        await resolver.done()
+
+    run(go)
+    assert len(store.batches) >= 1
+
+
+def test_answers_that_must_wait_share_the_next_batch(
+    store: RecordingStore, others_read: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two answers end before the writer runs: both wait for the one batch it writes next."""
+    monkeypatch.setattr(resolver_module, "LINK_SAVE_WAIT", LONG_WINDOW)
+
+    async def go() -> int:
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        await resolver.running()
+        first = await opening(resolver, FIRST)
+        second = await opening(resolver, [FIRST[0], {"role": "user", "content": "Other."}])
+        await asyncio.wait_for(
+            asyncio.gather(resolver.settle(first), resolver.settle(second)), DEADLINE
+        )
+        batches = len(store.batches)
+        await resolver.done()
+        return batches
+
+    assert run(go) == 1
+
+
+def answered(
+    pending: Pending, status: int = 200, error: str | None = None, cut: bool = False
+) -> Exchange:
+    exchange = exchange_for(pending)
+    exchange.status, exchange.error = status, error
+    if cut:
+        exchange.chunks.dropped = 1  # type: ignore[attr-defined]  # its middle not kept
+    return exchange
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "cut", "links"),
+    [
+        (200, None, False, 2),  # the request's link and the answer's
+        # no answer the client has to resend: only the request's own link
+        (500, None, False, 1),
+        (200, "stream_broken", False, 1),
+        (200, None, True, 1),
+    ],
+)
+def test_only_a_whole_served_answer_is_linked(
+    store: RecordingStore, status: int, error: str | None, cut: bool, links: int
+) -> None:
+    async def go() -> int:
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        await resolver.running()
+        identity = await resolver.identify({}, {"model": MODEL, "messages": FIRST}, MODEL, ROUTE)
+        assert identity.pending is not None
+        resolver.exchange_done(answered(identity.pending, status, error, cut))
+        await resolver.done()
+        return sum(len(batch) for batch in store.batches)
+
+    assert run(go) == links
+
+
+@pytest.mark.parametrize(
+    ("conversation", "pair_id", "given", "expected"),
+    [
+        ("user:alice", None, "", "hashed"),  # an answer learns its stored name
+        # a copy keeps its answer's, even none (the keys were not read when it was made)
+        ("user:alice", "req-0", "", ""),
+        ("user:alice", None, "k:given", "k:given"),  # known already: kept
+        ("", None, "", ""),  # nothing named: nothing to store it by
+    ],
+)
+def test_each_exchange_learns_its_conversation_as_the_store_keys_it(
+    store: RecordingStore, conversation: str, pair_id: str | None, given: str, expected: str
+) -> None:
+    async def go() -> str:
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        await resolver.running()
+        await until(lambda: resolver.in_store("user:alice") != "", "the store's keys read")
+        exchange = Exchange(
+            "req-1", ROUTE, "vllm", SERVE, MODEL, MODEL, conversation, 1, False,
+            time.perf_counter(), status=200, pair_id=pair_id, conversation_in_store=given,
+        )  # fmt: skip
+        resolver.exchange_done(exchange)
+        await resolver.done()
+        return exchange.conversation_in_store
+
+    stored = run(go)
+    assert stored == (store.keys.conversation("user:alice") if expected == "hashed" else expected)
+
+
+def test_a_long_answer_that_must_be_found_is_linked_before_its_last_byte(
+    store: RecordingStore, others_read: None
+) -> None:
+    """An assistant prefill is continued by its answer, so the answer's link must be in the
+    store when the client has the answer: a long one is reassembled a slice at a time."""
+    long_text = "word " * 80_000  # over one slice (wire.assemble.SLICE_BYTES)
+
+    async def go() -> tuple[bool, int]:
+        resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
+        await resolver.running()
+        prefill = [*FIRST, {"role": "assistant", "content": "In"}]
+        identity = await resolver.identify({}, {"model": MODEL, "messages": prefill}, MODEL, ROUTE)
+        assert identity.pending is not None
+        exchange = exchange_for(identity.pending)
+        exchange.chunks.clear()
+        body = {"choices": [{"message": {"role": "assistant", "content": long_text}}]}
+        exchange.chunks.append(json.dumps(body).encode())
+        assert exchange.long_answer
+        await asyncio.wait_for(resolver.settle(exchange), DEADLINE)
+        stored = sum(len(batch) for batch in store.batches)
+        await resolver.done()
+        return exchange.continuity is None, stored
+
+    assert run(go) == (True, 2)  # remembered, and both links written when settle returned
+
+
+def test_a_store_read_that_hangs_reads_as_a_miss_after_the_timeout(
+    store: RecordingStore,
+) -> None:
+    async def go() -> str:
+        writer = ContinuityResolver(store, 60.0)
+        opened = await opening(writer, FIRST)
+        writer.exchange_done(opened)
+        await writer.done()
+        store.load_gate.clear()
+        reader = ContinuityResolver(store, remote_timeout=0.05)
+        later = await asyncio.wait_for(
+            reader.identify({}, {"model": MODEL, "messages": LATER}, MODEL, ROUTE), DEADLINE / 2
+        )
+        store.load_gate.set()
+        return later.source
+
+    assert run(go) == "guess"
+
+
+def test_a_shared_store_is_read_once_more_for_a_link_another_proxy_is_writing(
+    store: RecordingStore,
+) -> None:
+    """On Redis another proxy writes its answer's link as the answer ends, and its client
+    may be quicker: a miss is read again a moment later."""
+
+    async def go() -> str:
+        elsewhere = ContinuityResolver()  # the other proxy, which served the first turn
+        opened = await elsewhere.identify({}, {"model": MODEL, "messages": FIRST}, MODEL, ROUTE)
+        assert opened.pending is not None
+        answer_link = elsewhere.remember(opened.pending, {"choices": [{"message": ANSWER}]})
+        assert answer_link is not None
+        keys = store.keys
+        store.late = [
+            Link(keys.key(answer_link), keys.conversation(opened.conversation), 1, time.time() + 60)
+        ]
+        store.url = "redis://links-host/0"  # shared: only the URL's scheme is read for this
+        reader = ContinuityResolver(store)
+        later = await reader.identify({}, {"model": MODEL, "messages": LATER}, MODEL, ROUTE)
+        return later.source
+
+    assert run(go) == "continuity"
+
+
+def test_a_store_whose_keys_cannot_be_read_yet_does_not_stop_the_writer(
+    store: RecordingStore,
+) -> None:
+    """A Redis store reads its secret at first use, and may be down when the proxy starts:
+    the writer keeps its links and writes them once the store answers."""
+    supervisor = Supervisor(backoff_s=0.01)
+
+    async def go() -> list[list[str]]:
+        store.keys_down = True
+        resolver = ContinuityResolver(store, supervisor=supervisor)  # retried in a second
+        await resolver.running()
+        resolver.save(link_while_down(store, "kept"))
+        await until(lambda: resolver.store_errors >= 1, "a batch refused")
+        store.keys_down = False
+        await until(lambda: len(store.batches) == 1, "the batch written")
+        await resolver.done()
+        return store.written()
+
+    assert run(go) == [["kept"]]
+    assert supervisor.restarts == {}
+
+
+def link_while_down(store: RecordingStore, name: str) -> Link:
+    store.keys_down, down = False, store.keys_down
+    try:
+        return link(store, name)
+    finally:
+        store.keys_down = down
+
+
+def test_a_link_read_from_the_pools_table_is_kept_in_process(
+    store: RecordingStore, tmp_path: Path
+) -> None:
+    async def go() -> list[str]:
+        path = create_table(str(tmp_path / "first"))
+        worker = ContinuityResolver(table=LinkTable(path))
+        opened = await worker.identify({}, {"model": MODEL, "messages": FIRST}, MODEL, ROUTE)
+        assert opened.pending is not None
+        worker.remember(opened.pending, {"choices": [{"message": ANSWER}]})
+        other = ContinuityResolver(table=LinkTable(path))  # another worker of the pool
+        sources = [
+            (await other.identify({}, {"model": MODEL, "messages": LATER}, MODEL, ROUTE)).source
+        ]
+        other.table = LinkTable(create_table(str(tmp_path / "second")))  # a table that forgot
+        again = await other.identify({}, {"model": MODEL, "messages": LATER}, MODEL, ROUTE)
+        return [*sources, again.source]
+
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    assert run(go) == ["continuity", "continuity"]

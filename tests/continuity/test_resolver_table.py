@@ -51,6 +51,11 @@ def identify(
         # declared: the session header, else `user`, whatever the history; no link needed
         ("chat/completions", chat(LATER), {"x-session-id": "s-1"}, "s-1", 2, "header", False),
         ("chat/completions", chat(FIRST, user="u-7"), {}, "user:u-7", 1, "user", False),
+        # Anthropic's Messages API has no `user`: its metadata.user_id declares; chat's
+        # metadata is free-form tags
+        ("messages", chat(FIRST, metadata={"user_id": "u-8"}), {}, "user:u-8", 1, "user", False),
+        ("chat/completions", chat(FIRST, metadata={"user_id": "u-8"}), {}, "derived", 1,
+         "opening", True),  # fmt: skip
         # no history on this route: keyed by the body, an opening where it has a prefix
         ("embeddings", {"model": MODEL, "input": "hello"}, {}, "derived", 1, "body", False),
         ("completions", {"model": MODEL, "prompt": "once"}, {}, "derived", 1, "body", False),
@@ -107,6 +112,7 @@ def test_a_later_turn_continues_the_conversation_its_answer_was_linked_to() -> N
 def test_the_sources_are_folded_into_prometheus_by_the_difference() -> None:
     registry = CollectorRegistry()
     resolver = ContinuityResolver()
+    resolver.fold_counts()  # before the proxy registers its metrics: nothing to fold into
     resolver.register_metrics(registry)
 
     def counted() -> dict[str, float]:
@@ -124,9 +130,10 @@ def test_the_sources_are_folded_into_prometheus_by_the_difference() -> None:
     resolver.fold_counts()  # nothing new: nothing added
     identify(resolver, chat(LATER))  # found by the first turn's own link
     identify(resolver, chat(LATER))
+    identify(resolver, chat(FIRST))  # a source folded before: only its new count is added
     resolver.fold_counts()
     assert counted() == {
-        s: {"opening": 1.0, "header": 1.0, "continuity": 2.0}.get(s, 0.0) for s in SOURCES
+        s: {"opening": 2.0, "header": 1.0, "continuity": 2.0}.get(s, 0.0) for s in SOURCES
     }
     text = generate_latest(registry).decode()
     assert (
