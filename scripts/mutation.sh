@@ -61,7 +61,8 @@ modules=(
   "config_model|kvmigrate/config/model.py|tests/config/test_config_model_lookups.py tests/cohorts/test_cohort_resolution.py"
   "admin_api|kvmigrate/proxy/admin_api.py|tests/rollout/test_admin_api_table.py tests/rollout/test_admin_api_bodies.py tests/rollout/test_admin_api_bounds.py tests/rollout/test_admin_api_echo.py tests/rollout/test_admin_key_alone.py"
   "chained|kvmigrate/proxy/chained.py|tests/proxy/test_chained_table.py"
-  "resolver|kvmigrate/continuity/resolver.py|tests/continuity/test_resolver_table.py tests/continuity/test_continuity_store.py tests/continuity/test_lookup_paths.py tests/continuity/test_send_before_identity.py tests/continuity/test_long_answers.py tests/continuity/test_store_keys.py tests/continuity/test_shadow_id_table.py tests/policies/test_continuity.py tests/proxy/test_chained_table.py"
+  "forward|kvmigrate/proxy/forward.py|tests/proxy/forward/test_forward_relay.py tests/proxy/forward/test_forward_failures.py"
+  "resolver|kvmigrate/continuity/resolver.py|tests/continuity/test_resolver_table.py tests/continuity/test_link_writer_table.py tests/continuity/test_continuity_store.py tests/continuity/test_lookup_paths.py tests/continuity/test_send_before_identity.py tests/continuity/test_long_answers.py tests/continuity/test_store_keys.py tests/continuity/test_shadow_id_table.py tests/policies/test_continuity.py tests/proxy/test_chained_table.py"
 )
 # policies/ module by module (the whole package at once is the "policies" row). mutmut skips
 # decorated functions, properties included: a property's logic lives in a plain function.
