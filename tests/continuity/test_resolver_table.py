@@ -54,8 +54,15 @@ def identify(
         # Anthropic's Messages API has no `user`: its metadata.user_id declares; chat's
         # metadata is free-form tags
         ("messages", chat(FIRST, metadata={"user_id": "u-8"}), {}, "user:u-8", 1, "user", False),
-        ("chat/completions", chat(FIRST, metadata={"user_id": "u-8"}), {}, "derived", 1,
-         "opening", True),  # fmt: skip
+        (
+            "chat/completions",
+            chat(FIRST, metadata={"user_id": "u-8"}),
+            {},
+            "derived",
+            1,
+            "opening",
+            True,
+        ),
         # no history on this route: keyed by the body, an opening where it has a prefix
         ("embeddings", {"model": MODEL, "input": "hello"}, {}, "derived", 1, "body", False),
         ("completions", {"model": MODEL, "prompt": "once"}, {}, "derived", 1, "body", False),
