@@ -83,6 +83,10 @@ def test_equality_and_hash_follow_the_value() -> None:
         ("https://gw/v1?api-key=k1&api-version=2024", "https://gw/v1?api-key=***&api-version=2024"),
         ("https://gw/v1?sig=k2&sv=1", "https://gw/v1?sig=***&sv=1"),
         ("https://gw/v1?X-Amz-Security-Token=k3", "https://gw/v1?X-Amz-Security-Token=***"),
+        # names only the pattern knows, in any case (a fresh-context audit's miss)
+        ("redis://cache/0?Passphrase=k4", "redis://cache/0?Passphrase=***"),
+        ("https://gw/v1?AccessKey=k5&sv=1", "https://gw/v1?AccessKey=***&sv=1"),
+        ("https://gw/v1?CLIENT_SECRET=k6", "https://gw/v1?CLIENT_SECRET=***"),
     ],
 )
 def test_safe_url_hides_only_the_password(url: str, safe: str) -> None:
