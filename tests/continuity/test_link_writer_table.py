@@ -239,7 +239,7 @@ def test_a_single_proxys_link_after_a_quiet_spell_goes_at_once_and_the_next_ones
 def test_a_single_proxys_request_links_gather_like_any_other(store: RecordingStore) -> None:
     """No other process reads the store: a request's own link is not written early."""
 
-    async def go() -> tuple[int, bool, int]:
+    async def go() -> tuple[bool, int]:
         resolver = ContinuityResolver(store, batch_s=LONG_WINDOW)
         await resolver.running()
         await resolver.identify({}, {"model": MODEL, "messages": FIRST}, MODEL, ROUTE)
@@ -248,9 +248,9 @@ def test_a_single_proxys_request_links_gather_like_any_other(store: RecordingSto
         await resolver.identify({}, {"model": MODEL, "messages": other}, MODEL, ROUTE)
         gathered = await stays(lambda: store.attempts == 1)
         await resolver.done()
-        return 1, gathered, len(store.batches)
+        return gathered, len(store.batches)
 
-    _, gathered, batches = run(go)
+    gathered, batches = run(go)
     assert gathered
     assert batches == 2
 
